@@ -1,0 +1,46 @@
+# Parley: `make run` starts the whole stack, `make test` runs the whole suite.
+# Both install into .venv/ first and start real Kafka + Cassandra (infra/local).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install infra setup run test test-unit bench stop clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+infra: install
+	$(BIN)/parley infra up
+
+# Kafka + Cassandra healthy, topics created, schema migrated.
+setup: infra
+	$(BIN)/parley topics
+	$(BIN)/parley db migrate
+
+run: setup
+	@$(BIN)/parley infra status
+	@echo "Kafka     127.0.0.1:$${PARLEY_KAFKA_PORT:-9092}"
+	@echo "Cassandra 127.0.0.1:$${PARLEY_CASSANDRA_PORT:-9042}"
+	@echo "Stop with: make stop"
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: setup
+	$(BIN)/python -m bench
+
+stop:
+	@test -x $(BIN)/parley && $(BIN)/parley infra down || echo "nothing to stop (no .venv)"
+
+clean: stop
+	rm -rf .data $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,28 @@
+"""Cassandra sessions, with driver errors translated into ``StoreUnavailable``."""
+
+from __future__ import annotations
+
+from cassandra.cluster import Cluster, NoHostAvailable, Session
+from cassandra.policies import DCAwareRoundRobinPolicy
+
+from parley.errors import StoreUnavailable
+from parley.settings import CassandraSettings
+
+
+def connect(settings: CassandraSettings, keyspace: str | None = None, connect_timeout: float = 5.0) -> Session:
+    """A session on ``keyspace`` (none: no keyspace). Close it with ``session.cluster.shutdown()``."""
+    cluster = Cluster(
+        settings.contact_points,
+        port=settings.port,
+        load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc),
+        connect_timeout=connect_timeout,
+        protocol_version=5,
+    )
+    try:
+        return cluster.connect(keyspace)
+    except NoHostAvailable as exc:
+        cluster.shutdown()
+        raise StoreUnavailable(
+            f"cannot reach Cassandra at {settings.hosts}:{settings.port} "
+            "(PARLEY_CASSANDRA_HOSTS / PARLEY_CASSANDRA_PORT); is it running? `make run` starts a local one"
+        ) from exc

@@ -1,0 +1,170 @@
+"""The ``parley`` command: infrastructure, topics, database and schemas.
+
+Each command builds the settings it needs from the environment, calls one
+module that does the work, and renders the outcome; nothing here decides.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from parley import errors
+from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, describe, from_env
+
+app = typer.Typer(help="Parley: chat serving, event-sourced on Kafka.", no_args_is_help=True)
+infra_app = typer.Typer(help="Run Kafka and Cassandra locally from Maven Central jars (no Docker).")
+db_app = typer.Typer(help="The Cassandra schema.")
+schemas_app = typer.Typer(help="The Avro schemas of the events.")
+app.add_typer(infra_app, name="infra")
+app.add_typer(db_app, name="db")
+app.add_typer(schemas_app, name="schemas")
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------- infra
+
+
+@infra_app.command("up")
+def infra_up() -> None:
+    """Start (or reuse) Kafka and Cassandra and wait until both are healthy."""
+    from infra.local import jvm, stack
+
+    try:
+        states = stack.up(from_env(LocalInfraSettings), echo=lambda s: err.print(s, highlight=False))
+    except jvm.InfraError as exc:
+        _fail(exc)
+    table = Table("service", "address", "pid", "state", "healthy after", "RSS")
+    for s in states:
+        table.add_row(
+            s.name,
+            s.address,
+            str(s.pid),
+            "reused" if s.reused else "started",
+            f"{s.seconds_to_healthy:.1f}s" if s.seconds_to_healthy is not None else "-",
+            f"{s.rss_mib:.0f} MiB" if s.rss_mib else "-",
+        )
+    out.print(table)
+
+
+@infra_app.command("down")
+def infra_down() -> None:
+    """Stop the Kafka and Cassandra processes Parley started (by pid file), nothing else."""
+    from infra.local import stack
+
+    stack.down(from_env(LocalInfraSettings), echo=out.print)
+
+
+@infra_app.command("status")
+def infra_status() -> None:
+    """Show whether the local services run, and their memory."""
+    from infra.local import stack
+
+    table = Table("service", "address", "pid", "RSS", "log")
+    for s in stack.status(from_env(LocalInfraSettings)):
+        table.add_row(s.name, s.address, str(s.pid or "not running"), f"{s.rss_mib:.0f} MiB" if s.rss_mib else "-", str(s.log))
+    out.print(table)
+
+
+@infra_app.command("settings")
+def infra_settings() -> None:
+    """List every setting with its environment variable and default."""
+    table = Table("variable", "default", "meaning")
+    for cls in (KafkaSettings, CassandraSettings, LocalInfraSettings):
+        for name, default, doc in describe(cls):
+            table.add_row(name, str(default), doc)
+    out.print(table)
+
+
+# ---------------------------------------------------------------- topics
+
+
+@app.command("topics")
+def topics(check: bool = typer.Option(False, "--check", help="Only verify; change nothing.")) -> None:
+    """Create the catalog's topics and verify partitions and configs on the broker."""
+    from parley.kafka import admin
+    from parley.topics import ensure_topics, verify_topics
+
+    settings = from_env(KafkaSettings)
+    try:
+        client = admin(settings)
+        reports = verify_topics(settings, client, fix_configs=False) if check else ensure_topics(settings, client)
+    except errors.Unavailable as exc:
+        _fail(exc)
+    table = Table("topic", "partitions", "state")
+    for r in reports:
+        if r.problems:
+            state = "[red]" + "; ".join(r.problems) + "[/]"
+        elif r.created:
+            state = "[green]created[/]"
+        elif r.config_fixed:
+            state = "[yellow]configs set: " + ", ".join(r.config_fixed) + "[/]"
+        else:
+            state = "ok"
+        table.add_row(settings.topic(r.name), str(r.partitions), state)
+    out.print(table)
+    if any(r.problems for r in reports):
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------- db
+
+
+@db_app.command("migrate")
+def db_migrate() -> None:
+    """Apply pending CQL migrations from schemas/cql (idempotent, versioned)."""
+    from parley.cassandra import connect
+    from parley.migrate import migrate
+
+    settings = from_env(CassandraSettings)
+    try:
+        session = connect(settings)
+        try:
+            applied = migrate(session, settings.keyspace, settings.replication)
+        finally:
+            session.cluster.shutdown()
+    except (errors.Unavailable, errors.MigrationError) as exc:
+        _fail(exc)
+    if applied:
+        for m in applied:
+            out.print(f"applied {m.version:04d}_{m.name} ({len(m.statements)} statements) to {settings.keyspace}")
+    else:
+        out.print(f"{settings.keyspace}: schema up to date")
+
+
+# ---------------------------------------------------------------- schemas
+
+
+@schemas_app.command("write")
+def schemas_write() -> None:
+    """Regenerate schemas/avro/*.avsc from schemas/events.py, keeping old versions in released/."""
+    from schemas import avsc
+
+    changed = avsc.write()
+    out.print("changed: " + ", ".join(changed) if changed else "all .avsc files up to date")
+
+
+@schemas_app.command("check")
+def schemas_check() -> None:
+    """Fail if an .avsc file differs from its event type."""
+    from schemas import avsc
+
+    drifted = avsc.drift()
+    if drifted:
+        err.print("out of date: " + ", ".join(drifted) + " (run `parley schemas write`)")
+        raise typer.Exit(1)
+    out.print("all .avsc files match schemas/events.py")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    sys.exit(app())

@@ -1,0 +1,186 @@
+"""The shared consumer: decode events, dead-letter poison, commit what is done.
+
+Every processor that reads Kafka through confluent-kafka uses ``EventConsumer``:
+
+* a record that does not decode (or breaks its event's rules, or is larger than
+  ``max_event_bytes``) is produced to ``<topic>.dlq`` as a ``DeadLetter``, and
+  only once the broker acknowledged that is its offset marked done; the
+  partition carries on. Nothing is dropped silently and nothing crash-loops.
+* offsets are committed only for records the caller marked done (``done``),
+  so a crash redelivers whatever was in flight (at-least-once; consumers are
+  idempotent by event ids).
+
+faust agents use ``dead_letter_for`` for the same DLQ record shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from parley.errors import BrokerUnavailable
+from parley.kafka import EventProducer
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.catalog import dlq_name
+from schemas.events import DeadLetter, Event
+
+log = logging.getLogger(__name__)
+
+#: Larger records are dead-lettered unread (Kafka's own default cap is ~1 MiB).
+DEFAULT_MAX_EVENT_BYTES = 1_048_576
+
+
+class EventTooLarge(codec.CodecError):
+    pass
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One decoded event and where it came from."""
+
+    event: Event
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+
+
+def dead_letter_for(
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    error: Exception,
+    consumer: str,
+) -> DeadLetter:
+    """The DLQ record for a bad input. The error text never includes the payload."""
+    error_type = {
+        codec.NotSingleObject: "undecodable",
+        codec.Undecodable: "undecodable",
+        codec.UnknownSchema: "unknown_schema",
+        codec.InvalidEvent: "invalid",
+        EventTooLarge: "oversize",
+    }.get(type(error), "invalid")
+    return DeadLetter(
+        source_topic=topic,
+        source_partition=partition,
+        source_offset=offset,
+        consumer=consumer,
+        error_type=error_type,
+        error=str(error)[:1000],
+        raw_key=key,
+        raw_value=value,
+    )
+
+
+class EventConsumer:
+    """A consumer-group member that yields decoded events and dead-letters the rest."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        group: str,
+        topics: Iterable[str],
+        producer: EventProducer,
+        *,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        **overrides: Any,
+    ) -> None:
+        config: dict[str, Any] = {
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "enable.auto.offset.store": False,  # only what `done` stores is committed
+            "auto.commit.interval.ms": 1000,
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+        config.update(overrides)
+        self.group = group
+        self._settings = settings
+        self._producer = producer
+        self._max_bytes = max_event_bytes
+        self._consumer = Consumer(config)
+        self._consumer.subscribe([settings.topic(t) for t in topics])
+        self.dead_lettered = 0
+
+    def poll(self, timeout: float = 1.0, max_records: int = 100) -> list[Delivery]:
+        """Decoded events; poison records are dead-lettered (and marked done) on the way."""
+        try:
+            messages = self._consumer.consume(max_records, timeout)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"consume failed: {exc}") from exc
+        out = []
+        for msg in messages:
+            if msg.error():
+                log.warning("consumer error", extra={"group": self.group, "error": msg.error().str()})
+                continue
+            try:
+                out.append(self._decode(msg))
+            except codec.CodecError as exc:
+                self._dead_letter(msg, exc)
+        return out
+
+    def _decode(self, msg: Message) -> Delivery:
+        value = msg.value()
+        if value is not None and len(value) > self._max_bytes:
+            raise EventTooLarge(f"record of {len(value)} bytes exceeds {self._max_bytes}")
+        event = codec.decode(value)
+        return Delivery(event, msg.topic(), msg.partition(), msg.offset(), msg.key())
+
+    def _dead_letter(self, msg: Message, error: Exception) -> None:
+        letter = dead_letter_for(
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            key=msg.key(),
+            value=msg.value(),
+            error=error,
+            consumer=self.group,
+        )
+        # Wait for the DLQ ack before moving past the record: nothing is lost.
+        self._producer.produce_sync(letter, topic=dlq_name(msg.topic()))
+        self.dead_lettered += 1
+        log.warning(
+            "dead-lettered a record",
+            extra={
+                "topic": msg.topic(),
+                "partition": msg.partition(),
+                "offset": msg.offset(),
+                "error_type": letter.error_type,
+            },
+        )
+        self.store(msg.topic(), msg.partition(), msg.offset())
+
+    def done(self, delivery: Delivery) -> None:
+        """Mark ``delivery`` handled: its offset may be committed."""
+        self.store(delivery.topic, delivery.partition, delivery.offset)
+
+    def store(self, topic: str, partition: int, offset: int) -> None:
+        """Everything up to and including ``offset`` of that partition is handled."""
+        self._consumer.store_offsets(offsets=[TopicPartition(topic, partition, offset + 1)])
+
+    def commit(self) -> None:
+        """Commit stored offsets now (also happens every second on its own)."""
+        try:
+            self._consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing stored yet
+                raise
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._consumer.assignment()
+
+    def close(self) -> None:
+        """Commit what is done and leave the group (hands partitions over at once)."""
+        try:
+            self.commit()
+        finally:
+            self._consumer.close()

@@ -1,0 +1,163 @@
+"""Kafka producers and admin clients, with errors translated at the boundary.
+
+Producers are idempotent with ``acks=all`` (DESIGN.md §5): a retried send never
+duplicates or reorders an event within a partition. ``EventProducer`` encodes
+events with the codec and routes them to their catalog topic keyed by the
+catalog's key field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from parley.errors import BrokerUnavailable
+from parley.settings import KafkaSettings
+from schemas import catalog, codec
+from schemas.events import Event
+
+
+def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 2,
+        "compression.type": "lz4",
+        # Keep retrying through a broker restart; delivery fails only after this.
+        "delivery.timeout.ms": 30_000,
+    }
+    config.update(overrides)
+    return config
+
+
+def admin(settings: KafkaSettings) -> AdminClient:
+    return AdminClient({"bootstrap.servers": settings.bootstrap})
+
+
+def wait_for_broker(settings: KafkaSettings, timeout: float = 10.0) -> int:
+    """Number of brokers once a metadata request answers; raises BrokerUnavailable."""
+    try:
+        md = admin(settings).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerUnavailable(
+            f"no Kafka broker answers at {settings.bootstrap} (PARLEY_KAFKA_BOOTSTRAP); `make run` starts a local one"
+        ) from exc
+    return len(md.brokers)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    topic: str
+    partition: int
+    offset: int
+
+
+class ProduceFailed(BrokerUnavailable):
+    """The broker did not acknowledge an event within the delivery timeout."""
+
+
+class EventProducer:
+    """Encodes events and produces them to their catalog topic.
+
+    ``send`` is for asyncio code: it resolves once the broker acknowledged the
+    event (all in-sync replicas). ``produce_sync`` is for threads and CLIs. A
+    background thread serves delivery callbacks.
+    """
+
+    def __init__(self, settings: KafkaSettings, **overrides: Any) -> None:
+        self._settings = settings
+        self._producer = Producer(producer_config(settings, **overrides))
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name="kafka-producer-poll", daemon=True)
+        self._poller.start()
+
+    def _poll_loop(self) -> None:
+        while not self._closed.is_set():
+            self._producer.poll(0.05)
+
+    def topic_of(self, event: Event) -> str:
+        return self._settings.topic(catalog.topic_for(type(event)).name)
+
+    def produce(
+        self,
+        event: Event,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Queue ``event``; ``on_delivery(err, msg)`` runs on the poll thread."""
+        kwargs: dict[str, Any] = {}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(
+                    topic or self.topic_of(event),
+                    value=codec.encode(event),
+                    key=event.key,
+                    on_delivery=on_delivery,
+                    **kwargs,
+                )
+                return
+            except BufferError:  # local queue full: let deliveries drain
+                self._producer.poll(0.1)
+
+    async def send(self, event: Event, *, topic: str | None = None, partition: int | None = None) -> Delivered:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Delivered] = loop.create_future()
+
+        def done(err: KafkaError | None, msg: Message) -> None:
+            loop.call_soon_threadsafe(_resolve, fut, err, msg)
+
+        self.produce(event, done, topic=topic, partition=partition)
+        return await fut
+
+    def produce_sync(
+        self, event: Event, *, topic: str | None = None, partition: int | None = None, timeout: float = 35.0
+    ) -> Delivered:
+        result: list[Delivered | Exception] = []
+        ready = threading.Event()
+
+        def done(err: KafkaError | None, msg: Message) -> None:
+            result.append(_outcome(err, msg))
+            ready.set()
+
+        self.produce(event, done, topic=topic, partition=partition)
+        if not ready.wait(timeout):
+            raise ProduceFailed(f"no acknowledgement from {self._settings.bootstrap} within {timeout}s")
+        if isinstance(result[0], Exception):
+            raise result[0]
+        return result[0]
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait for queued events; returns how many are still undelivered."""
+        return self._producer.flush(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush(timeout)
+        self._closed.set()
+        self._poller.join(timeout=1)
+
+
+def _outcome(err: KafkaError | None, msg: Message) -> Delivered | Exception:
+    if err is not None:
+        return ProduceFailed(f"delivery to {msg.topic()} failed: {err.str()}")
+    return Delivered(msg.topic(), msg.partition(), msg.offset())
+
+
+def _resolve(fut: asyncio.Future[Delivered], err: KafkaError | None, msg: Message) -> None:
+    if fut.done():
+        return
+    outcome = _outcome(err, msg)
+    if isinstance(outcome, Exception):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)

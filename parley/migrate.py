@@ -1,0 +1,86 @@
+"""Versioned, idempotent CQL migrations (``parley db migrate``).
+
+Files ``schemas/cql/NNNN_name.cql`` apply in order. Applied versions are
+recorded with a checksum in ``<keyspace>.schema_migrations``; a re-run skips
+them, and a changed file that was already applied is an error (add a new
+migration instead). Statements use IF NOT EXISTS, so a run interrupted half way
+can simply be repeated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from cassandra.cluster import Session
+
+from parley.errors import MigrationError
+
+CQL_DIR = Path(__file__).resolve().parent.parent / "schemas" / "cql"
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    checksum: str
+
+
+def split_statements(text: str) -> list[str]:
+    """CQL text as statements: `--` comments dropped, split on `;` at line ends."""
+    lines = [line.split("--", 1)[0].rstrip() for line in text.splitlines()]
+    body = "\n".join(line for line in lines if line.strip())
+    return [s.strip() for s in re.split(r";\s*(?:\n|$)", body) if s.strip()]
+
+
+def load(cql_dir: Path = CQL_DIR) -> list[Migration]:
+    out = []
+    for path in sorted(cql_dir.glob("*.cql")):
+        m = _NAME.match(path.name)
+        if not m:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_name.cql")
+        text = path.read_text()
+        out.append(
+            Migration(int(m[1]), m[2], tuple(split_statements(text)), hashlib.sha256(text.encode()).hexdigest())
+        )
+    versions = [m.version for m in out]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"duplicate migration versions in {cql_dir}")
+    return out
+
+
+def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = CQL_DIR) -> list[Migration]:
+    """Apply pending migrations; returns those applied by this call."""
+    if not _IDENT.match(keyspace):
+        raise MigrationError(f"keyspace name {keyspace!r} is not a plain identifier (PARLEY_KEYSPACE)")
+    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}")
+    session.set_keyspace(keyspace)
+    session.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
+    )
+    applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
+    done = []
+    for mig in load(cql_dir):
+        row = applied.get(mig.version)
+        if row is not None:
+            if row.checksum != mig.checksum:
+                raise MigrationError(
+                    f"migration {mig.version:04d}_{mig.name} changed after it was applied; "
+                    "never edit an applied migration, add a new one"
+                )
+            continue
+        for statement in mig.statements:
+            session.execute(statement, timeout=60)
+        session.execute(
+            "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
+            (mig.version, mig.name, mig.checksum, datetime.now(timezone.utc)),
+        )
+        done.append(mig)
+    return done

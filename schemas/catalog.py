@@ -1,0 +1,113 @@
+"""The topic catalog: every topic, its key, events, partitions and configs.
+
+One place for all of it: ``parley topics`` creates and verifies the broker
+against this table, processors name topics through it, and the docs quote it.
+Partition counts live here, not in per-service settings, because sticky
+routing needs every service to agree on them; docs/operations.md says how to
+size them for a target throughput.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas import events as ev
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+FOREVER = -1
+
+POOLS = ("small", "medium", "frontier")
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    key: str  # the event field used as the Kafka key
+    events: tuple[type[ev.Event], ...]
+    partitions: int
+    retention_ms: int
+    compacted: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def configs(self) -> dict[str, str]:
+        """Topic configs as the broker reports them."""
+        out = {
+            "cleanup.policy": "compact" if self.compacted else "delete",
+            "retention.ms": str(self.retention_ms),
+        }
+        out.update(self.extra)
+        return out
+
+    @property
+    def dlq(self) -> str:
+        return dlq_name(self.name)
+
+
+def dlq_name(topic: str) -> str:
+    return f"{topic}.dlq"
+
+
+_MAIN: tuple[Topic, ...] = (
+    Topic(
+        "chat.events",
+        "conversation_id",
+        (
+            ev.ConversationCreated,
+            ev.MessagePosted,
+            ev.GenerationRequested,
+            ev.GenerationCompleted,
+            ev.SummaryWritten,
+            ev.LeafSelected,
+            ev.ConversationRenamed,
+        ),
+        partitions=12,
+        retention_ms=FOREVER,
+    ),
+    Topic("chat.inference", "conversation_id", (ev.InferenceRequested,), partitions=12, retention_ms=7 * DAY_MS),
+    *(
+        Topic(f"chat.inference.{pool}", "conversation_id", (ev.InferenceRouted,), partitions=6, retention_ms=DAY_MS)
+        for pool in POOLS
+    ),
+    Topic("chat.tokens", "conversation_id", (ev.TokenChunk,), partitions=12, retention_ms=DAY_MS),
+    Topic("chat.control", "conversation_id", (ev.GenerationCancelRequested,), partitions=6, retention_ms=DAY_MS),
+    Topic("chat.usage", "user_id", (ev.UsageRecorded,), partitions=6, retention_ms=90 * DAY_MS),
+    Topic(
+        "fleet.heartbeats",
+        "worker_id",
+        (ev.WorkerHeartbeat,),
+        partitions=1,
+        retention_ms=7 * DAY_MS,
+        compacted=True,
+        # Compact quickly so a restarted router reads few stale beats.
+        extra={"segment.ms": str(HOUR_MS), "min.cleanable.dirty.ratio": "0.1"},
+    ),
+    Topic(
+        "docs.events",
+        "document_id",
+        (ev.DocumentUploaded, ev.DocumentPagesExtracted, ev.DocumentIndexed, ev.DocumentFailed),
+        partitions=6,
+        retention_ms=FOREVER,
+    ),
+)
+
+_DLQS: tuple[Topic, ...] = tuple(
+    Topic(t.dlq, "raw_key", (ev.DeadLetter,), partitions=1, retention_ms=30 * DAY_MS) for t in _MAIN
+)
+
+TOPICS: dict[str, Topic] = {t.name: t for t in _MAIN + _DLQS}
+
+
+def topic_for(event_type: type[ev.Event]) -> Topic:
+    """The (non-DLQ) topic an event type is produced to."""
+    for t in _MAIN:
+        if event_type in t.events:
+            return t
+    raise KeyError(f"{event_type.__name__} belongs to no topic")
+
+
+def inference_topic(pool: str) -> str:
+    if pool not in POOLS:
+        raise KeyError(f"unknown pool {pool!r}; pools are {POOLS}")
+    return f"chat.inference.{pool}"

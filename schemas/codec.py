@@ -1,0 +1,141 @@
+"""Step two of serialisation: record ↔ bytes, as Avro single-object encoding.
+
+    C3 01 | 8-byte CRC-64-AVRO fingerprint (little-endian) | Avro binary body
+
+Any reader finds the writer's schema from the fingerprint, without a registry:
+the fingerprint → schema map is built from the ``.avsc`` files, the current
+ones (``schemas/avro/``) and every earlier released version
+(``schemas/avro/released/``). Old events are read through Avro schema
+resolution into the current type, so processors only ever see current types.
+
+Errors (all subclasses of ``CodecError``; a consumer dead-letters on them)::
+
+    CodecError
+     ├── NotSingleObject   the bytes lack the C3 01 marker or are too short
+     ├── UnknownSchema     the fingerprint is in no .avsc file we have
+     ├── Undecodable       the body does not parse with the writer's schema
+     └── InvalidEvent      it parses, but breaks a rule of the event type
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint as _fingerprint
+from fastavro.schema import to_parsing_canonical_form
+
+from schemas.events import EVENT_TYPES, Event
+from schemas.records import from_record, to_record
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = len(MAGIC) + 8
+AVRO_DIR = Path(__file__).parent / "avro"
+RELEASED_DIR = AVRO_DIR / "released"
+
+
+class CodecError(Exception):
+    """An event could not be turned into bytes or back."""
+
+
+class NotSingleObject(CodecError):
+    pass
+
+
+class UnknownSchema(CodecError):
+    pass
+
+
+class Undecodable(CodecError):
+    pass
+
+
+class InvalidEvent(CodecError):
+    pass
+
+
+def fingerprint(schema: dict[str, Any]) -> bytes:
+    """CRC-64-AVRO of the parsing canonical form, in the byte order the wire uses."""
+    return bytes.fromhex(_fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+@dataclass(frozen=True)
+class _Known:
+    name: str
+    parsed: Any  # fastavro's parsed schema
+
+
+@dataclass(frozen=True)
+class SchemaSet:
+    """The fingerprint → schema map, and the current schema of each event."""
+
+    by_fingerprint: dict[bytes, _Known]
+    current: dict[str, tuple[bytes, Any]]  # event name → (fingerprint, parsed schema)
+
+    @classmethod
+    def load(cls, avro_dir: Path = AVRO_DIR, released_dir: Path = RELEASED_DIR) -> SchemaSet:
+        by_fp: dict[bytes, _Known] = {}
+        current: dict[str, tuple[bytes, Any]] = {}
+        for path, is_current in [(p, True) for p in sorted(avro_dir.glob("*.avsc"))] + [
+            (p, False) for p in sorted(released_dir.glob("*.avsc"))
+        ]:
+            raw = json.loads(path.read_text())
+            fp = fingerprint(raw)
+            parsed = fastavro.parse_schema(raw, named_schemas={})
+            by_fp[fp] = _Known(raw["name"], parsed)
+            if is_current:
+                current[raw["name"]] = (fp, parsed)
+        missing = set(EVENT_TYPES) - set(current)
+        if missing:
+            raise CodecError(f"no .avsc in {avro_dir} for {sorted(missing)}; run `parley schemas write`")
+        return cls(by_fp, current)
+
+
+@cache
+def default_schemas() -> SchemaSet:
+    return SchemaSet.load()
+
+
+def encode(event: Event, schemas: SchemaSet | None = None) -> bytes:
+    """An event as single-object-encoded bytes under its current schema."""
+    schemas = schemas or default_schemas()
+    fp, parsed = schemas.current[type(event).__name__]
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(fp)
+    try:
+        fastavro.schemaless_writer(buf, parsed, to_record(event))
+    except (ValueError, TypeError) as exc:
+        raise InvalidEvent(f"{type(event).__name__} does not fit its schema: {exc}") from exc
+    return buf.getvalue()
+
+
+def decode(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
+    """Bytes written under any known version of an event, as the current event type."""
+    schemas = schemas or default_schemas()
+    if data is None or len(data) < HEADER_LEN or data[:2] != MAGIC:
+        raise NotSingleObject("not Avro single-object encoding (missing C3 01 header)")
+    known = schemas.by_fingerprint.get(bytes(data[2:HEADER_LEN]))
+    if known is None:
+        raise UnknownSchema(f"unknown schema fingerprint {bytes(data[2:HEADER_LEN]).hex()}")
+    if known.name not in schemas.current:
+        raise UnknownSchema(f"event type {known.name} is no longer known")
+    current_fp, reader = schemas.current[known.name]
+    if current_fp == bytes(data[2:HEADER_LEN]):
+        reader = None  # same schema: skip resolution
+    body = io.BytesIO(data[HEADER_LEN:])
+    try:
+        record = fastavro.schemaless_reader(body, known.parsed, reader)
+    except Exception as exc:  # fastavro raises a mix of EOFError, ValueError, IndexError, UnicodeDecodeError
+        raise Undecodable(f"{known.name} body does not parse: {type(exc).__name__}") from exc
+    if body.read(1):
+        raise Undecodable(f"{known.name} body has trailing bytes")
+    try:
+        return from_record(EVENT_TYPES[known.name], record)
+    except (ValueError, TypeError) as exc:
+        raise InvalidEvent(f"{known.name}: {exc}") from exc

@@ -1,0 +1,377 @@
+"""Every event that crosses a service boundary, one frozen type each.
+
+These classes are the source of the Avro schemas in ``schemas/avro/*.avsc``
+(``parley schemas write`` regenerates them; a test fails when they drift). Each
+docstring says who produces the event and who consumes it; each field's ``doc``
+ends up in the ``.avsc`` so readers in other languages see it too.
+
+Compatibility rule (enforced by ``tests/unit/test_schema_compat.py``): a new
+field must have a default; a field is never removed or retyped. Strings stand in
+for enums (``finish_reason``, ``reason``) because adding an Avro enum symbol
+breaks old readers; the allowed values are the ``*_VALUES`` sets below.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+NAMESPACE = "parley.events"
+
+FINISH_REASONS = frozenset({"stop", "length", "cancelled", "failed", "rejected"})
+CANCEL_REASONS = frozenset({"user", "moderation", "abandoned", "shed"})
+ROLES = frozenset({"system", "user", "assistant"})
+
+
+def doc(text: str, **kwargs: Any) -> Any:
+    """A dataclass field whose documentation travels into the Avro schema."""
+    return field(metadata={"doc": text}, **kwargs)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1_000
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _check(value: str | None, allowed: frozenset[str], what: str) -> None:
+    if value is not None and value not in allowed:
+        raise ValueError(f"{what} must be one of {sorted(allowed)}, got {value!r}")
+
+
+# --------------------------------------------------------------------------- base
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Envelope shared by every event."""
+
+    #: The Kafka key field of this event (the topic catalog says which topic).
+    key_field: ClassVar[str] = "conversation_id"
+
+    event_id: str = doc("UUID of this event; consumers may dedupe on it", default_factory=new_event_id)
+    occurred_at: int = doc("When it happened, microseconds since the Unix epoch (UTC)", default_factory=now_us)
+    trace_id: str = doc("Trace id carried from the HTTP request through every event", default="")
+
+    @property
+    def key(self) -> bytes:
+        return str(getattr(self, self.key_field)).encode()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationEvent(Event):
+    """Envelope of every event about one conversation: keyed by its id."""
+
+    conversation_id: str = doc("The conversation; the Kafka key, so its events are totally ordered")
+    user_id: str = doc("Owner of the conversation")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token counts of one generation."""
+
+    prompt_tokens: int = doc("Tokens in the prompt", default=0)
+    cached_tokens: int = doc("Prompt tokens served from the engine's prefix cache", default=0)
+    completion_tokens: int = doc("Tokens generated", default=0)
+
+
+# ------------------------------------------------------------------ chat.events
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationCreated(ConversationEvent):
+    """A user opened a conversation. gateway → materializer."""
+
+    title: str = doc("Display title; may be empty until the first message names it", default="")
+    model: str | None = doc("Model the user chose for this conversation, if any", default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessagePosted(ConversationEvent):
+    """A user message was accepted. gateway → materializer, context builder."""
+
+    message_id: str = doc("uuid5(NS, 'conversation_id:client_message_id'): retries give the same id")
+    parent_id: str | None = doc("Message this one answers or follows; null for the first message", default=None)
+    client_message_id: str = doc("The client's idempotency key")
+    role: str = doc("user | system", default="user")
+    content: str = doc("Message text (never logged)")
+    model: str | None = doc("Model the user selected for this turn, if any", default=None)
+    edit_of: str | None = doc("The message this one edits (a sibling under the same parent)", default=None)
+
+    def __post_init__(self) -> None:
+        _check(self.role, ROLES, "role")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationRequested(ConversationEvent):
+    """An assistant reply was asked for. gateway → context builder, materializer."""
+
+    request_id: str = doc("The assistant message id: uuid5(NS, 'conversation_id:client_message_id:reply')")
+    parent_id: str = doc("The user message the reply answers")
+    client_message_id: str = doc("Idempotency key of the action that asked (post or regenerate)")
+    model: str | None = doc("Model the user selected, if any", default=None)
+    tier: str = doc("free | plus | enterprise: admission and routing use it", default="free")
+    max_tokens: int | None = doc("Cap on generated tokens; null for the pool's default", default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationCompleted(ConversationEvent):
+    """A generation ended, for any reason. worker (or router, when shed) → materializer, context builder."""
+
+    request_id: str = doc("The assistant message id")
+    parent_id: str = doc("The user message the reply answers")
+    attempt: int = doc("0 for the first attempt; raised on each restart", default=0)
+    finish_reason: str = doc("stop | length | cancelled | failed | rejected")
+    content: str = doc("The whole reply text (partial when cancelled or failed)", default="")
+    usage: Usage = doc("Token counts", default_factory=Usage)
+    pool: str = doc("Pool that served it (small, medium, frontier)", default="")
+    model: str = doc("Model that served it", default="")
+    replica: str = doc("Worker id that served it", default="")
+    error_code: str | None = doc("Machine-readable cause when failed or rejected", default=None)
+    error_message: str | None = doc("Human-readable cause when failed or rejected", default=None)
+
+    def __post_init__(self) -> None:
+        _check(self.finish_reason, FINISH_REASONS, "finish_reason")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryWritten(ConversationEvent):
+    """The oldest turns of a branch were folded into a summary. context builder → materializer, context builder."""
+
+    summary_id: str = doc("Deterministic id of this summary")
+    through_message_id: str = doc("Last message the summary covers (on the branch that ends at it)")
+    covered_message_ids: list[str] = doc("Messages folded into the summary, oldest first", default_factory=list)
+    content: str = doc("The summary text")
+    tokens: int = doc("Its length in the engine's tokens", default=0)
+    model: str = doc("Model that wrote it", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeafSelected(ConversationEvent):
+    """The user switched branch. gateway → materializer, context builder."""
+
+    leaf_id: str = doc("Message at the end of the selected branch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationRenamed(ConversationEvent):
+    """The conversation got a new title. gateway → materializer."""
+
+    title: str = doc("New title")
+
+
+# -------------------------------------------------------------- chat.inference
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptMessage:
+    """One message of a built prompt."""
+
+    role: str = doc("system | user | assistant")
+    content: str = doc("Text")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceRequested(ConversationEvent):
+    """A prompt is ready for a model. context builder → router."""
+
+    request_id: str = doc("The assistant message id")
+    parent_id: str = doc("The user message the reply answers")
+    attempt: int = doc("0 for the first attempt; raised on each restart", default=0)
+    messages: list[PromptMessage] = doc("The built prompt, in order", default_factory=list)
+    prompt_tokens: int = doc("Token estimate of the prompt", default=0)
+    budget_tokens: int = doc("Token budget the builder worked under", default=0)
+    max_tokens: int = doc("Cap on generated tokens", default=512)
+    model: str | None = doc("Model the user selected, if any", default=None)
+    tier: str = doc("free | plus | enterprise", default="free")
+    resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceRouted(ConversationEvent):
+    """A request placed on a pool and partition. router → workers of that pool."""
+
+    request: InferenceRequested = doc("The request as the context builder built it")
+    pool: str = doc("small | medium | frontier")
+    model: str = doc("Model name of the pool")
+    partition: int = doc("Partition of chat.inference.<pool> the router chose")
+    route_reason: str = doc("Why: sticky, classifier, user_selected, escalated, cache, least_loaded", default="")
+    downgraded_from: str | None = doc("Pool the turn would have used before admission downgraded it", default=None)
+
+
+# ------------------------------------------------------------------ chat.tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenChunk(ConversationEvent):
+    """Some generated text. worker → gateways (SSE), materializer (checkpoints), moderation."""
+
+    request_id: str = doc("The assistant message id")
+    attempt: int = doc("Attempt that produced it; readers drop chunks of superseded attempts", default=0)
+    seq: int = doc("0, 1, 2… within one attempt")
+    text: str = doc("Text delta since the previous chunk", default="")
+    tokens: int = doc("Tokens in this delta", default=0)
+    offset_chars: int = doc("Characters of the reply before this delta (for resuming attempts)", default=0)
+    finish_reason: str | None = doc("Set on the last chunk only", default=None)
+    usage: Usage | None = doc("Set on the last chunk only", default=None)
+    replica: str = doc("Worker id", default="")
+
+    def __post_init__(self) -> None:
+        _check(self.finish_reason, FINISH_REASONS, "finish_reason")
+
+
+# ----------------------------------------------------------------- chat.control
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationCancelRequested(ConversationEvent):
+    """Stop a generation. gateway, moderation, router → every worker."""
+
+    request_id: str = doc("The assistant message id")
+    reason: str = doc("user | moderation | abandoned | shed")
+
+    def __post_init__(self) -> None:
+        _check(self.reason, CANCEL_REASONS, "reason")
+
+
+# -------------------------------------------------------------------- chat.usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageRecorded(ConversationEvent):
+    """What one generation cost. worker → usage aggregator, analysts. Keyed by user."""
+
+    key_field: ClassVar[str] = "user_id"
+
+    request_id: str = doc("The assistant message id")
+    attempt: int = doc("Attempt", default=0)
+    tier: str = doc("free | plus | enterprise", default="free")
+    pool: str = doc("Pool that served it", default="")
+    model: str = doc("Model that served it", default="")
+    replica: str = doc("Worker id", default="")
+    usage: Usage = doc("Token counts", default_factory=Usage)
+    queue_ms: float = doc("From InferenceRouted to engine admission", default=0.0)
+    ttft_ms: float = doc("From engine submission to first token", default=0.0)
+    duration_ms: float = doc("From engine submission to last token", default=0.0)
+    finish_reason: str = doc("stop | length | cancelled | failed | rejected", default="stop")
+
+
+# ------------------------------------------------------------- fleet.heartbeats
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerHeartbeat(Event):
+    """A worker's load and cache state, every few seconds. worker → router. Compacted by worker id."""
+
+    key_field: ClassVar[str] = "worker_id"
+
+    worker_id: str = doc("Stable id of the worker process")
+    pool: str = doc("Pool it serves")
+    model: str = doc("Model its engine runs", default="")
+    partitions: list[int] = doc("Partitions of chat.inference.<pool> it owns", default_factory=list)
+    running: int = doc("Generations running in its engine", default=0)
+    queued: int = doc("Requests accepted but not yet started", default=0)
+    max_running: int = doc("Its concurrency limit", default=0)
+    kv_usage: float = doc("Fraction of the engine's KV cache in use, 0..1", default=0.0)
+    cache_hit_rate: float = doc("Prefix cache hit rate reported by the engine, 0..1", default=0.0)
+    draining: bool = doc("True while it finishes work before leaving", default=False)
+
+
+# ------------------------------------------------------------------ docs.events
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentEvent(Event):
+    key_field: ClassVar[str] = "document_id"
+
+    document_id: str = doc("The document; the Kafka key")
+    user_id: str = doc("Owner")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentUploaded(DocumentEvent):
+    """A file was stored. gateway → document worker, materializer."""
+
+    conversation_id: str | None = doc("Conversation it was attached to, if any", default=None)
+    filename: str = doc("Name as uploaded")
+    media_type: str = doc("MIME type")
+    size_bytes: int = doc("Size")
+    sha256: str = doc("Content hash")
+    storage_uri: str = doc("Where the original lies")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentPagesExtracted(DocumentEvent):
+    """Text was extracted. document worker → materializer."""
+
+    pages: int = doc("Pages extracted")
+    chars: int = doc("Characters extracted", default=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentIndexed(DocumentEvent):
+    """Chunks and embeddings are stored. document worker → materializer, context builder."""
+
+    chunks: int = doc("Chunks written")
+    embedding_model: str = doc("Model that embedded them", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentFailed(DocumentEvent):
+    """Extraction or indexing failed. document worker → materializer."""
+
+    error_code: str = doc("Machine-readable cause")
+    error_message: str = doc("Human-readable cause", default="")
+
+
+# ------------------------------------------------------------------------ *.dlq
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetter(Event):
+    """An event a processor could not decode or validate. any processor → operators. Keyed like the original."""
+
+    key_field: ClassVar[str] = "raw_key"
+
+    source_topic: str = doc("Topic the bad record came from")
+    source_partition: int = doc("Its partition")
+    source_offset: int = doc("Its offset")
+    consumer: str = doc("Consumer group or processor that rejected it", default="")
+    error_type: str = doc("Class of the error: undecodable, unknown_schema, invalid, oversize…")
+    error: str = doc("What was wrong (never the payload)")
+    raw_key: bytes | None = doc("Original key bytes", default=None)
+    raw_value: bytes | None = doc("Original value bytes", default=None)
+
+    @property
+    def key(self) -> bytes:
+        return self.raw_key or b""
+
+
+#: Every event type on the wire, by Avro record name.
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        ConversationCreated,
+        MessagePosted,
+        GenerationRequested,
+        GenerationCompleted,
+        SummaryWritten,
+        LeafSelected,
+        ConversationRenamed,
+        InferenceRequested,
+        InferenceRouted,
+        TokenChunk,
+        GenerationCancelRequested,
+        UsageRecorded,
+        WorkerHeartbeat,
+        DocumentUploaded,
+        DocumentPagesExtracted,
+        DocumentIndexed,
+        DocumentFailed,
+        DeadLetter,
+    )
+}
