@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cassandra.cluster import Cluster, NoHostAvailable, Session
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.policies import DCAwareRoundRobinPolicy
 
 from parley.errors import StoreUnavailable
@@ -14,7 +14,11 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
     cluster = Cluster(
         settings.contact_points,
         port=settings.port,
-        load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc),
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc)
+            )
+        },
         connect_timeout=connect_timeout,
         protocol_version=5,
     )

@@ -31,8 +31,9 @@ from schemas.events import DeadLetter, Event
 
 log = logging.getLogger(__name__)
 
-#: Larger records are dead-lettered unread (Kafka's own default cap is ~1 MiB).
-DEFAULT_MAX_EVENT_BYTES = 1_048_576
+#: Larger records are dead-lettered unread: no legitimate event comes near it
+#: (the gateway caps message text far lower), and the broker refuses 1 MiB.
+DEFAULT_MAX_EVENT_BYTES = 512 * 1024
 
 
 class EventTooLarge(codec.CodecError):

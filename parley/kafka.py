@@ -83,7 +83,7 @@ class EventProducer:
             self._producer.poll(0.05)
 
     def topic_of(self, event: Event) -> str:
-        return self._settings.topic(catalog.topic_for(type(event)).name)
+        return self._settings.topic(catalog.topic_name_for(event))
 
     def produce(
         self,

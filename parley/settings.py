@@ -58,6 +58,7 @@ def describe(cls: type) -> list[tuple[str, Any, str]]:
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap: str = env("PARLEY_KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)")
+    replication: int = env("PARLEY_KAFKA_REPLICATION", 1, "Replication factor of topics Parley creates")
     topic_prefix: str = env(
         "PARLEY_TOPIC_PREFIX", "", "Prefix for every topic name, to run isolated stacks on one cluster"
     )

@@ -33,7 +33,7 @@ class TopicReport:
 
 
 def ensure_topics(
-    settings: KafkaSettings, client: AdminClient, topics: list[Topic] | None = None, *, replication: int = 1
+    settings: KafkaSettings, client: AdminClient, topics: list[Topic] | None = None
 ) -> list[TopicReport]:
     topics = list(TOPICS.values()) if topics is None else topics
     try:
@@ -43,7 +43,7 @@ def ensure_topics(
 
     reports = {t.name: TopicReport(t.name) for t in topics}
     to_create = [
-        NewTopic(settings.topic(t.name), t.partitions, replication, config=t.configs)
+        NewTopic(settings.topic(t.name), t.partitions, settings.replication, config=t.configs)
         for t in topics
         if settings.topic(t.name) not in existing
     ]

@@ -99,12 +99,19 @@ _DLQS: tuple[Topic, ...] = tuple(
 TOPICS: dict[str, Topic] = {t.name: t for t in _MAIN + _DLQS}
 
 
-def topic_for(event_type: type[ev.Event]) -> Topic:
-    """The (non-DLQ) topic an event type is produced to."""
-    for t in _MAIN:
-        if event_type in t.events:
-            return t
-    raise KeyError(f"{event_type.__name__} belongs to no topic")
+def topics_for(event_type: type[ev.Event]) -> list[Topic]:
+    """The (non-DLQ) topics an event type may be produced to."""
+    return [t for t in _MAIN if event_type in t.events]
+
+
+def topic_name_for(event: ev.Event) -> str:
+    """The catalog topic ``event`` is produced to (InferenceRouted: its pool's topic)."""
+    if isinstance(event, ev.InferenceRouted):
+        return inference_topic(event.pool)
+    homes = topics_for(type(event))
+    if len(homes) != 1:
+        raise KeyError(f"{type(event).__name__} has no single home topic; name the topic explicitly")
+    return homes[0].name
 
 
 def inference_topic(pool: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cassandra.cluster import Cluster, NoHostAvailable
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
 from cassandra.policies import RoundRobinPolicy
 
 from infra.local.jvm import HERE, JvmService, version_of
@@ -146,7 +146,7 @@ def healthy(cfg: LocalInfraSettings) -> bool:
         ["127.0.0.1"],
         port=cfg.cassandra_port,
         connect_timeout=1,
-        load_balancing_policy=RoundRobinPolicy(),
+        execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=RoundRobinPolicy())},
         protocol_version=5,
     )
     try:

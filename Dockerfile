@@ -1,0 +1,12 @@
+# Parley's Python services, for docker-compose.yml.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY parley ./parley
+COPY schemas ./schemas
+COPY gateway ./gateway
+COPY streams ./streams
+COPY workers ./workers
+COPY infra ./infra
+RUN pip install --no-cache-dir .
+ENTRYPOINT []

@@ -1,0 +1,75 @@
+"""The faust-streaming shell every processor shares.
+
+``make_app`` builds a faust App from Parley's settings (faust speaks to Kafka
+through aiokafka; both work against Kafka 4.x, proven by
+``tests/integration/test_faust.py``). Topics are raw bytes to faust: Parley's
+codec decodes them, and ``decoded`` dead-letters what it cannot decode, so an
+agent only ever sees current event types and a poison record never stops a
+partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import faust
+
+from parley.consumer import dead_letter_for
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.catalog import dlq_name
+from schemas.events import Event
+
+log = logging.getLogger(__name__)
+
+
+def make_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.App:
+    """A faust App for one processor; its consumer group is ``app_id``."""
+    config: dict[str, Any] = {
+        "broker": [f"kafka://{host}" for host in settings.bootstrap.split(",")],
+        "store": "memory://",
+        "web_enabled": False,
+        "topic_replication_factor": settings.replication,
+        "topic_allow_declare": False,  # `parley topics` owns every topic and its configs
+        "producer_acks": -1,
+        "broker_commit_every": 100,
+        "broker_commit_interval": 1.0,
+        "consumer_auto_offset_reset": "earliest",
+    }
+    config.update(overrides)
+    return faust.App(app_id, **config)
+
+
+def raw_topic(app: faust.App, settings: KafkaSettings, name: str) -> faust.TopicT:
+    """A catalog topic as faust sees it: bytes in, bytes out."""
+    return app.topic(
+        settings.topic(name), key_type=bytes, value_type=bytes, value_serializer="raw", key_serializer="raw"
+    )
+
+
+async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> AsyncIterator[Event]:
+    """The events of ``stream``, decoded; undecodable records go to ``<topic>.dlq``."""
+    async for record in stream.events():
+        msg = record.message
+        try:
+            yield codec.decode(record.value)
+        except codec.CodecError as exc:
+            letter = dead_letter_for(
+                topic=msg.topic,
+                partition=msg.partition,
+                offset=msg.offset,
+                key=msg.key,
+                value=record.value,
+                error=exc,
+                consumer=consumer,
+            )
+            # Awaiting the send's acknowledgement before moving on: nothing is lost.
+            await app.producer.send_and_wait(
+                dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None
+            )
+            log.warning(
+                "dead-lettered a record",
+                extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type},
+            )

@@ -1,0 +1,61 @@
+"""Shared fixtures. Integration tests use the real Kafka and Cassandra of
+infra/local, started once per run (reused if `make` already started them).
+They fail, never skip, when that is impossible."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
+
+
+@pytest.fixture(scope="session")
+def infra() -> LocalInfraSettings:
+    from infra.local import stack
+
+    cfg = from_env(LocalInfraSettings)
+    stack.up(cfg, echo=lambda s: None)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def run_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def kafka(infra: LocalInfraSettings, run_id: str) -> Iterator[KafkaSettings]:
+    """Kafka settings with a topic prefix of this run, all catalog topics created."""
+    from parley.kafka import admin
+    from parley.topics import ensure_topics
+
+    settings = replace(from_env(KafkaSettings), topic_prefix=f"test-{run_id}.")
+    client = admin(settings)
+    ensure_topics(settings, client)
+    yield settings
+    names = [t for t in client.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
+    if names:
+        for fut in client.delete_topics(names, operation_timeout=30).values():
+            fut.result()
+
+
+@pytest.fixture(scope="session")
+def cassandra_settings(infra: LocalInfraSettings, run_id: str) -> CassandraSettings:
+    return replace(from_env(CassandraSettings), keyspace=f"test_{run_id}")
+
+
+@pytest.fixture(scope="session")
+def cassandra(cassandra_settings: CassandraSettings) -> Iterator:
+    """A session on this run's keyspace, migrated; dropped at the end."""
+    from parley.cassandra import connect
+    from parley.migrate import migrate
+
+    session = connect(cassandra_settings)
+    migrate(session, cassandra_settings.keyspace, cassandra_settings.replication)
+    yield session
+    session.execute(f"DROP KEYSPACE IF EXISTS {cassandra_settings.keyspace}", timeout=60)
+    session.cluster.shutdown()

@@ -1,0 +1,88 @@
+"""The CQL schema on real Cassandra: applies, re-applies as a no-op, refuses edited history."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from parley.cassandra import connect
+from parley.errors import MigrationError, StoreUnavailable
+from parley.migrate import CQL_DIR, load, migrate
+from parley.settings import CassandraSettings
+
+TABLES = {
+    "schema_migrations",
+    "users",
+    "api_keys",
+    "conversations",
+    "conversations_by_user",
+    "messages",
+    "summaries",
+    "usage_by_user_day",
+    "documents",
+    "document_chunks",
+}
+
+
+def _tables(session, keyspace: str) -> set[str]:
+    rows = session.execute("SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,))
+    return {r.table_name for r in rows}
+
+
+def test_schema_applies_and_reapplies_as_a_no_op(cassandra, cassandra_settings: CassandraSettings) -> None:
+    ks = cassandra_settings.keyspace
+    assert _tables(cassandra, ks) == TABLES
+    versions = [r.version for r in cassandra.execute(f"SELECT version FROM {ks}.schema_migrations")]
+    assert sorted(versions) == [m.version for m in load()]
+    assert migrate(cassandra, ks, cassandra_settings.replication) == []
+    assert _tables(cassandra, ks) == TABLES
+
+
+def test_tables_take_rows_and_vector_search_answers(cassandra, cassandra_settings: CassandraSettings) -> None:
+    ks = cassandra_settings.keyspace
+    doc = uuid.uuid4()
+    for i in range(3):
+        vec = [0.0] * 384
+        vec[i] = 1.0
+        cassandra.execute(
+            f"INSERT INTO {ks}.document_chunks (document_id, chunk_index, user_id, content, embedding) VALUES (%s, %s, %s, %s, %s)",
+            (doc, i, "u1", f"chunk {i}", vec),
+        )
+    probe = [0.0] * 384
+    probe[2] = 1.0
+    rows = list(
+        cassandra.execute(f"SELECT chunk_index FROM {ks}.document_chunks ORDER BY embedding ANN OF %s LIMIT 1", (probe,))
+    )
+    assert [r.chunk_index for r in rows] == [2]
+
+
+def test_an_applied_migration_that_changed_is_refused(tmp_path: Path, cassandra, cassandra_settings) -> None:
+    edited = tmp_path / "cql"
+    shutil.copytree(CQL_DIR, edited)
+    first = sorted(edited.glob("*.cql"))[0]
+    first.write_text(first.read_text() + "\n-- an innocent-looking edit\n")
+    with pytest.raises(MigrationError, match="changed after it was applied"):
+        migrate(cassandra, cassandra_settings.keyspace, cassandra_settings.replication, edited)
+
+
+def test_a_new_migration_applies_once(tmp_path: Path, cassandra, cassandra_settings) -> None:
+    ks = f"{cassandra_settings.keyspace}_extra"
+    extra = tmp_path / "cql"
+    shutil.copytree(CQL_DIR, extra)
+    (extra / "9000_probe.cql").write_text("CREATE TABLE IF NOT EXISTS probe (id int PRIMARY KEY);\n")
+    try:
+        first = migrate(cassandra, ks, cassandra_settings.replication, extra)
+        assert [m.version for m in first][-1] == 9000
+        assert migrate(cassandra, ks, cassandra_settings.replication, extra) == []
+        assert "probe" in _tables(cassandra, ks)
+    finally:
+        cassandra.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=60)
+
+
+def test_an_unreachable_cluster_is_a_clear_error(cassandra_settings: CassandraSettings) -> None:
+    with pytest.raises(StoreUnavailable, match="PARLEY_CASSANDRA_HOSTS"):
+        connect(replace(cassandra_settings, port=1), connect_timeout=1)

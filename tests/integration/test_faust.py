@@ -1,0 +1,68 @@
+"""A faust-streaming agent (aiokafka underneath) consumes and produces through real Kafka 4.x,
+and dead-letters poison through the shared DLQ shape."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.events import GenerationCancelRequested
+
+PROBE = Path(__file__).with_name("faust_probe.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _read(kafka: KafkaSettings, topic: str, want: int, timeout: float) -> list:
+    consumer = Consumer(
+        {"bootstrap.servers": kafka.bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([kafka.topic(topic)])
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            out.append(codec.decode(msg.value()))
+    consumer.close()
+    return out
+
+
+def test_faust_agent_relays_events_and_dead_letters_poison(kafka: KafkaSettings, tmp_path: Path) -> None:
+    cid = str(uuid.uuid4())
+    events = [GenerationCancelRequested(conversation_id=cid, user_id="u", request_id=f"r{i}", reason="user") for i in range(5)]
+    raw = Producer({"bootstrap.servers": kafka.bootstrap})
+    raw.produce(kafka.topic("chat.control"), key=cid.encode(), value=b"\x00poison")
+    for e in events:
+        raw.produce(kafka.topic("chat.control"), key=e.key, value=codec.encode(e))
+    assert raw.flush(30) == 0
+
+    env = os.environ | {
+        "PARLEY_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "PARLEY_TOPIC_PREFIX": kafka.topic_prefix,
+        "PROBE_IN": "chat.control",
+        "PROBE_OUT": "chat.usage",
+        "PROBE_GROUP": f"faust-probe-{uuid.uuid4().hex[:6]}",
+        "PROBE_DATADIR": str(tmp_path / "faust"),
+        "PYTHONPATH": str(ROOT),
+    }
+    log = tmp_path / "probe.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(PROBE), "worker", "-l", "warn"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        relayed = _read(kafka, "chat.usage", len(events), timeout=90)
+        letters = _read(kafka, "chat.control.dlq", 1, timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert [e for e in relayed if e.conversation_id == cid] == events, log.read_text()[-3000:]
+    assert [(l.raw_key, l.raw_value, l.error_type) for l in letters if l.raw_key == cid.encode()] == [
+        (cid.encode(), b"\x00poison", "undecodable")
+    ]

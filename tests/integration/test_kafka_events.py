@@ -1,0 +1,137 @@
+"""Events through real Kafka with the codec: order per conversation, and poison to the DLQ."""
+
+from __future__ import annotations
+
+import io
+import time
+import uuid
+
+import fastavro
+
+from parley.consumer import Delivery, EventConsumer
+from parley.kafka import EventProducer
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.events import DeadLetter, TokenChunk
+
+
+def _drain(consumer: EventConsumer, want: int, timeout: float = 30.0) -> list[Delivery]:
+    got: list[Delivery] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        for d in consumer.poll(timeout=0.5):
+            got.append(d)
+            consumer.done(d)
+    return got
+
+
+def _chunk(cid: str, seq: int) -> TokenChunk:
+    return TokenChunk(conversation_id=cid, user_id="u", request_id=f"r-{cid}", seq=seq, text=f"t{seq} ")
+
+
+def test_events_round_trip_and_keep_order_per_conversation(kafka: KafkaSettings) -> None:
+    producer = EventProducer(kafka)
+    conversations = [str(uuid.uuid4()) for _ in range(5)]
+    sent = [_chunk(cid, seq) for seq in range(20) for cid in conversations]  # interleaved
+    for event in sent:
+        producer.produce(event, lambda err, msg: None)
+    assert producer.flush(30) == 0
+
+    consumer = EventConsumer(kafka, f"test-order-{uuid.uuid4().hex[:6]}", ["chat.tokens"], producer)
+    try:
+        got = _drain(consumer, len(sent))
+    finally:
+        consumer.close()
+        producer.close()
+    mine = [d for d in got if d.event.conversation_id in conversations]
+    assert sorted((d.event for d in mine), key=lambda e: (e.conversation_id, e.seq)) == sorted(
+        sent, key=lambda e: (e.conversation_id, e.seq)
+    )
+    for cid in conversations:
+        of_cid = [d for d in mine if d.event.conversation_id == cid]
+        assert [d.event.seq for d in of_cid] == list(range(20))  # total order per key
+        assert len({d.partition for d in of_cid}) == 1
+        assert all(d.key == cid.encode() for d in of_cid)
+
+
+def _invalid_but_decodable() -> bytes:
+    """A TokenChunk whose finish_reason breaks the rule, as a buggy producer might write it."""
+    fp, parsed = codec.default_schemas().current["TokenChunk"]
+    buf = io.BytesIO()
+    record = codec.to_record(_chunk("x", 0)) | {"finish_reason": "exploded"}
+    fastavro.schemaless_writer(buf, parsed, record)
+    return codec.MAGIC + fp + buf.getvalue()
+
+
+def test_poison_goes_to_the_dlq_and_consumption_continues(kafka: KafkaSettings) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    cid = str(uuid.uuid4())
+    topic = kafka.topic("chat.control")
+    raw = Producer({"bootstrap.servers": kafka.bootstrap})
+    poison = {
+        b"not avro at all": "undecodable",
+        codec.MAGIC + b"\x01" * 8 + b"?": "unknown_schema",
+        _invalid_but_decodable(): "invalid",
+        codec.MAGIC + b"\x00" * 600_000: "oversize",
+    }
+    for value in poison:
+        raw.produce(topic, key=cid.encode(), value=value)
+    producer = EventProducer(kafka)
+    good = TokenChunk(conversation_id=cid, user_id="u", request_id="r", seq=1)
+    raw.produce(topic, key=cid.encode(), value=codec.encode(good))  # a valid event after the poison
+    assert raw.flush(30) == 0
+
+    group = f"test-dlq-{uuid.uuid4().hex[:6]}"
+    consumer = EventConsumer(kafka, group, ["chat.control"], producer)
+    try:
+        got = [d for d in _drain(consumer, 1) if d.event.conversation_id == cid]
+        assert [d.event for d in got] == [good]
+        assert consumer.dead_lettered >= len(poison)
+        consumer.commit()
+    finally:
+        consumer.close()
+
+    dlq = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group + "-reader", "auto.offset.reset": "earliest"})
+    dlq.subscribe([kafka.topic("chat.control.dlq")])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + 20
+    while len(letters) < len(poison) and time.monotonic() < deadline:
+        msg = dlq.poll(0.5)
+        if msg is not None and not msg.error():
+            letter = codec.decode(msg.value())
+            if letter.raw_key == cid.encode():
+                letters.append(letter)
+    dlq.close()
+    producer.close()
+    assert sorted(l.error_type for l in letters) == sorted(poison.values())
+    for letter in letters:
+        assert letter.source_topic == topic and letter.consumer == group
+        assert letter.raw_value in poison
+        assert poison[letter.raw_value] == letter.error_type
+    assert len({l.source_offset for l in letters}) == len(poison)
+
+
+def test_committed_offsets_resume_after_the_last_done_record(kafka: KafkaSettings) -> None:
+    """A new member of the group starts after what the previous one marked done: no redelivery, no gap."""
+    producer = EventProducer(kafka)
+    cid = str(uuid.uuid4())
+    for seq in range(6):
+        producer.produce_sync(_chunk(cid, seq), topic=kafka.topic("chat.usage"))
+    group = f"test-commit-{uuid.uuid4().hex[:6]}"
+    first = EventConsumer(kafka, group, ["chat.usage"], producer)
+    seen = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 3 and time.monotonic() < deadline:
+        for d in first.poll(timeout=0.5, max_records=1):
+            if len(seen) < 3:
+                seen.append(d.event.seq)
+                first.done(d)
+    first.close()  # commits 0..2 only
+
+    second = EventConsumer(kafka, group, ["chat.usage"], producer)
+    rest = [d.event.seq for d in _drain(second, 3)]
+    second.close()
+    producer.close()
+    assert seen == [0, 1, 2]
+    assert rest == [3, 4, 5]

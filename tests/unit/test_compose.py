@@ -1,0 +1,46 @@
+"""docker-compose.yml runs the same stack as infra/local, wired with Parley's own settings.
+
+There is no Docker engine here to run it, so this checks what can be checked:
+it parses, names the services, pins the same versions as the Maven POMs, and
+every PARLEY_* variable it sets is a real setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from infra.local import cassandra, kafka
+from infra.local.jvm import version_of
+from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, describe
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+
+
+def _compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_services_use_the_official_images_at_the_local_versions() -> None:
+    services = _compose()["services"]
+    assert services["kafka"]["image"] == f"apache/kafka:{version_of(kafka.POM, 'kafka.version')}"
+    assert services["cassandra"]["image"] == f"cassandra:{version_of(cassandra.POM, 'cassandra.version')}"
+
+
+def test_parley_services_are_wired_with_known_settings() -> None:
+    known = {name for cls in (KafkaSettings, CassandraSettings, LocalInfraSettings) for name, _, _ in describe(cls)}
+    services = _compose()["services"]
+    wired = [s for s in services.values() if any(k.startswith("PARLEY_") for k in s.get("environment", {}))]
+    assert wired, "no Parley service in docker-compose.yml"
+    for service in wired:
+        env = service["environment"]
+        assert set(k for k in env if k.startswith("PARLEY_")) <= known
+        assert env["PARLEY_KAFKA_BOOTSTRAP"].split(":")[0] == "kafka"
+        assert env["PARLEY_CASSANDRA_HOSTS"] == "cassandra"
+        assert set(service["depends_on"]) == {"kafka", "cassandra"}
+
+
+def test_kafka_is_single_node_kraft() -> None:
+    env = _compose()["services"]["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"

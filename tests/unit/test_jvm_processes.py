@@ -1,0 +1,47 @@
+"""Process bookkeeping of infra/local without starting a JVM."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.local.jvm import InfraError, JvmService, pid_of, port_taken, start, stop
+
+
+def _service(tmp_path: Path, port: int) -> JvmService:
+    return JvmService(
+        name="probe", pom=tmp_path / "x.pom", main_class="Nope", home=tmp_path, ports=(port,), jvm_options=()
+    )
+
+
+def test_a_pid_file_naming_a_stranger_is_not_ours_and_is_removed(tmp_path: Path) -> None:
+    svc = _service(tmp_path, 1)
+    svc.pid_file.write_text(f"{os.getpid()}\n")  # this pytest process: alive, but not our service
+    assert pid_of(svc) is None
+    assert not svc.pid_file.exists()
+    assert stop(svc) is False
+
+
+def test_a_process_with_our_marker_is_found_and_stopped(tmp_path: Path) -> None:
+    svc = _service(tmp_path, 1)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", svc.marker])
+    svc.pid_file.write_text(f"{proc.pid}\n")
+    assert pid_of(svc) == proc.pid
+    assert stop(svc, timeout=5) is True
+    assert proc.wait(timeout=5) is not None
+
+
+def test_a_port_held_by_a_stranger_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert port_taken(port)
+        with pytest.raises(InfraError, match=rf"port\(s\) {port} .* in use by a process Parley did not start"):
+            start(_service(tmp_path, port), tmp_path)
+    assert not port_taken(port)
