@@ -87,32 +87,56 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 # ------------------------------------------------------------------- records
+# Converters are planned once per class: events are converted on every hop, and
+# dataclasses.asdict / per-call type inspection cost several times the Avro work.
+
+Convert = Any  # Callable[[Any], Any] | None: None means "the value as it is"
 
 
 def to_record(event: Any) -> dict[str, Any]:
     """A dataclass instance as the plain dict fastavro writes (nested records become dicts)."""
-    return dataclasses.asdict(event)
+    out = {}
+    for name, conv in _to_plan(type(event)):
+        value = getattr(event, name)
+        out[name] = value if conv is None or value is None else conv(value)
+    return out
+
+
+@cache
+def _to_plan(cls: type) -> tuple[tuple[str, Convert], ...]:
+    return tuple((f.name, _to_converter(_hints(cls)[f.name])) for f in dataclasses.fields(cls))
+
+
+def _to_converter(tp: Any) -> Convert:
+    tp = _optional_inner(tp) or tp
+    if dataclasses.is_dataclass(tp):
+        return to_record
+    if typing.get_origin(tp) is list:
+        item = _to_converter(typing.get_args(tp)[0])
+        return None if item is None else (lambda values: [item(v) for v in values])
+    return None
 
 
 def from_record(cls: type, record: dict[str, Any]) -> Any:
     """Rebuild ``cls`` from a record read with ``cls``'s own schema as reader."""
-    hints = _hints(cls)
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in record:
-            kwargs[f.name] = _value(hints[f.name], record[f.name])
+    for name, conv in _from_plan(cls):
+        if name in record:
+            value = record[name]
+            kwargs[name] = value if conv is None or value is None else conv(value)
     return cls(**kwargs)
 
 
-def _value(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    inner = _optional_inner(tp)
-    if inner is not None:
-        tp = inner
+@cache
+def _from_plan(cls: type) -> tuple[tuple[str, Convert], ...]:
+    return tuple((f.name, _from_converter(_hints(cls)[f.name])) for f in dataclasses.fields(cls))
+
+
+def _from_converter(tp: Any) -> Convert:
+    tp = _optional_inner(tp) or tp
     if dataclasses.is_dataclass(tp):
-        return from_record(tp, value)  # type: ignore[arg-type]
+        return lambda value: from_record(tp, value)  # type: ignore[arg-type]
     if typing.get_origin(tp) is list:
-        (item,) = typing.get_args(tp)
-        return [_value(item, v) for v in value]
-    return value
+        item = _from_converter(typing.get_args(tp)[0])
+        return None if item is None else (lambda values: [item(v) for v in values])
+    return None
