@@ -45,3 +45,31 @@ def test_a_port_held_by_a_stranger_is_a_clear_error(tmp_path: Path) -> None:
         with pytest.raises(InfraError, match=rf"port\(s\) {port} .* in use by a process Parley did not start"):
             start(_service(tmp_path, port), tmp_path)
     assert not port_taken(port)
+
+
+def test_a_service_that_dies_while_starting_reports_its_log_tail(tmp_path: Path) -> None:
+    from infra.local.jvm import wait_healthy
+
+    svc = _service(tmp_path, 1)
+    svc.console_log.parent.mkdir(parents=True)
+    svc.console_log.write_text("Error: could not bind the sky\n")
+    proc = subprocess.Popen([sys.executable, "-c", "pass", svc.marker])
+    svc.pid_file.write_text(f"{proc.pid}\n")
+    proc.wait()
+    with pytest.raises(InfraError, match="(?s)probe exited while starting.*could not bind the sky"):
+        wait_healthy(svc, lambda: False, timeout=30, echo=lambda s: None, log_file=tmp_path / "none.log")
+
+
+def test_a_service_that_never_gets_healthy_times_out_with_its_log(tmp_path: Path) -> None:
+    from infra.local.jvm import wait_healthy
+
+    svc = _service(tmp_path, 1)
+    (tmp_path / "server.log").write_text("still replaying the commit log\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", svc.marker])
+    svc.pid_file.write_text(f"{proc.pid}\n")
+    try:
+        with pytest.raises(InfraError, match="(?s)not healthy after 1s.*still replaying"):
+            wait_healthy(svc, lambda: False, timeout=1, echo=lambda s: None, log_file=tmp_path / "server.log")
+    finally:
+        proc.kill()
+        proc.wait()
