@@ -30,6 +30,8 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         "acks": "all",
         "linger.ms": 2,
         "compression.type": "lz4",
+        # Java-compatible key hashing, so every service agrees where a key lands (parley/partitioning.py).
+        "partitioner": "murmur2_random",
         # Keep retrying through a broker restart; delivery fails only after this.
         "delivery.timeout.ms": 30_000,
     }

@@ -116,6 +116,11 @@ class GenerationRequested(ConversationEvent):
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise: admission and routing use it", default="free")
     max_tokens: int | None = doc("Cap on generated tokens; null for the pool's default", default=None)
+    token_offset: int = doc(
+        "Offset of chat.tokens, in the conversation's partition, at or before the reply's first chunk; "
+        "any gateway replays the reply's stream from it (-1: unknown)",
+        default=-1,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +224,9 @@ class TokenChunk(ConversationEvent):
     finish_reason: str | None = doc("Set on the last chunk only", default=None)
     usage: Usage | None = doc("Set on the last chunk only", default=None)
     replica: str = doc("Worker id", default="")
+    error_code: str | None = doc("On a last chunk that failed or was rejected: machine-readable cause", default=None)
+    error_message: str | None = doc("On a last chunk that failed or was rejected: human-readable cause", default=None)
+    retry_after: float | None = doc("On a rejected last chunk: seconds after which a retry may succeed", default=None)
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
