@@ -22,6 +22,8 @@ schemas_app = typer.Typer(help="The Avro schemas of the events.")
 app.add_typer(infra_app, name="infra")
 app.add_typer(db_app, name="db")
 app.add_typer(schemas_app, name="schemas")
+users_app = typer.Typer(help="Users and API keys.")
+app.add_typer(users_app, name="users")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -164,6 +166,44 @@ def schemas_check() -> None:
         err.print("out of date: " + ", ".join(drifted) + " (run `parley schemas write`)")
         raise typer.Exit(1)
     out.print("all .avsc files match schemas/events.py")
+
+
+# ---------------------------------------------------------------- users
+
+
+@users_app.command("create")
+def users_create(
+    name: str,
+    tier: str = typer.Option("free", "--tier", help="free | plus | enterprise"),
+) -> None:
+    """Create a user and print a new API key (alone on the last line; shown only once)."""
+    from parley.cassandra import connect
+    from parley.users import create_user
+
+    settings = from_env(CassandraSettings)
+    try:
+        session = connect(settings, settings.keyspace)
+    except errors.Unavailable as exc:
+        _fail(exc)
+    try:
+        user_id, key = create_user(session, name, tier)
+    except ValueError as exc:
+        _fail(exc)
+    finally:
+        session.cluster.shutdown()
+    err.print(f"created user {user_id} ({name}, tier {tier}); the key is shown once:")
+    print(key)
+
+
+# ---------------------------------------------------------------- services
+
+
+@app.command("gateway")
+def gateway_cmd() -> None:
+    """Serve the HTTP gateway (PARLEY_GATEWAY_HOST/PORT)."""
+    from gateway.__main__ import serve
+
+    serve()
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,85 @@
+"""A reply as SSE events (DESIGN.md §7): ``message``, ``delta``…, then ``done`` or ``error``.
+
+Every event carries an ``id:`` cursor ``partition:offset`` of ``chat.tokens``;
+the ``message`` event's cursor is the position just before the reply's first
+possible chunk, so resuming from any cursor continues exactly after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.store import Message
+from gateway.tokens import Stream, TokenStreams
+from schemas.events import TokenChunk
+
+FINISHED = {"complete", "cancelled", "failed", "rejected"}
+
+
+def sse(event: str, data: dict[str, Any], cursor: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"event": event, "data": json.dumps(data, ensure_ascii=False)}
+    if cursor is not None:
+        out["id"] = cursor
+    return out
+
+
+def message_event(conversation_id: str, user_message_id: str, reply_id: str, cursor: str) -> dict[str, Any]:
+    return sse(
+        "message", {"conversation_id": conversation_id, "user_message_id": user_message_id, "reply_id": reply_id}, cursor
+    )
+
+
+def _usage(chunk: TokenChunk) -> dict[str, int]:
+    u = chunk.usage
+    if u is None:
+        return {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "cached_tokens": u.cached_tokens}
+
+
+async def live(tokens: TokenStreams, stream: Stream, head: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """``head`` events, then the reply's chunks as they arrive, until its last chunk."""
+    attempt = 0
+    try:
+        for event in head:
+            yield event
+        while True:
+            chunk = await stream.queue.get()
+            ev = chunk.event
+            if ev.attempt < attempt:
+                continue  # a superseded attempt's late chunk
+            attempt = ev.attempt
+            if ev.text:
+                yield sse("delta", {"text": ev.text}, chunk.cursor)
+            if ev.finish_reason is not None:
+                if ev.finish_reason in ("failed", "rejected"):
+                    error: dict[str, Any] = {
+                        "code": ev.error_code or ev.finish_reason,
+                        "message": ev.error_message or f"the generation {ev.finish_reason}",
+                    }
+                    if ev.retry_after is not None:
+                        error["retry_after"] = ev.retry_after
+                    yield sse("error", error, chunk.cursor)
+                else:
+                    yield sse(
+                        "done",
+                        {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev)},
+                        chunk.cursor,
+                    )
+                return
+    finally:
+        tokens.close_stream(stream)
+
+
+def stored(reply: Message, head: list[dict[str, Any]], cursor: str) -> list[dict[str, Any]]:
+    """A finished reply from Cassandra, as the events a live stream would have ended with."""
+    events = list(head)
+    if reply.content:
+        events.append(sse("delta", {"text": reply.content}, cursor))
+    if reply.status in ("failed", "rejected"):
+        events.append(sse("error", {"code": reply.finish_reason or reply.status, "message": f"the generation {reply.status}"}, cursor))
+    else:
+        usage = {"prompt_tokens": 0, "completion_tokens": reply.tokens or 0, "cached_tokens": 0}
+        events.append(sse("done", {"message_id": reply.id, "finish_reason": reply.finish_reason, "usage": usage}, cursor))
+    return events

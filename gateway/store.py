@@ -1,0 +1,190 @@
+"""The gateway's reads (and its few direct writes) against Cassandra, as awaitables.
+
+Driver errors become ``StoreUnavailable``; the app answers 503 with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from cassandra import DriverException
+from cassandra.cluster import NoHostAvailable, ResponseFuture, Session
+
+from parley.errors import StoreUnavailable
+from schemas.events import ConversationCreated
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    user_id: str
+    title: str
+    model: str | None
+    selected_leaf_id: str | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Message:
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    model: str | None
+    status: str | None
+    finish_reason: str | None
+    tokens: int | None
+    attempt: int | None
+    stream_offset: int | None
+    created_at: datetime | None
+
+
+def _uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class Store:
+    def __init__(self, session: Session, keyspace: str) -> None:
+        self._session = session
+        self._keyspace = keyspace
+        self._prepared: dict[str, Any] = {}
+
+    async def _run(self, cql: str, params: tuple = ()) -> list[Any]:
+        """Run ``cql`` (tables written ``{ks}.name``) as a prepared statement."""
+        statement = self._prepared.get(cql)
+        if statement is None:
+            text = cql.replace("{ks}", self._keyspace)
+            statement = await self._wrap(lambda: self._session.prepare(text))
+            self._prepared[cql] = statement
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[Any]] = loop.create_future()
+        try:
+            future: ResponseFuture = self._session.execute_async(statement, params)
+        except (NoHostAvailable, DriverException) as exc:
+            raise StoreUnavailable(f"Cassandra: {type(exc).__name__}") from exc
+
+        def ok(rows: Any) -> None:
+            loop.call_soon_threadsafe(_settle, done, list(rows or []), None)
+
+        def failed(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(_settle, done, None, StoreUnavailable(f"Cassandra: {type(exc).__name__}"))
+
+        future.add_callbacks(ok, failed)
+        return await done
+
+    async def _wrap(self, fn: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn)
+        except (NoHostAvailable, DriverException, OSError) as exc:
+            raise StoreUnavailable(f"Cassandra: {type(exc).__name__}") from exc
+
+    # ------------------------------------------------------------ users
+
+    async def user_for_key(self, key_hash: str) -> tuple[str, str] | None:
+        """(user_id, tier) of a live API key, or None."""
+        rows = await self._run("SELECT user_id, revoked FROM {ks}.api_keys WHERE key_hash = ?", (key_hash,))
+        if not rows or rows[0].revoked:
+            return None
+        users = await self._run("SELECT tier FROM {ks}.users WHERE user_id = ?", (rows[0].user_id,))
+        return rows[0].user_id, (users[0].tier if users and users[0].tier else "free")
+
+    # ---------------------------------------------------- conversations
+
+    async def write_conversation(self, event: ConversationCreated) -> None:
+        """The rows ConversationCreated projects to, with the event's timestamp (what the materializer writes)."""
+        created = datetime.fromtimestamp(event.occurred_at / 1e6, tz=timezone.utc)
+        cid = uuid.UUID(event.conversation_id)
+        ts = event.occurred_at
+        await self._run(
+            "INSERT INTO {ks}.conversations (conversation_id, user_id, title, model, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
+            (cid, event.user_id, event.title, event.model, created, created, ts),
+        )
+        await self._run(
+            "INSERT INTO {ks}.conversations_by_user (user_id, created_at, conversation_id, title) "
+            "VALUES (?, ?, ?, ?) USING TIMESTAMP ?",
+            (event.user_id, created, cid, event.title, ts),
+        )
+
+    async def conversation(self, conversation_id: str) -> Conversation | None:
+        cid = _uuid(conversation_id)
+        if cid is None:
+            return None
+        rows = await self._run(
+            "SELECT conversation_id, user_id, title, model, selected_leaf_id, created_at FROM {ks}.conversations "
+            "WHERE conversation_id = ?",
+            (cid,),
+        )
+        if not rows or rows[0].user_id is None:
+            return None
+        r = rows[0]
+        return Conversation(str(r.conversation_id), r.user_id, r.title or "", r.model, _str(r.selected_leaf_id), r.created_at)
+
+    async def conversations_of(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        rows = await self._run(
+            "SELECT conversation_id, title, created_at FROM {ks}.conversations_by_user WHERE user_id = ? LIMIT ?",
+            (user_id, limit),
+        )
+        return [{"id": str(r.conversation_id), "title": r.title or "", "created_at": _iso(r.created_at)} for r in rows]
+
+    _MESSAGE_COLUMNS = (
+        "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at"
+    )
+
+    async def messages(self, conversation_id: str) -> list[Message]:
+        """Every message of the conversation, oldest first."""
+        cid = _uuid(conversation_id)
+        if cid is None:
+            return []
+        rows = await self._run(f"SELECT {self._MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE conversation_id = ?", (cid,))
+        out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
+        return sorted(out, key=lambda m: (m.created_at or datetime.min, m.id))
+
+    async def message(self, conversation_id: str, message_id: str) -> Message | None:
+        cid, mid = _uuid(conversation_id), _uuid(message_id)
+        if cid is None or mid is None:
+            return None
+        rows = await self._run(
+            f"SELECT {self._MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE conversation_id = ? AND message_id = ?", (cid, mid)
+        )
+        return _message(rows[0]) if rows and rows[0].role is not None else None
+
+
+def _message(r: Any) -> Message:
+    return Message(
+        str(r.message_id),
+        _str(r.parent_id),
+        r.role,
+        r.content or "",
+        r.model,
+        r.status,
+        r.finish_reason,
+        r.tokens,
+        r.attempt,
+        r.stream_offset,
+        r.created_at,
+    )
+
+
+def _settle(fut: asyncio.Future, value: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat() + "Z"

@@ -1,0 +1,204 @@
+"""Reads ``chat.tokens`` for the streams this gateway process serves, and fans chunks out.
+
+One consumer per process, outside any consumer group: it is assigned only the
+partitions of its live streams. A stream is opened *before* its request is
+appended, at the partition's end offset noted then (``note_end``), so no chunk
+of the reply can be missed; a replay (resume) opens at an earlier offset and
+the partition is sought back to it, while streams already past that offset
+ignore what they have seen. Chunks are matched to streams by request id.
+
+The consumer runs in a thread (confluent-kafka blocks); chunks cross into the
+event loop with ``call_soon_threadsafe``. Assignment changes are queued to that
+thread so only it touches the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+
+from parley.errors import BrokerUnavailable
+from parley.partitioning import partition_for
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.catalog import TOPICS
+from schemas.events import TokenChunk
+
+log = logging.getLogger(__name__)
+
+TOKENS = "chat.tokens"
+#: Partitions with no stream for this long are unassigned.
+IDLE_UNASSIGN_S = 30.0
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A TokenChunk and its position: ``cursor`` is the SSE id (``partition:offset``)."""
+
+    event: TokenChunk
+    partition: int
+    offset: int
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+
+@dataclass(eq=False)
+class Stream:
+    """One reader of one reply's chunks."""
+
+    request_id: str
+    partition: int
+    from_offset: int
+    queue: asyncio.Queue[Chunk] = field(default_factory=asyncio.Queue)
+    last_offset: int = -1  # offsets at or below this were delivered already
+
+
+class TokenStreams:
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._topic = settings.topic(TOKENS)
+        self._partitions = TOPICS[TOKENS].partitions
+        config = {
+            "bootstrap.servers": settings.bootstrap,
+            # Required by librdkafka, never joined: we assign partitions ourselves and commit nothing.
+            "group.id": f"gateway-tokens-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 10,  # latency over batching: these are live token streams
+            "fetch.min.bytes": 1,
+        }
+        self._consumer = Consumer(config)
+        # Watermark queries get a client of their own: a consumer blocked in poll() on the reader
+        # thread also blocks other calls on it.
+        self._meta = Consumer(config)
+        self._meta_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams
+        self._by_partition: dict[int, set[Stream]] = defaultdict(set)
+        self._assigned: dict[int, float] = {}  # partition → when it last had no streams (0: has some)
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gateway-tokens", daemon=True)
+        self.healthy = True
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._consumer.close()
+        self._meta.close()
+
+    def partition_of(self, conversation_id: str) -> int:
+        return partition_for(conversation_id, self._partitions)
+
+    async def note_end(self, partition: int) -> int:
+        """The partition's end offset now: a reply appended after this has its chunks at or after it."""
+
+        def high() -> int:
+            try:
+                with self._meta_lock:
+                    _, hi = self._meta.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=5, cached=False)
+            except KafkaException as exc:
+                raise BrokerUnavailable(f"cannot read the end of {self._topic}[{partition}]: {exc}") from exc
+            return int(hi)
+
+        return await asyncio.to_thread(high)
+
+    def open(self, request_id: str, partition: int, from_offset: int) -> Stream:
+        stream = Stream(request_id, partition, from_offset)
+        with self._lock:
+            self._streams[request_id].add(stream)
+            self._by_partition[partition].add(stream)
+        self._commands.put(("open", partition, from_offset))
+        return stream
+
+    def close_stream(self, stream: Stream) -> None:
+        with self._lock:
+            self._streams[stream.request_id].discard(stream)
+            if not self._streams[stream.request_id]:
+                del self._streams[stream.request_id]
+            self._by_partition[stream.partition].discard(stream)
+
+    # ------------------------------------------------------------ consumer thread
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._apply_commands()
+            try:
+                msg = self._consumer.poll(0.05)
+            except KafkaException as exc:  # pragma: no cover - broker trouble is retried by librdkafka
+                log.warning("token consumer error", extra={"error": str(exc)})
+                self.healthy = False
+                time.sleep(0.5)
+                continue
+            if msg is None:
+                self._unassign_idle()
+                continue
+            if msg.error():
+                self.healthy = not msg.error().fatal()
+                continue
+            self.healthy = True
+            self._dispatch(msg.partition(), msg.offset(), msg.value())
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                op, partition, offset = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if op != "open":
+                continue
+            tp = TopicPartition(self._topic, partition, offset if offset >= 0 else OFFSET_END)
+            if partition not in self._assigned:
+                self._consumer.incremental_assign([tp])
+            elif offset >= 0 and offset < self._position(partition):
+                self._consumer.seek(tp)  # a replay: read it again; streams past it skip what they saw
+            self._assigned[partition] = 0.0
+
+    def _position(self, partition: int) -> int:
+        [tp] = self._consumer.position([TopicPartition(self._topic, partition)])
+        return tp.offset if tp.offset >= 0 else 1 << 62
+
+    def _unassign_idle(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            busy = {p for p, streams in self._by_partition.items() if streams}
+        for partition, idle_since in list(self._assigned.items()):
+            if partition in busy:
+                self._assigned[partition] = 0.0
+            elif idle_since == 0.0:
+                self._assigned[partition] = now
+            elif now - idle_since > IDLE_UNASSIGN_S:
+                self._consumer.incremental_unassign([TopicPartition(self._topic, partition)])
+                del self._assigned[partition]
+
+    def _dispatch(self, partition: int, offset: int, value: bytes | None) -> None:
+        try:
+            event = codec.decode(value)
+        except codec.CodecError as exc:
+            # The producers' consumers dead-letter it; a gateway only skips it.
+            log.warning("skipping an undecodable token record", extra={"partition": partition, "offset": offset, "error": str(exc)})
+            return
+        if not isinstance(event, TokenChunk):
+            return
+        with self._lock:
+            targets = [s for s in self._streams.get(event.request_id, ()) if offset >= s.from_offset and offset > s.last_offset]
+            for s in targets:
+                s.last_offset = offset
+        if targets and self._loop is not None:
+            chunk = Chunk(event, partition, offset)
+            for s in targets:
+                self._loop.call_soon_threadsafe(s.queue.put_nowait, chunk)

@@ -1,0 +1,73 @@
+"""Request bodies: size, media type, JSON, field types. Each failure is the right 4xx."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType, Unprocessable
+
+MISSING = object()
+
+
+async def json_body(request: Request, max_bytes: int, *, required: bool = True) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"request body over {max_bytes} bytes")
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > max_bytes:
+            raise PayloadTooLarge(f"request body over {max_bytes} bytes")
+    if not body:
+        if required:
+            raise BadRequest("a JSON body is required")
+        return {}
+    if media and media != "application/json":
+        raise UnsupportedMediaType("send the body as application/json")
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not valid UTF-8") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise Unprocessable("the body must be a JSON object")
+    return data
+
+
+def string(body: dict[str, Any], name: str, *, max_chars: int, required: bool = True, allow_empty: bool = False) -> Any:
+    """A string field; MISSING when absent and not required; None when null and not required."""
+    if name not in body:
+        if required:
+            raise Unprocessable(f"`{name}` is required", code="missing_field")
+        return MISSING
+    value = body[name]
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise Unprocessable(f"`{name}` must be a string")
+    if not allow_empty and not value.strip():
+        raise Unprocessable(f"`{name}` must not be empty")
+    if len(value) > max_chars:
+        raise PayloadTooLarge(f"`{name}` is longer than {max_chars} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a \ud800 escape: not text
+        raise Unprocessable(f"`{name}` is not valid Unicode text") from None
+    if "\x00" in value:
+        raise Unprocessable(f"`{name}` contains a NUL character")
+    return value
+
+
+def uuid_string(value: Any, name: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        raise Unprocessable(f"`{name}` is not a valid id") from None
