@@ -24,11 +24,13 @@ setup: infra
 	$(BIN)/parley topics
 	$(BIN)/parley db migrate
 
+# Everything, in the foreground: Ctrl-C stops the services (Kafka and Cassandra keep running; `make stop`).
 run: setup
-	@$(BIN)/parley infra status
 	@echo "Kafka     127.0.0.1:$${PARLEY_KAFKA_PORT:-9092}"
 	@echo "Cassandra 127.0.0.1:$${PARLEY_CASSANDRA_PORT:-9042}"
-	@echo "Stop with: make stop"
+	@echo "Demo API key (also in .data/demo.key): $$($(BIN)/parley users demo)"
+	@echo "Web and API: http://127.0.0.1:$${PARLEY_GATEWAY_PORT:-8000}/   terminal: .venv/bin/parley chat"
+	$(BIN)/parley run
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -6,7 +6,11 @@ module that does the work, and renders the outcome; nothing here decides.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
+import time
 
 import typer
 from rich.console import Console
@@ -198,12 +202,125 @@ def users_create(
 # ---------------------------------------------------------------- services
 
 
-@app.command("gateway")
-def gateway_cmd() -> None:
-    """Serve the HTTP gateway (PARLEY_GATEWAY_HOST/PORT)."""
-    from gateway.__main__ import serve
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
-    serve()
+
+def _exec_module(module: str, args: list[str]) -> None:
+    """Become ``python -m module args``: each service parses its own flags, in one place."""
+    os.execv(sys.executable, [sys.executable, "-m", module, *args])
+
+
+@app.command("gateway", context_settings=PASS_THROUGH)
+def gateway_cmd(ctx: typer.Context) -> None:
+    """Serve the HTTP gateway (PARLEY_GATEWAY_HOST/PORT)."""
+    _exec_module("gateway", ctx.args)
+
+
+@app.command("engine", context_settings=PASS_THROUGH)
+def engine_cmd(ctx: typer.Context) -> None:
+    """Serve the CPU engine, which speaks SGLang's HTTP API (`parley engine --help`)."""
+    _exec_module("workers.engine", ctx.args)
+
+
+@app.command("worker", context_settings=PASS_THROUGH)
+def worker_cmd(ctx: typer.Context) -> None:
+    """Run an inference worker: `parley worker --pool small` (`parley worker --help`)."""
+    _exec_module("workers", ctx.args)
+
+
+@app.command("streams", context_settings=PASS_THROUGH)
+def streams_cmd(ctx: typer.Context) -> None:
+    """Run a stream processor: `parley streams context|router|materializer`."""
+    _exec_module("streams", ctx.args)
+
+
+@app.command("run")
+def run_cmd() -> None:
+    """Start every service of the topology (engine, worker, processors, gateway); Ctrl-C stops them."""
+    from parley.settings import LocalInfraSettings
+    from parley.supervisor import StartFailed, Supervisor
+    from parley.topology import SERVICES
+
+    infra = from_env(LocalInfraSettings)
+    ports = {
+        "engine_port": int(os.environ.get("PARLEY_ENGINE_PORT", "30000")),
+        "gateway_port": int(os.environ.get("PARLEY_GATEWAY_PORT", "8000")),
+    }
+    supervisor = Supervisor(infra.data_dir / "logs", ports=ports)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        supervisor.start_all(SERVICES, echo=lambda s: err.print(s, highlight=False))
+    except StartFailed as exc:
+        supervisor.stop_all()
+        _fail(exc)
+    table = Table("service", "pid", "reads", "writes", "log")
+    for child in supervisor.children:
+        svc = child.service
+        table.add_row(svc.name, str(child.process.pid), ", ".join(svc.consumes), ", ".join(svc.produces), str(child.log))
+    out.print(table)
+    out.print(f"Parley is up: [bold]http://127.0.0.1:{ports['gateway_port']}/[/]  (Ctrl-C stops the services; `make stop` stops Kafka and Cassandra)")
+    while not stopping:
+        dead = [c for c in supervisor.children if c.process.poll() is not None]
+        if dead:
+            err.print(f"[red]{dead[0].service.name} exited with {dead[0].process.returncode}; stopping everything[/]")
+            supervisor.stop_all()
+            raise typer.Exit(1)
+        time.sleep(0.5)
+    err.print("stopping services…")
+    supervisor.stop_all()
+
+
+@users_app.command("demo")
+def users_demo() -> None:
+    """Ensure the demo user exists and print its API key (kept in .data/demo.key)."""
+    from parley.cassandra import connect
+    from parley.settings import LocalInfraSettings
+    from parley.users import create_user, hash_key
+
+    path = from_env(LocalInfraSettings).data_dir / "demo.key"
+    settings = from_env(CassandraSettings)
+    session = connect(settings, settings.keyspace)
+    try:
+        if path.exists():
+            key = path.read_text().strip()
+            row = session.execute("SELECT revoked FROM api_keys WHERE key_hash = %s", (hash_key(key),)).one()
+            if row is not None and not row.revoked:
+                print(key)
+                return
+        _, key = create_user(session, "demo", "plus")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(key + "\n")
+        path.chmod(0o600)
+        print(key)
+    finally:
+        session.cluster.shutdown()
+
+
+@app.command("chat")
+def chat_cmd(
+    message: str = typer.Argument(None, help="Send one message and exit; omit for an interactive chat."),
+    url: str = typer.Option("http://127.0.0.1:8000", envvar="PARLEY_URL", help="Gateway URL"),
+    key: str = typer.Option(None, envvar="PARLEY_API_KEY", help="API key (default: the demo user's)"),
+    conversation: str = typer.Option(None, "--conversation", "-c", help="Continue this conversation"),
+) -> None:
+    """A terminal client: streams replies token by token."""
+    from parley.chat import chat
+
+    if key is None:
+        from parley.settings import LocalInfraSettings
+
+        path = from_env(LocalInfraSettings).data_dir / "demo.key"
+        if not path.exists():
+            _fail(ValueError("no API key: pass --key or PARLEY_API_KEY (or run `parley users demo`)"))
+        key = path.read_text().strip()
+    asyncio.run(chat(url, key, conversation, message))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,131 @@
+"""A small Python client of Parley's HTTP API (used by `parley chat`, the e2e tests and bench/).
+
+SSE is parsed here rather than with a library so the exact wire format is what
+gets tested: ``id:``, ``event:``, ``data:`` lines, a blank line ends an event,
+``:`` lines are keep-alive comments.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str
+    data: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass
+class Reply:
+    """What one streamed reply amounted to."""
+
+    events: list[SseEvent] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(e.data.get("text", "") for e in self.events if e.event == "delta")
+
+    @property
+    def final(self) -> SseEvent | None:
+        return next((e for e in reversed(self.events) if e.event in ("done", "error")), None)
+
+    @property
+    def head(self) -> dict[str, Any]:
+        return next((e.data for e in self.events if e.event == "message"), {})
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any, headers: httpx.Headers) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    event, data, cursor = "message", [], None
+    async for line in lines:
+        if line == "":
+            if data:
+                yield SseEvent(event, json.loads("\n".join(data)), cursor)
+            event, data, cursor = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                cursor = value
+
+
+class ParleyClient:
+    def __init__(self, base_url: str, api_key: str, timeout: float = 120.0) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=httpx.Timeout(timeout, connect=10)
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _body(response), response.headers)
+        return response.json()
+
+    async def create_conversation(self, title: str = "") -> str:
+        return (await self._json("POST", "/v1/conversations", json={"title": title}))["id"]
+
+    async def conversations(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/v1/conversations"))["conversations"]
+
+    async def conversation(self, conversation_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/conversations/{conversation_id}")
+
+    async def stream_message(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        client_message_id: str | None = None,
+        parent_id: str | None | object = ...,
+        model: str | None = None,
+    ) -> AsyncIterator[SseEvent]:
+        body: dict[str, Any] = {"content": content, "client_message_id": client_message_id or uuid.uuid4().hex}
+        if parent_id is not ...:
+            body["parent_id"] = parent_id
+        if model:
+            body["model"] = model
+        async with self._http.stream("POST", f"/v1/conversations/{conversation_id}/messages", json=body) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise ApiError(response.status_code, _body(response), response.headers)
+            async for event in parse_sse(response.aiter_lines()):
+                yield event
+                if event.event in ("done", "error"):
+                    return
+
+    async def send(self, conversation_id: str, content: str, **kwargs: Any) -> Reply:
+        reply = Reply()
+        async for event in self.stream_message(conversation_id, content, **kwargs):
+            reply.events.append(event)
+        return reply
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
