@@ -15,7 +15,10 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette.sse import EventSourceResponse
@@ -95,6 +98,15 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+OPENAPI = Path(__file__).resolve().parent.parent / "schemas" / "openapi.yaml"
+
+
+async def openapi(request: Request) -> Response:
+    if request.url.path.endswith(".json"):
+        return JSONResponse(yaml.safe_load(OPENAPI.read_text()))
+    return Response(OPENAPI.read_text(), media_type="application/yaml")
 
 
 async def create_conversation(request: Request) -> Response:
@@ -286,6 +298,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
+        Route("/openapi.yaml", openapi),
+        Route("/openapi.json", openapi),
         Route("/v1/conversations", create_conversation, methods=["POST"]),
         Route("/v1/conversations", list_conversations, methods=["GET"]),
         Route("/v1/conversations/{conversation_id}", get_conversation, methods=["GET"]),
