@@ -178,7 +178,7 @@ async def test_another_users_conversation_is_a_404(stack) -> None:
     owner = stack.client()
     cid = await owner.create_conversation("mine")
     await owner.close()
-    intruder = stack.client(stack.new_user(_session(stack)))
+    intruder = stack.client(stack.new_key())
     try:
         with pytest.raises(ApiError) as caught:
             await intruder.conversation(cid)
@@ -188,9 +188,3 @@ async def test_another_users_conversation_is_a_404(stack) -> None:
         assert caught.value.status == 404
     finally:
         await intruder.close()
-
-
-def _session(stack):
-    from parley.cassandra import connect
-
-    return connect(stack.cassandra, stack.cassandra.keyspace)

@@ -1,0 +1,129 @@
+"""Pipeline overhead: TTFT and inter-token latency through the whole stack vs. the engine alone.
+
+One run starts an isolated stack (parley/isolated.py: prefixed topics, own
+keyspace, every service as a process) on the synthetic CPU engine, then
+alternates turns: one straight to the engine over SGLang's API (the baseline),
+one through gateway → Kafka → context → router → worker → engine → Kafka →
+gateway → SSE. Both see the same engine at the same moment, so the difference
+is what Parley adds. The synthetic engine decodes at 25 tokens/s, slower than
+the worker's 30 ms coalescing window, so every token is its own SSE delta in
+both paths and inter-token gaps compare like with like.
+
+Run: `python -m bench.pipeline [--turns N]` with Kafka and Cassandra up (`make infra`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from parley import isolated
+from parley.client import ParleyClient
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+from workers.engine_api import GenerateRequest
+
+TOKENS = 24
+ENV = {
+    "PARLEY_ENGINE_BACKEND": "synthetic",
+    "PARLEY_ENGINE_TTFT_MS": "100",
+    "PARLEY_ENGINE_TOKENS_PER_S": "25",
+    "PARLEY_ENGINE_PREFIX_CACHE_TOKENS": "0",
+    "PARLEY_CONTEXT_MAX_TOKENS": str(TOKENS),
+}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def through_stack(client: ParleyClient, cid: str, text: str) -> tuple[float, list[float]]:
+    began = time.perf_counter()
+    first, last, gaps = None, None, []
+    async for event in client.stream_message(cid, text):
+        if event.event == "delta":
+            now = time.perf_counter()
+            if first is None:
+                first = now - began
+            else:
+                gaps.append(now - last)
+            last = now
+    assert first is not None, "no delta came back"
+    return first, gaps
+
+
+async def direct(engine, text: str) -> tuple[float, list[float]]:
+    began = time.perf_counter()
+    first, last, gaps = None, None, []
+    request = GenerateRequest(rid=uuid.uuid4().hex, text=text, max_new_tokens=TOKENS)
+    async for delta in engine.generate(request):
+        if delta.text:
+            now = time.perf_counter()
+            if first is None:
+                first = now - began
+            else:
+                gaps.append(now - last)
+            last = now
+    assert first is not None, "the engine returned no text"
+    return first, gaps
+
+
+async def measure(stack: isolated.IsolatedStack, turns: int) -> dict[str, tuple[list[float], list[float]]]:
+    from workers.sglang import SGLangClient
+
+    _, key = stack.create_user("bench", "enterprise")
+    client = ParleyClient(stack.url, key)
+    engine = SGLangClient(stack.engine_url)
+    results: dict[str, tuple[list[float], list[float]]] = {"engine": ([], []), "parley": ([], [])}
+    try:
+        cid = await client.create_conversation("bench")
+        await through_stack(client, cid, "warm-up")  # first-use costs (connections, JIT of prepared statements)
+        for i in range(turns):
+            text = f"turn {i}: explain something briefly"
+            for name, run in (("engine", direct(engine, text)), ("parley", through_stack(client, cid, text))):
+                ttft, gaps = await run
+                results[name][0].append(ttft)
+                results[name][1].extend(gaps)
+            if i % 10 == 9:
+                cid = await client.create_conversation("bench")  # keep prompts short
+    finally:
+        await client.close()
+        await engine.close()
+    return results
+
+
+def report(results: dict[str, tuple[list[float], list[float]]]) -> None:
+    ms = 1000.0
+    (e_ttft, e_itl), (p_ttft, p_itl) = results["engine"], results["parley"]
+    print(f"turns: {len(p_ttft)}, inter-token gaps: engine {len(e_itl)}, parley {len(p_itl)}")
+    for label, e, p in (("TTFT", e_ttft, p_ttft), ("inter-token", e_itl, p_itl)):
+        for q in (0.5, 0.99):
+            ev, pv = pct(e, q) * ms, pct(p, q) * ms
+            print(
+                f"{label:12s} p{int(q * 100):<2d}  engine {ev:7.1f} ms   parley {pv:7.1f} ms   "
+                f"added {pv - ev:+7.1f} ms   ratio {pv / ev:5.2f}"
+            )
+    print(f"TTFT mean: engine {statistics.mean(e_ttft) * ms:.1f} ms, parley {statistics.mean(p_ttft) * ms:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=60)
+    args = parser.parse_args()
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "bench")
+    with tempfile.TemporaryDirectory() as logs:
+        stack = isolated.start(kafka, cassandra, Path(logs), ENV)
+        try:
+            report(asyncio.run(measure(stack, args.turns)))
+        finally:
+            stack.stop()
+            isolated.drop(kafka, cassandra)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""An isolated Parley on a shared Kafka + Cassandra: prefixed topics, its own keyspace,
+every service of the topology as a child process on free ports.
+
+The e2e tests and the benchmarks use it, so what they measure is the real stack,
+started the way `parley run` starts it.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from parley.cassandra import connect
+from parley.kafka import admin
+from parley.migrate import migrate
+from parley.settings import CassandraSettings, KafkaSettings
+from parley.supervisor import Supervisor
+from parley.topics import ensure_topics
+from parley.topology import SERVICES, Service
+from parley.users import create_user
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class IsolatedStack:
+    url: str
+    engine_url: str
+    kafka: KafkaSettings
+    cassandra: CassandraSettings
+    supervisor: Supervisor
+    session: object  # a Cassandra session on the keyspace
+
+    def create_user(self, name: str = "user", tier: str = "plus") -> tuple[str, str]:
+        return create_user(self.session, name, tier)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.supervisor.stop_all()
+
+
+def prepare(kafka: KafkaSettings, cassandra: CassandraSettings, name: str) -> tuple[KafkaSettings, CassandraSettings]:
+    """Settings of a fresh namespace: topics created under a prefix, keyspace migrated."""
+    run = uuid.uuid4().hex[:8]
+    kafka = replace(kafka, topic_prefix=f"{name}-{run}.")
+    cassandra = replace(cassandra, keyspace=f"{name}_{run}")
+    ensure_topics(kafka, admin(kafka))
+    session = connect(cassandra)
+    try:
+        migrate(session, cassandra.keyspace, cassandra.replication)
+    finally:
+        session.cluster.shutdown()
+    return kafka, cassandra
+
+
+def start(
+    kafka: KafkaSettings,
+    cassandra: CassandraSettings,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    services: tuple[Service, ...] = SERVICES,
+) -> IsolatedStack:
+    engine_port, gateway_port = free_port(), free_port()
+    base = {
+        "PARLEY_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "PARLEY_TOPIC_PREFIX": kafka.topic_prefix,
+        "PARLEY_CASSANDRA_HOSTS": cassandra.hosts,
+        "PARLEY_CASSANDRA_PORT": str(cassandra.port),
+        "PARLEY_KEYSPACE": cassandra.keyspace,
+        "PARLEY_ENGINE_PORT": str(engine_port),
+        "PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{engine_port}",
+        "PARLEY_GATEWAY_PORT": str(gateway_port),
+        "PARLEY_STREAMS_DATADIR": str(log_dir / "faust"),
+    }
+    supervisor = Supervisor(log_dir, {**base, **(env or {})}, ports={"engine_port": engine_port, "gateway_port": gateway_port})
+    try:
+        supervisor.start_all(services, echo=lambda s: None)
+    except BaseException:
+        supervisor.stop_all()
+        raise
+    return IsolatedStack(
+        f"http://127.0.0.1:{gateway_port}",
+        f"http://127.0.0.1:{engine_port}",
+        kafka,
+        cassandra,
+        supervisor,
+        connect(cassandra, cassandra.keyspace),
+    )
+
+
+def drop(kafka: KafkaSettings, cassandra: CassandraSettings) -> None:
+    """Delete the namespace's topics and keyspace."""
+    client = admin(kafka)
+    names = [t for t in client.list_topics(timeout=10).topics if kafka.topic_prefix and t.startswith(kafka.topic_prefix)]
+    if names:
+        for fut in client.delete_topics(names, operation_timeout=30).values():
+            fut.result()
+    session = connect(cassandra)
+    try:
+        session.execute(f"DROP KEYSPACE IF EXISTS {cassandra.keyspace}", timeout=60)
+    finally:
+        session.cluster.shutdown()
