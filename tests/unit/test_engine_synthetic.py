@@ -1,0 +1,67 @@
+"""The synthetic backend: deterministic replies, honest counts, a simulated prefix cache."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from parley.settings import from_env
+from workers.engine import protocol
+from workers.engine.protocol import GenerateInput, Progress, Sampling
+from workers.engine.settings import EngineSettings
+from workers.engine.synthetic import SyntheticBackend, synthetic_pieces
+from workers.engine.tokenizer import WordTokenizer
+
+
+def backend(**kw: object) -> SyntheticBackend:
+    base = replace(from_env(EngineSettings, {}), backend="synthetic", synthetic_ttft_ms=0.0, synthetic_tokens_per_s=10_000.0)
+    return SyntheticBackend(replace(base, **kw))
+
+
+async def finish(b: SyntheticBackend, rid: str, text: str, n: int, **sampling: object) -> list[Progress]:
+    state = b.submit(GenerateInput(rid, text, Sampling(max_new_tokens=n, **sampling), True))  # type: ignore[arg-type]
+    return [p async for p in state.progress()]
+
+
+def test_replies_are_a_pure_function_of_the_prompt() -> None:
+    assert synthetic_pieces("hi", 20) == synthetic_pieces("hi", 20)
+    assert synthetic_pieces("hi", 20) != synthetic_pieces("ho", 20)
+    assert len(synthetic_pieces("hi", 37)) == 37
+
+
+async def test_counts_and_cumulative_text() -> None:
+    b = backend()
+    await b.start()
+    prompt = "Tell me about the sea, please."
+    steps = await finish(b, "a", prompt, 12)
+    last = steps[-1]
+    assert last.finish_reason == protocol.finish_length(12)
+    assert last.prompt_tokens == len(WordTokenizer().pieces(prompt))
+    assert len(last.output_ids) == 12
+    assert last.text == "".join(synthetic_pieces(prompt, 12))
+    assert all(b2.text.startswith(a.text) for a, b2 in zip(steps, steps[1:]))
+
+
+async def test_repeated_prefix_is_reported_cached() -> None:
+    b = backend()
+    await b.start()
+    first = (await finish(b, "a", "System prompt here. First question?", 4))[-1]
+    second = (await finish(b, "b", "System prompt here. Second question?", 4))[-1]
+    assert first.cached_tokens == 0
+    assert second.cached_tokens == len(WordTokenizer().pieces("System prompt here."))
+    assert 0 < b.load().cache_hit_rate < 1
+
+
+async def test_stop_and_abort() -> None:
+    b = backend(synthetic_tokens_per_s=50.0)
+    await b.start()
+    reply = "".join(synthetic_pieces("q", 30))
+    stop = reply.split(" ")[5]
+    stopped = (await finish(b, "s", "q", 30, stop=(stop,)))[-1]
+    assert stopped.finish_reason == protocol.finish_stop_str(stop) and stop not in stopped.text
+    state = b.submit(GenerateInput("x", "q", Sampling(max_new_tokens=1000), True))
+    stream = state.progress()
+    await stream.__anext__()
+    b.abort("x")
+    last = [p async for p in stream][-1]
+    assert last.finish_reason == protocol.finish_abort() and len(last.output_ids) < 1000
+    await b.stop()

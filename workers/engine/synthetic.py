@@ -1,0 +1,170 @@
+"""The synthetic backend: SGLang's behaviour without a model, for load tests.
+
+Each request waits for one of ``max_batch`` running slots, takes the configured
+time to first token, then produces tokens at the configured rate on asyncio, so
+thousands of concurrent streams cost little. The reply is deterministic in the
+prompt (same prompt, same words). Prompts are counted with ``WordTokenizer``
+and looked up in a simulated radix prefix cache, which is what
+``cached_tokens`` and the cache hit rate report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Sequence
+
+from workers.engine import protocol
+from workers.engine.detokenize import IncrementalText
+from workers.engine.prefix_cache import PrefixCache
+from workers.engine.protocol import GenerateInput, Progress
+from workers.engine.request import LoadSnapshot, RequestState, Throughput
+from workers.engine.settings import EngineSettings
+from workers.engine.tokenizer import WordTokenizer
+
+log = logging.getLogger(__name__)
+
+_WORDS = (
+    "the of and to in is it that for on with as was be by this are at from or an have not but they which one "
+    "you all were her she there would their we him been has when who will more no if out so said what up its "
+    "about into than them can only other new some could time these two may then do first any my now such like "
+    "our over man me even most made after also did many before must through back years where much your way well"
+).split()
+
+
+def synthetic_pieces(prompt: str, count: int) -> list[str]:
+    """``count`` word pieces, a pure function of the prompt: a sentence of 8 to 15 words, then a period."""
+    state = zlib.crc32(prompt.encode("utf-8")) or 1
+    out: list[str] = []
+    sentence_left = 0
+    while len(out) < count:
+        state = (state * 1103515245 + 12345) & 0x7FFFFFFF
+        if sentence_left == 0:
+            sentence_left = 8 + state % 8
+            word = _WORDS[state % len(_WORDS)].capitalize()
+        else:
+            word = _WORDS[state % len(_WORDS)]
+        out.append(" " + word)
+        sentence_left -= 1
+        if sentence_left == 0 and len(out) < count:
+            out.append(".")
+    return out[:count]
+
+
+class SyntheticBackend:
+    untrained = False
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.model_path = f"parley-synthetic-{settings.synthetic_tokens_per_s:g}tps-{settings.synthetic_ttft_ms:g}ms"
+        self.context_length = settings.context_length
+        self._tok = WordTokenizer()
+        self._cache = PrefixCache(settings.synthetic_cache_tokens)
+        self._slots = asyncio.Semaphore(settings.max_batch)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, int] = {}  # rid -> tokens it holds (prompt + generated)
+        self._waiting = 0
+        self._throughput = Throughput()
+        self._max_running_seen = 0
+        self._started = False
+
+    async def start(self) -> None:
+        self._started = True
+        log.info("synthetic engine ready", extra={"ttft_ms": self.settings.synthetic_ttft_ms})
+
+    async def stop(self) -> None:
+        self.abort_all()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    def ready(self) -> bool:
+        return self._started
+
+    def submit(self, request: GenerateInput) -> RequestState:
+        if request.rid in self._tasks:
+            raise protocol.InvalidRequest(f"Duplicate request ID: {request.rid}")
+        pieces = self._tok.pieces(request.text)
+        protocol.check_context(len(pieces), self.context_length)
+        state = RequestState(request, len(pieces), asyncio.get_running_loop())
+        self._tasks[request.rid] = asyncio.create_task(self._run(state, pieces))
+        return state
+
+    def abort(self, rid: str) -> None:
+        task = self._tasks.get(rid)
+        if task is not None:
+            task.cancel()
+
+    def abort_all(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+
+    def load(self) -> LoadSnapshot:
+        return LoadSnapshot(
+            running=len(self._running),
+            waiting=self._waiting,
+            max_running=self.settings.max_batch,
+            used_tokens=sum(self._running.values()),
+            max_total_tokens=self.settings.max_total_tokens,
+            cache_hit_rate=self._cache.hit_rate,
+            gen_throughput=self._throughput.rate(),
+            internal={"max_running_seen": self._max_running_seen, "prefix_cache_tokens": self._cache.size},
+        )
+
+    async def _run(self, state: RequestState, prompt: Sequence[str]) -> None:
+        rid, sampling = state.rid, state.request.sampling
+        # SGLang clamps the reply so prompt + reply fits the context.
+        max_new = min(sampling.max_new_tokens, self.context_length - len(prompt) - 1)
+        reply = synthetic_pieces(state.request.text, max_new)
+        ids = [WordTokenizer.piece_id(p) for p in reply]
+        by_id = dict(zip(ids, reply))
+        text = IncrementalText(lambda xs: "".join(by_id[i] for i in xs), sampling.stop, sampling.no_stop_trim)
+        done = 0
+        admitted = False
+        cached = 0
+        try:
+            self._waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self._waiting -= 1
+            admitted = True
+            self._running[rid] = len(prompt)
+            self._max_running_seen = max(self._max_running_seen, len(self._running))
+            # As in SGLang, the last prompt token is always computed: at most len - 1 are cached.
+            cached = self._cache.match(prompt[:-1])
+            start = time.monotonic()
+            await asyncio.sleep(self.settings.synthetic_ttft_ms / 1000)
+            step = 1.0 / self.settings.synthetic_tokens_per_s
+            if max_new == 0:
+                state.publish(Progress("", (), len(prompt), cached, protocol.finish_length(0)))
+                return
+            while done < max_new:
+                done += 1
+                self._running[rid] = len(prompt) + done
+                self._throughput.add(1)
+                final = done == max_new
+                visible = text.update(ids[:done], final=final)
+                finish = None
+                if text.matched is not None:
+                    finish = protocol.finish_stop_str(text.matched)
+                elif final:
+                    finish = protocol.finish_length(done)
+                state.publish(Progress(visible, tuple(ids[:done]), len(prompt), cached, finish))
+                if finish is not None:
+                    break
+                # An absolute schedule: the rate holds however long publishing took.
+                delay = start + self.settings.synthetic_ttft_ms / 1000 + done * step - time.monotonic()
+                await asyncio.sleep(max(delay, 0.0))
+        except asyncio.CancelledError:
+            if admitted:
+                state.publish(Progress(text.text, tuple(ids[:done]), len(prompt), cached, protocol.finish_abort()))
+            else:
+                state.publish(Progress("", (), 0, 0, dict(protocol.ABORT_BEFORE_PREFILL)))
+        finally:
+            if admitted:
+                self._slots.release()
+                self._running.pop(rid, None)
+                self._cache.insert([*prompt, *reply[:done]])
+            self._tasks.pop(rid, None)
+            log.debug("request finished", extra={"rid": rid, "completion_tokens": done})

@@ -1,0 +1,88 @@
+"""Tokenizers the engine's backends count and decode with.
+
+``ByteTokenizer`` is built on the spot for the untrained random model (nothing
+is downloaded): one token per UTF-8 byte plus BOS/EOS/PAD. ``HFTokenizer`` wraps
+the tokenizer of a local HuggingFace model directory. ``WordTokenizer`` is the
+synthetic backend's: words and punctuation, ids from a stable hash.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+    eos_ids: frozenset[int]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are tokens 0..255; 256..258 are BOS, EOS and PAD."""
+
+    BOS, EOS, PAD = 256, 257, 258
+
+    def __init__(self) -> None:
+        self.vocab_size = 259
+        self.eos_ids = frozenset({self.EOS})
+
+    def encode(self, text: str) -> list[int]:
+        return [self.BOS, *text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        # Special tokens are skipped, as SGLang does with skip_special_tokens=True.
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """The tokenizer of a local HuggingFace model directory (no hub access)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self.vocab_size = len(self._tok)
+        eos = self._tok.eos_token_id
+        self.eos_ids = frozenset() if eos is None else frozenset({int(eos)})
+        self.pad_id = int(self._tok.pad_token_id if self._tok.pad_token_id is not None else (eos or 0))
+
+    def add_eos(self, ids: Sequence[int]) -> None:
+        """Models list more end tokens in generation_config.json than the tokenizer knows."""
+        self.eos_ids = self.eos_ids | frozenset(int(i) for i in ids)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+
+_WORD = re.compile(r"\s*[A-Za-z0-9]+|\s*[^\sA-Za-z0-9]|\s+")
+
+
+class WordTokenizer:
+    """Words (with their leading space) and single punctuation marks, about 1.3 per English word."""
+
+    def __init__(self) -> None:
+        self.vocab_size = 1 << 20
+        self.eos_ids: frozenset[int] = frozenset()
+
+    def pieces(self, text: str) -> list[str]:
+        return _WORD.findall(text)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.piece_id(p) for p in self.pieces(text)]
+
+    @staticmethod
+    def piece_id(piece: str) -> int:
+        return zlib.crc32(piece.encode("utf-8")) % (1 << 20)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError("the synthetic backend keeps its text; ids are only counted")

@@ -1,0 +1,158 @@
+"""The torch backend's model: loading it, sampling from it, and the batched KV cache.
+
+``load_model`` gives a local HuggingFace model directory, or, when none is set,
+a 2-layer Llama with random weights and a byte-level tokenizer made on the spot
+(nothing is downloaded). The random model is marked ``untrained`` everywhere it
+is shown: its replies are noise.
+
+``BatchCache`` holds the KV cache of every running request as one left-padded
+batch, so one forward pass decodes all of them. Requests join (their prefill
+cache is padded and concatenated along the batch) and leave (rows selected
+away) between steps: continuous batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # a transformers causal LM in eval mode
+    tokenizer: Tokenizer
+    pad_id: int
+    name: str
+    untrained: bool
+
+
+def load_model(model_dir: str, context_length: int, seed: int) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    if model_dir:
+        path = Path(model_dir).expanduser()
+        hf_tok = HFTokenizer(path)
+        # Eager attention: its additive mask never turns a fully padded row into NaN.
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
+        )
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        if eos is not None:
+            hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
+        return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, str(path), untrained=False)
+    tok = ByteTokenizer()
+    config = LlamaConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=context_length,
+        bos_token_id=tok.BOS,
+        eos_token_id=tok.EOS,
+        pad_token_id=tok.PAD,
+        tie_word_embeddings=True,
+    )
+    config._attn_implementation = "eager"
+    model = LlamaForCausalLM(config).eval()
+    return LoadedModel(model, tok, tok.PAD, "parley-random-llama-2l-untrained", untrained=True)
+
+
+def sample(logits: torch.Tensor, temperature: Sequence[float], top_p: Sequence[float], top_k: Sequence[int], generator: torch.Generator) -> list[int]:
+    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params."""
+    out: list[int] = []
+    for row, t, p, k in zip(logits.float(), temperature, top_p, top_k):
+        if t < 1e-6 or k == 1:
+            out.append(int(row.argmax()))
+            continue
+        scores = row / t
+        if k > 0:
+            kth = torch.topk(scores, min(k, scores.numel())).values[-1]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        if p < 1.0:
+            sorted_p, idx = probs.sort(descending=True)
+            keep = sorted_p.cumsum(-1) - sorted_p < p  # always keeps the most likely token
+            probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
+        out.append(int(torch.multinomial(probs, 1, generator=generator)))
+    return out
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of prompts, padded on the left to one length."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(list(r), dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+class BatchCache:
+    """Per layer keys/values of shape (batch, heads, seq, dim) plus the (batch, seq) padding mask."""
+
+    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor) -> None:
+        self.layers = layers
+        self.mask = mask
+
+    @classmethod
+    def from_output(cls, past: Any, mask: torch.Tensor) -> BatchCache:
+        layers = [(layer.keys, layer.values) for layer in past.layers]
+        # Padded positions hold whatever the model computed for PAD; zero them so nothing leaks.
+        pad = (mask == 0)[:, None, :, None]
+        layers = [(k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)) for k, v in layers]
+        return cls(layers, mask)
+
+    def to_dynamic(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=self.layers)
+
+    @property
+    def batch(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.mask.shape[1])
+
+    def tokens(self) -> int:
+        return int(self.mask.sum())
+
+    def merge(self, other: BatchCache) -> BatchCache:
+        """Both batches, padded on the left to the wider one."""
+        width = max(self.width, other.width)
+        a, b = self._padded(width), other._padded(width)
+        layers = [(torch.cat([ka, kb]), torch.cat([va, vb])) for (ka, va), (kb, vb) in zip(a.layers, b.layers)]
+        return BatchCache(layers, torch.cat([a.mask, b.mask]))
+
+    def select(self, rows: Sequence[int]) -> BatchCache:
+        """Keep ``rows`` (in that order) and drop leading columns no kept row uses."""
+        idx = torch.tensor(list(rows), dtype=torch.long)
+        mask = self.mask.index_select(0, idx)
+        used = mask.any(dim=0).nonzero()
+        start = int(used[0]) if used.numel() else mask.shape[1]
+        layers = [(k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:]) for k, v in self.layers]
+        return BatchCache(layers, mask[:, start:])
+
+    def _padded(self, width: int) -> BatchCache:
+        extra = width - self.width
+        if extra == 0:
+            return self
+        layers = [(_pad_seq(k, extra), _pad_seq(v, extra)) for k, v in self.layers]
+        mask = torch.cat([torch.zeros((self.batch, extra), dtype=self.mask.dtype), self.mask], dim=1)
+        return BatchCache(layers, mask)
+
+
+def _pad_seq(t: torch.Tensor, extra: int) -> torch.Tensor:
+    b, h, _, d = t.shape
+    return torch.cat([torch.zeros((b, h, extra, d), dtype=t.dtype), t], dim=2)
