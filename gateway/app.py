@@ -125,7 +125,7 @@ async def create_conversation(request: Request) -> Response:
     await _append(svc, event)
     # Written through as well, with the event's own timestamp (identical to what the materializer
     # writes), so the creator can use the conversation at once, even on another gateway.
-    await svc.store.write_conversation(event)
+    await svc.store.write_through(event)
     return JSONResponse(_conversation_json(event), status_code=201)
 
 

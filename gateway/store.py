@@ -15,7 +15,8 @@ from cassandra import DriverException
 from cassandra.cluster import NoHostAvailable, ResponseFuture, Session
 
 from parley.errors import StoreUnavailable
-from schemas.events import ConversationCreated
+from schemas.events import ConversationEvent
+from streams import projection, tree
 
 
 @dataclass(frozen=True)
@@ -101,21 +102,11 @@ class Store:
 
     # ---------------------------------------------------- conversations
 
-    async def write_conversation(self, event: ConversationCreated) -> None:
-        """The rows ConversationCreated projects to, with the event's timestamp (what the materializer writes)."""
-        created = datetime.fromtimestamp(event.occurred_at / 1e6, tz=timezone.utc)
-        cid = uuid.UUID(event.conversation_id)
-        ts = event.occurred_at
-        await self._run(
-            "INSERT INTO {ks}.conversations (conversation_id, user_id, title, model, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
-            (cid, event.user_id, event.title, event.model, created, created, ts),
-        )
-        await self._run(
-            "INSERT INTO {ks}.conversations_by_user (user_id, created_at, conversation_id, title) "
-            "VALUES (?, ?, ?, ?) USING TIMESTAMP ?",
-            (event.user_id, created, cid, event.title, ts),
-        )
+    async def write_through(self, event: ConversationEvent) -> None:
+        """Write the rows ``event`` projects to, exactly as the materializer will (same values and
+        timestamps, so the two writes are one), for what a client must read back at once."""
+        for write in projection.writes_for(tree.empty(event.conversation_id), event):
+            await self._run(projection.cql(write.shape).replace("UPDATE ", "UPDATE {ks}.", 1), write.values)
 
     async def conversation(self, conversation_id: str) -> Conversation | None:
         cid = _uuid(conversation_id)

@@ -1,0 +1,101 @@
+"""The stream processors: what each reads and writes, and how to run one.
+
+``run(name)`` runs a processor as a faust worker (``python -m streams NAME``
+and ``parley streams NAME`` both come here).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import faust
+
+from parley.errors import ConfigError
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings
+
+
+@dataclass(frozen=True)
+class Stage:
+    reads: str
+    writes: tuple[str, ...]
+    what: str
+
+
+#: topic → processor → topics (catalog names; the router writes the topic of the pool it picks).
+TOPOLOGY: dict[str, Stage] = {
+    "context": Stage(
+        "chat.events",
+        ("chat.inference", "chat.tokens", "chat.events"),  # the last two only to fail a turn it cannot build
+        "builds each turn's prompt from its branch",
+    ),
+    "router": Stage("chat.inference", ("chat.inference.<pool>",), "picks pool and sticky partition"),
+    "materializer": Stage("chat.events", ("cassandra",), "projects the log into the tables"),
+}
+
+DEFAULT_ARGS = ("worker", "-l", "warn")
+
+
+def worker_args(argv: Sequence[str]) -> list[str]:
+    """``argv`` for faust, with its web server off unless asked for.
+
+    faust's ``worker`` command turns the web server on by default whatever the
+    app's ``web_enabled`` says, and every worker on a host would then fight
+    over port 6066.
+    """
+    args = list(argv or DEFAULT_ARGS)
+    if args[:1] == ["worker"] and not any(a in ("--with-web", "--without-web") for a in args):
+        args.insert(1, "--without-web")
+    return args
+
+
+def _context() -> faust.App:
+    from streams import context
+    from streams.store import Store
+
+    return context.build_app(
+        from_env(StreamsSettings), from_env(KafkaSettings), from_env(ContextSettings), Store(from_env(CassandraSettings))
+    )
+
+
+def _router() -> faust.App:
+    from streams import router
+
+    return router.build_app(from_env(StreamsSettings), from_env(KafkaSettings), from_env(RouterSettings))
+
+
+def _materializer() -> faust.App:
+    from streams import materializer
+    from streams.store import Store
+
+    return materializer.build_app(
+        from_env(StreamsSettings),
+        from_env(KafkaSettings),
+        from_env(MaterializerSettings),
+        Store(from_env(CassandraSettings)),
+    )
+
+
+#: The processors, by the name the command line uses.
+PROCESSORS: dict[str, Callable[[], faust.App]] = {
+    "context": _context,
+    "router": _router,
+    "materializer": _materializer,
+}
+
+
+def build(processor: str) -> faust.App:
+    try:
+        factory = PROCESSORS[processor]
+    except KeyError:
+        raise ConfigError(f"unknown processor {processor!r}; choose one of {sorted(PROCESSORS)}") from None
+    return factory()
+
+
+def run(processor: str, argv: Sequence[str] = ()) -> None:
+    """Run ``processor`` as a faust worker until stopped (faust's CLI handles signals)."""
+    app = build(processor)
+    sys.argv = [f"streams {processor}", *worker_args(argv)]
+    app.main()

@@ -1,0 +1,204 @@
+"""The Cassandra projection of ``chat.events``: event → the writes it makes.
+
+Pure: ``writes_for(state, event)`` takes the conversation as the log had it
+before the event (``streams.tree``) and returns plain ``Write`` values; the
+materializer executes them. Every write carries the event's ``occurred_at``
+as its Cassandra timestamp, and every value derives from the event (never from
+the clock), so replaying the log in any amount yields the same cells: a cell
+written twice gets the same value at the same timestamp, and a later event's
+write wins over an earlier one whatever order they are replayed in.
+
+The state is needed for what the event alone cannot say: a repeated
+MessagePosted / GenerationRequested / ConversationCreated (a retried POST) is a
+no-op rather than a newer write that would move ``created_at`` or turn a
+finished reply back into ``streaming``; and a rename must find the
+conversation's ``created_at``, part of ``conversations_by_user``'s key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from schemas import events as ev
+from streams.tree import STATUS_BY_FINISH, STREAMING, Conversation
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Write:
+    """``UPDATE <table> USING TIMESTAMP <timestamp> SET <cells> WHERE <key>``.
+
+    UPDATE (an upsert) rather than INSERT so an event sets only the cells it
+    knows; a later event fills in the rest of the row.
+    """
+
+    table: str
+    key: tuple[tuple[str, Any], ...]  # primary key columns and values
+    cells: tuple[tuple[str, Any], ...]  # other columns; None values are left out
+    timestamp: int  # µs: the event's occurred_at
+
+    @property
+    def shape(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """Table and column names: one prepared statement per shape."""
+        return self.table, tuple(k for k, _ in self.key), tuple(c for c, _ in self.cells)
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """Bind values in the order of ``cql(shape)``."""
+        return (self.timestamp, *(v for _, v in self.cells), *(v for _, v in self.key))
+
+
+def cql(shape: tuple[str, tuple[str, ...], tuple[str, ...]]) -> str:
+    table, key, cells = shape
+    sets = ", ".join(f"{c} = ?" for c in cells)
+    where = " AND ".join(f"{k} = ?" for k in key)
+    return f"UPDATE {table} USING TIMESTAMP ? SET {sets} WHERE {where}"
+
+
+def _write(table: str, key: dict[str, Any], cells: dict[str, Any], timestamp: int) -> Write:
+    return Write(table, tuple(key.items()), tuple((c, v) for c, v in cells.items() if v is not None), timestamp)
+
+
+def to_uuid(value: str | None) -> uuid.UUID | None:
+    """An id of the log as a ``uuid`` column value; a malformed id raises ValueError (→ DLQ)."""
+    return None if value is None else uuid.UUID(value)
+
+
+def to_time(us: int) -> datetime:
+    """µs since the epoch as a ``timestamp`` value (exact integer arithmetic: replays agree)."""
+    return EPOCH + timedelta(microseconds=us)
+
+
+# ---------------------------------------------------------------- per event
+
+
+def _conversation(e: ev.ConversationEvent, **cells: Any) -> Write:
+    cells["updated_at"] = to_time(e.occurred_at)
+    return _write("conversations", {"conversation_id": to_uuid(e.conversation_id)}, cells, e.occurred_at)
+
+
+def _message(e: ev.ConversationEvent, message_id: str, **cells: Any) -> Write:
+    cells["updated_at"] = to_time(e.occurred_at)
+    key = {"conversation_id": to_uuid(e.conversation_id), "message_id": to_uuid(message_id)}
+    return _write("messages", key, cells, e.occurred_at)
+
+
+def _created(s: Conversation, e: ev.ConversationCreated) -> list[Write]:
+    if s.created_at is not None:  # a repeat would add a second conversations_by_user row
+        return []
+    created = to_time(e.occurred_at)
+    by_user_key = {"user_id": e.user_id, "created_at": created, "conversation_id": to_uuid(e.conversation_id)}
+    return [
+        _conversation(e, user_id=e.user_id, title=e.title, model=e.model, created_at=created),
+        _write("conversations_by_user", by_user_key, {"title": e.title}, e.occurred_at),
+    ]
+
+
+def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
+    if e.message_id in s.messages:
+        return []
+    return [
+        _message(
+            e,
+            e.message_id,
+            parent_id=to_uuid(e.parent_id),
+            role=e.role,
+            content=e.content,
+            model=e.model,
+            status="complete",
+            client_message_id=e.client_message_id,
+            created_at=to_time(e.occurred_at),
+        ),
+        _conversation(e, user_id=e.user_id, selected_leaf_id=to_uuid(e.message_id)),
+    ]
+
+
+def _requested(s: Conversation, e: ev.GenerationRequested) -> list[Write]:
+    known = s.messages.get(e.request_id)
+    if known is not None and known.created_at is not None:
+        return []
+    return [
+        _message(
+            e,
+            e.request_id,
+            parent_id=to_uuid(e.parent_id),
+            role="assistant",
+            # Its completion came first (only out-of-order input does that): keep its status.
+            status=STREAMING if known is None else None,
+            client_message_id=e.client_message_id,
+            stream_offset=e.token_offset,
+            created_at=to_time(e.occurred_at),
+        ),
+        _conversation(e, selected_leaf_id=to_uuid(e.request_id)),
+    ]
+
+
+def _completed(s: Conversation, e: ev.GenerationCompleted) -> list[Write]:
+    return [
+        _message(
+            e,
+            e.request_id,
+            parent_id=to_uuid(e.parent_id),
+            role="assistant",
+            content=e.content,
+            status=STATUS_BY_FINISH[e.finish_reason],
+            finish_reason=e.finish_reason,
+            prompt_tokens=e.usage.prompt_tokens,
+            cached_tokens=e.usage.cached_tokens,
+            tokens=e.usage.completion_tokens,
+            model=e.model or None,
+            pool=e.pool or None,
+            replica=e.replica or None,
+            attempt=e.attempt,
+            error_code=e.error_code,
+        ),
+        _conversation(e),
+    ]
+
+
+def _leaf(s: Conversation, e: ev.LeafSelected) -> list[Write]:
+    return [_conversation(e, selected_leaf_id=to_uuid(e.leaf_id))]
+
+
+def _renamed(s: Conversation, e: ev.ConversationRenamed) -> list[Write]:
+    writes = [_conversation(e, title=e.title)]
+    if s.created_at is not None:  # unknown creation: no key to update (an UPDATE would invent a row)
+        key = {"user_id": s.user_id or e.user_id, "created_at": to_time(s.created_at), "conversation_id": to_uuid(e.conversation_id)}
+        writes.append(_write("conversations_by_user", key, {"title": e.title}, e.occurred_at))
+    return writes
+
+
+def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:
+    key = {"conversation_id": to_uuid(e.conversation_id), "summary_id": e.summary_id}
+    cells = {
+        "through_message_id": to_uuid(e.through_message_id),
+        "covered_message_ids": [to_uuid(m) for m in e.covered_message_ids],
+        "content": e.content,
+        "tokens": e.tokens,
+        "model": e.model,
+        "created_at": to_time(e.occurred_at),
+    }
+    return [_write("summaries", key, cells, e.occurred_at)]
+
+
+#: Every chat.events type the materializer writes, and how.
+PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
+    ev.ConversationCreated: _created,
+    ev.MessagePosted: _posted,
+    ev.GenerationRequested: _requested,
+    ev.GenerationCompleted: _completed,
+    ev.LeafSelected: _leaf,
+    ev.ConversationRenamed: _renamed,
+    ev.SummaryWritten: _summary,
+}
+
+
+def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
+    """The writes ``event`` makes, given the conversation before it; [] for other event types."""
+    step = PROJECTION.get(type(event))
+    return [] if step is None else step(state, event)

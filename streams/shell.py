@@ -1,0 +1,65 @@
+"""What every processor's faust agent does besides calling its core:
+produce an event and wait for the broker, dead-letter the record in hand.
+
+``streams.app.decoded`` dead-letters what does not decode; ``dead_letter_current``
+is for an event that decodes but that the processor cannot act on (an id that
+is not a UUID, an event type that does not belong on the topic). Either way the
+record lands on ``<topic>.dlq`` before its offset can be committed, and the
+partition carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+
+from parley.consumer import dead_letter_for
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.catalog import dlq_name
+from schemas.events import Event
+from streams.app import make_app
+from streams.settings import StreamsSettings
+
+log = logging.getLogger(__name__)
+
+
+def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str) -> tuple[faust.App, str]:
+    """The faust App of ``processor`` and its consumer group, with a datadir of its own."""
+    group = streams.group(processor)
+    datadir = streams.datadir / group
+    datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
+    return make_app(group, kafka, datadir=str(datadir)), group
+
+
+async def send_event(topic: faust.TopicT, event: Event, *, partition: int | None = None) -> None:
+    """Produce ``event`` keyed by its catalog key and wait for the acknowledgement.
+
+    Waiting keeps "acked input ⇒ output on the broker": faust commits the
+    input offset once the agent moves on, so nothing may still be in flight then.
+    """
+    pending = await topic.send(key=event.key, value=codec.encode(event), partition=partition)
+    await pending
+
+
+async def dead_letter_current(app: faust.App, stream: faust.StreamT, consumer: str, error: Exception) -> None:
+    """Send the record ``stream`` is on to its topic's DLQ, with ``error`` as the cause."""
+    current = stream.current_event
+    if current is None:  # cannot happen inside the agent's loop; refuse to drop silently
+        raise RuntimeError("no current record to dead-letter") from error
+    msg = current.message
+    letter = dead_letter_for(
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        key=msg.key,
+        value=current.value,
+        error=error,
+        consumer=consumer,
+    )
+    await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None)
+    log.warning(
+        "dead-lettered a record",
+        extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type, "error": letter.error},
+    )

@@ -1,0 +1,113 @@
+"""The context builder without Kafka: prompts per turn, duplicates skipped, cold conversations reloaded."""
+
+from __future__ import annotations
+
+import uuid
+
+from schemas import events as ev
+from streams.context import CONTEXT_UNAVAILABLE, ContextBuilder
+from streams.settings import ContextSettings
+from streams.tree import Conversation, empty, fold
+
+CFG = ContextSettings(system_prompt="sys", budget_tokens=1000, max_tokens=77, parent_wait_s=0.3)
+
+
+class Rows:
+    """Stands in for Cassandra: the state the materializer would have written."""
+
+    def __init__(self, states: dict[str, Conversation] | None = None) -> None:
+        self.states = states or {}
+        self.loads = 0
+
+    async def load(self, conversation_id: str) -> Conversation:
+        self.loads += 1
+        return self.states.get(conversation_id, empty(conversation_id))
+
+
+def _turn(cid: str, n: int, parent: str | None) -> tuple[ev.MessagePosted, ev.GenerationRequested]:
+    mid, rid = str(uuid.uuid4()), str(uuid.uuid4())
+    common = {"conversation_id": cid, "user_id": "u"}
+    return (
+        ev.MessagePosted(**common, message_id=mid, parent_id=parent, client_message_id=f"c{n}", content=f"question {n}"),
+        ev.GenerationRequested(**common, request_id=rid, parent_id=mid, client_message_id=f"c{n}", tier="plus"),
+    )
+
+
+async def test_turns_build_prompts_and_the_reply_feeds_the_next_turn() -> None:
+    cid = str(uuid.uuid4())
+    b = ContextBuilder(CFG, Rows())
+    assert await b.handle(ev.ConversationCreated(conversation_id=cid, user_id="u", model="m-user")) == []
+    m1, g1 = _turn(cid, 1, None)
+    assert await b.handle(m1) == []
+    [req] = await b.handle(g1)
+    assert isinstance(req, ev.InferenceRequested)
+    assert [(m.role, m.content) for m in req.messages] == [("system", "sys"), ("user", "question 1")]
+    assert (req.request_id, req.parent_id, req.max_tokens, req.model, req.tier) == (g1.request_id, m1.message_id, 77, "m-user", "plus")
+    assert req.budget_tokens == 1000 and req.prompt_tokens > 0 and req.key == cid.encode()
+
+    assert await b.handle(g1) == []  # a retried POST appends the same request again: nothing new
+    done = ev.GenerationCompleted(conversation_id=cid, user_id="u", request_id=g1.request_id, parent_id=m1.message_id, finish_reason="stop", content="answer 1")
+    assert await b.handle(done) == []
+    assert await b.handle(g1) == []  # answered: still nothing
+
+    m2, g2 = _turn(cid, 2, g1.request_id)
+    await b.handle(m2)
+    [req2] = await b.handle(g2)
+    assert [(m.role, m.content) for m in req2.messages] == [
+        ("system", "sys"), ("user", "question 1"), ("assistant", "answer 1"), ("user", "question 2")
+    ]
+
+
+async def test_a_conversation_not_in_memory_is_reloaded_from_the_rows() -> None:
+    cid = str(uuid.uuid4())
+    m1, g1 = _turn(cid, 1, None)
+    done = ev.GenerationCompleted(conversation_id=cid, user_id="u", request_id=g1.request_id, parent_id=m1.message_id, finish_reason="stop", content="answer 1")
+    m2, g2 = _turn(cid, 2, g1.request_id)
+    rows = Rows({cid: fold([m1, g1, done, m2])})
+    b = ContextBuilder(CFG, rows)
+    [req] = await b.handle(g2)
+    assert [m.content for m in req.messages] == ["sys", "question 1", "answer 1", "question 2"]
+    assert await b.handle(g1) == []  # answered according to the rows
+    assert rows.loads == 1  # then kept in memory
+
+
+async def test_a_question_that_never_appears_fails_the_turn_instead_of_guessing() -> None:
+    cid = str(uuid.uuid4())
+    _, g = _turn(cid, 1, None)
+    rows = Rows()
+    out = await ContextBuilder(CFG, rows).handle(g)
+    assert [type(e).__name__ for e in out] == ["TokenChunk", "GenerationCompleted"]
+    assert all(e.error_code == CONTEXT_UNAVAILABLE and e.finish_reason == "failed" for e in out)  # type: ignore[attr-defined]
+    assert rows.loads > 1  # it waited for the materializer before giving up
+
+
+async def test_the_cache_is_bounded_and_a_forgotten_conversation_comes_back_from_the_rows() -> None:
+    rows = Rows()
+    b = ContextBuilder(ContextSettings(cache_conversations=2), rows)
+    cids = [str(uuid.uuid4()) for _ in range(3)]
+    for cid in cids:
+        await b.handle(ev.ConversationCreated(conversation_id=cid, user_id="u"))
+    assert rows.loads == 3
+    await b.handle(ev.LeafSelected(conversation_id=cids[0], user_id="u", leaf_id=str(uuid.uuid4())))
+    assert rows.loads == 4  # the oldest was evicted
+
+
+def test_rows_give_back_the_tree_and_only_finished_replies_count_as_answered() -> None:
+    from datetime import datetime
+    from types import SimpleNamespace as Row
+
+    from streams.store import state_from_rows
+
+    cid, m, r_done, r_live = (uuid.uuid4() for _ in range(4))
+    at = datetime(2026, 1, 2, 3, 4, 5, 678000)  # naive UTC, as the driver returns it
+    conv = Row(user_id="u", title="t", model=None, created_at=at, selected_leaf_id=r_live)
+    msgs = [
+        Row(message_id=m, parent_id=None, role="user", content="q", status="complete", finish_reason=None, created_at=at),
+        Row(message_id=r_done, parent_id=m, role="assistant", content="a", status="complete", finish_reason="stop", created_at=at),
+        Row(message_id=r_live, parent_id=m, role="assistant", content=None, status="streaming", finish_reason=None, created_at=at),
+    ]
+    s = state_from_rows(str(cid), conv, msgs)
+    assert s.created_at == 1_767_323_045_678_000 and s.selected_leaf_id == str(r_live)
+    assert s.messages[str(r_done)].parent_id == str(m) and s.messages[str(r_live)].content == ""
+    assert s.answered == {str(r_done)} and s.requested == frozenset()
+    assert s.seen_request(str(r_done)) and not s.seen_request(str(r_live))

@@ -1,0 +1,40 @@
+"""The processor table: every processor runnable by name, on catalog topics, faust's web server off."""
+
+from __future__ import annotations
+
+import pytest
+
+from parley.errors import ConfigError
+from schemas.catalog import TOPICS
+from streams.processors import PROCESSORS, TOPOLOGY, build, worker_args
+
+
+def test_topology_names_every_processor_and_only_catalog_topics() -> None:
+    assert set(TOPOLOGY) == set(PROCESSORS)
+    for stage in TOPOLOGY.values():
+        assert stage.reads in TOPICS
+        for out in stage.writes:
+            assert out in TOPICS or out in ("chat.inference.<pool>", "cassandra")
+
+
+def test_every_processor_builds_its_app_with_its_own_group(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PARLEY_STREAMS_DATADIR", str(tmp_path))
+    monkeypatch.setenv("PARLEY_STREAMS_GROUP_PREFIX", "x.")
+    for name in PROCESSORS:
+        app = build(name)
+        assert app.conf.id == f"x.streams.{name}"
+        assert (tmp_path / f"x.streams.{name}").is_dir()
+
+
+def test_unknown_processor_and_bad_settings_name_what_to_change(monkeypatch) -> None:
+    with pytest.raises(ConfigError, match="choose one of"):
+        build("nope")
+    monkeypatch.setenv("PARLEY_ROUTER_DEFAULT_POOL", "frontier")
+    with pytest.raises(ConfigError, match="PARLEY_ROUTER_DEFAULT_POOL"):
+        build("router")
+
+
+def test_worker_args_turn_the_web_server_off_unless_asked() -> None:
+    assert worker_args(()) == ["worker", "--without-web", "-l", "warn"]
+    assert worker_args(["worker", "--with-web"]) == ["worker", "--with-web"]
+    assert worker_args(["--help"]) == ["--help"]

@@ -1,0 +1,138 @@
+"""The Cassandra projection: writes per event, timestamps from events, replay in any amount → same rows.
+
+Rows are checked through a small last-write-wins table model (Cassandra's cell
+rule: the highest timestamp wins; a tie goes to the greater value).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+import pytest
+
+from schemas import events as ev
+from streams.projection import Write, cql, to_time, writes_for
+from streams.tree import Conversation, apply, empty
+from tests.unit.test_streams_tree import CID, U, conversation_log
+
+Tables = dict[tuple[str, tuple[Any, ...]], dict[str, tuple[int, Any]]]
+
+
+def run(events: list[ev.Event], state: Conversation | None = None) -> tuple[list[Write], Conversation]:
+    """The materializer's loop without Cassandra: writes from the state before each event."""
+    state = state or empty(CID)
+    out: list[Write] = []
+    for e in events:
+        out += writes_for(state, e)
+        state = apply(state, e)
+    return out, state
+
+
+def store(writes: list[Write], tables: Tables | None = None) -> Tables:
+    tables = {} if tables is None else tables
+    for w in writes:
+        row = tables.setdefault((w.table, w.key), {})
+        for col, value in w.cells:
+            old = row.get(col)
+            if old is None or (w.timestamp, repr(value)) > (old[0], repr(old[1])):
+                row[col] = (w.timestamp, value)
+    return tables
+
+
+def rows(tables: Tables, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {k: {c: v for c, (_, v) in r.items()} for (t, k), r in tables.items() if t == table}
+
+
+def _key(*pairs: tuple[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(pairs)
+
+
+def test_each_event_writes_its_rows_at_its_own_time() -> None:
+    log, ids = conversation_log()
+    writes, _ = run(log)
+    by_event: list[list[Write]] = []
+    state = empty(CID)
+    for e in log:
+        ws = writes_for(state, e)
+        by_event.append(ws)
+        state = apply(state, e)
+        assert all(w.timestamp == e.occurred_at for w in ws)
+    created, posted, requested, completed = by_event[:4]
+    assert [w.table for w in created] == ["conversations", "conversations_by_user"]
+    assert [w.table for w in posted] == ["messages", "conversations"]
+    assert dict(posted[1].cells)["selected_leaf_id"] == uuid.UUID(ids["m1"])
+    assert dict(requested[0].cells)["status"] == "streaming"
+    assert dict(requested[0].cells)["created_at"] == to_time(log[2].occurred_at)
+    assert dict(requested[1].cells)["selected_leaf_id"] == uuid.UUID(ids["r1"])
+    done = dict(completed[0].cells)
+    assert (done["status"], done["finish_reason"], done["content"]) == ("complete", "stop", "hi!")
+    renamed = by_event[-1]
+    assert [w.table for w in renamed] == ["conversations", "conversations_by_user"]
+    assert dict(renamed[1].key)["created_at"] == to_time(log[0].occurred_at)  # carried from ConversationCreated
+
+
+def test_the_tables_hold_the_tree() -> None:
+    log, ids = conversation_log()
+    t = store(run(log)[0])
+    conv = rows(t, "conversations")[_key(("conversation_id", uuid.UUID(CID)))]
+    assert conv["title"] == "renamed" and conv["selected_leaf_id"] == uuid.UUID(ids["r2"])
+    assert conv["created_at"] == to_time(log[0].occurred_at) and conv["updated_at"] == to_time(log[-1].occurred_at)
+    by_user = rows(t, "conversations_by_user")
+    assert list(by_user.values()) == [{"title": "renamed"}]
+    msgs = {dict(k)["message_id"]: r for k, r in rows(t, "messages").items()}
+    assert {str(m) for m in msgs} == set(ids.values())
+    assert msgs[uuid.UUID(ids["r2"])]["status"] == "failed"
+    assert msgs[uuid.UUID(ids["r2b"])]["status"] == "streaming"
+    assert msgs[uuid.UUID(ids["m2b"])]["parent_id"] == uuid.UUID(ids["r1"])
+
+
+def test_replaying_twice_or_from_the_middle_or_in_any_write_order_gives_the_same_rows() -> None:
+    log, _ = conversation_log()
+    writes, state = run(log)
+    once = store(writes)
+    assert run(log)[0] == writes  # deterministic: the same log, the same writes
+    again, _ = run(log, state)  # the materializer's memory after the first pass (as if reloaded from the rows)
+    assert store(again, store(writes)) == once
+    assert store(writes, store(writes)) == once  # the same writes twice (redelivery without memory)
+    redelivered, _ = run(log[5:], run(log[:5])[1])  # a crash after event 5: its tail comes again
+    assert store(redelivered, store(writes)) == once
+    shuffled = writes[:]
+    random.Random(7).shuffle(shuffled)
+    assert store(shuffled) == once
+
+
+def test_a_retried_post_after_the_reply_finished_changes_no_row() -> None:
+    log, ids = conversation_log()
+    writes, state = run(log[:4])
+    later = log[3].occurred_at + 1_000
+    retry = [
+        ev.MessagePosted(conversation_id=CID, user_id=U, occurred_at=later, message_id=ids["m1"], client_message_id="c1", content="hello"),
+        ev.GenerationRequested(
+            conversation_id=CID, user_id=U, occurred_at=later + 1, request_id=ids["r1"], parent_id=ids["m1"], client_message_id="c1"
+        ),
+        ev.ConversationCreated(conversation_id=CID, user_id=U, occurred_at=later + 2, title="t"),
+    ]
+    assert run(retry, state)[0] == []
+
+
+def test_a_rename_of_an_unknown_conversation_does_not_invent_a_list_row() -> None:
+    e = ev.ConversationRenamed(conversation_id=CID, user_id=U, title="x")
+    assert [w.table for w in writes_for(empty(CID), e)] == ["conversations"]
+
+
+def test_malformed_ids_raise_value_error() -> None:
+    e = ev.LeafSelected(conversation_id="not-a-uuid", user_id=U, leaf_id=str(uuid.uuid4()))
+    with pytest.raises(ValueError):
+        writes_for(empty("not-a-uuid"), e)
+
+
+def test_statements_are_timestamped_upserts() -> None:
+    log, _ = conversation_log()
+    w = writes_for(empty(CID), log[0])[0]
+    assert cql(w.shape) == (
+        "UPDATE conversations USING TIMESTAMP ? SET user_id = ?, title = ?, created_at = ?, updated_at = ? "
+        "WHERE conversation_id = ?"
+    )
+    assert w.values[0] == log[0].occurred_at and w.values[-1] == uuid.UUID(CID)
