@@ -40,7 +40,7 @@ CONTEXT = Service(
     "context",
     ("streams", "context"),
     consumes=("chat.events",),
-    produces=("chat.inference",),
+    produces=("chat.inference", "chat.tokens", "chat.events"),  # the last two only to fail a turn it cannot build
     group="streams.context",
 )
 ROUTER = Service(

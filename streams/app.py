@@ -16,7 +16,7 @@ from typing import Any
 
 import faust
 
-from parley.consumer import dead_letter_for
+from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.catalog import dlq_name
@@ -54,6 +54,8 @@ async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> Async
     async for record in stream.events():
         msg = record.message
         try:
+            if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
+                raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             yield codec.decode(record.value)
         except codec.CodecError as exc:
             letter = dead_letter_for(

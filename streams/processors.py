@@ -1,4 +1,4 @@
-"""The stream processors: what each reads and writes, and how to run one.
+"""The stream processors by name, and how to run one (what each reads and writes: parley/topology.py).
 
 ``run(name)`` runs a processor as a faust worker (``python -m streams NAME``
 and ``parley streams NAME`` both come here).
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import faust
 
@@ -16,24 +15,6 @@ from parley.errors import ConfigError
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings
 
-
-@dataclass(frozen=True)
-class Stage:
-    reads: str
-    writes: tuple[str, ...]
-    what: str
-
-
-#: topic → processor → topics (catalog names; the router writes the topic of the pool it picks).
-TOPOLOGY: dict[str, Stage] = {
-    "context": Stage(
-        "chat.events",
-        ("chat.inference", "chat.tokens", "chat.events"),  # the last two only to fail a turn it cannot build
-        "builds each turn's prompt from its branch",
-    ),
-    "router": Stage("chat.inference", ("chat.inference.<pool>",), "picks pool and sticky partition"),
-    "materializer": Stage("chat.events", ("cassandra",), "projects the log into the tables"),
-}
 
 DEFAULT_ARGS = ("worker", "-l", "warn")
 

@@ -6,15 +6,17 @@ import pytest
 
 from parley.errors import ConfigError
 from schemas.catalog import TOPICS
-from streams.processors import PROCESSORS, TOPOLOGY, build, worker_args
+from parley.topology import SERVICES
+from streams.processors import PROCESSORS, build, worker_args
 
 
-def test_topology_names_every_processor_and_only_catalog_topics() -> None:
-    assert set(TOPOLOGY) == set(PROCESSORS)
-    for stage in TOPOLOGY.values():
-        assert stage.reads in TOPICS
-        for out in stage.writes:
-            assert out in TOPICS or out in ("chat.inference.<pool>", "cassandra")
+def test_the_topology_runs_every_processor_on_catalog_topics_only() -> None:
+    streams = {s.module_args[1]: s for s in SERVICES if s.module_args[0] == "streams"}
+    assert set(streams) == set(PROCESSORS)
+    for service in SERVICES:
+        assert set(service.consumes) <= set(TOPICS) and set(service.produces) <= set(TOPICS), service.name
+        if service.module_args[0] == "streams":
+            assert service.group == f"streams.{service.module_args[1]}"
 
 
 def test_every_processor_builds_its_app_with_its_own_group(tmp_path, monkeypatch) -> None:
