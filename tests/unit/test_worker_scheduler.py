@@ -1,0 +1,365 @@
+"""The worker core without Kafka: the Scheduler drives the in-memory engine and an in-memory sink.
+
+The sink acknowledges each event one event-loop step after it was produced,
+like a broker would, and logs both, so the tests can check the contract
+order: every chunk, then GenerationCompleted acknowledged before the final
+chunk is produced, then UsageRecorded, and only then on_finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from parley.ids import engine_rid
+from parley.kafka import ProduceFailed
+from schemas.events import (
+    Event,
+    GenerationCompleted,
+    InferenceRequested,
+    InferenceRouted,
+    PromptMessage,
+    TokenChunk,
+    UsageRecorded,
+    now_us,
+)
+from workers.chat_template import STOP, render_prompt
+from workers.engine_api import EngineLoad
+from workers.scheduler import HEALTH_PROBE_S, Scheduler
+from workers.scripted import ScriptedEngine, scripted_reply
+from workers.settings import WorkerSettings
+
+SETTINGS = WorkerSettings(worker_id="w-test", max_concurrency=4, max_queued=2, cancel_memory_s=60.0)
+
+
+class MemorySink:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Event]] = []
+        self.failures: dict[type[Event], int] = {}  # event type → how many sends of it fail first
+
+    def send_nowait(self, event: Event) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.log.append(("produce", event))
+
+        def ack() -> None:
+            if self.failures.get(type(event), 0) > 0:
+                self.failures[type(event)] -= 1
+                fut.set_exception(ProduceFailed("broker away"))
+            else:
+                self.log.append(("ack", event))
+                fut.set_result(None)
+
+        loop.call_soon(ack)
+        return fut
+
+    async def send(self, event: Event) -> Any:
+        return await self.send_nowait(event)
+
+    def acked(self, request_id: str) -> list[Event]:
+        return [e for what, e in self.log if what == "ack" and getattr(e, "request_id", None) == request_id]
+
+    def index(self, what: str, event: Event) -> int:
+        return next(i for i, (w, e) in enumerate(self.log) if w == what and e is event)
+
+
+class Harness:
+    def __init__(self, settings: WorkerSettings = SETTINGS, engine: ScriptedEngine | None = None, **kw: Any) -> None:
+        self.engine = engine or ScriptedEngine(model="scripted-1")
+        self.sink = MemorySink()
+        self.finished: list[tuple[int, int]] = []
+        self.sink_at_finish: dict[tuple[int, int], int] = {}
+        self.scheduler = Scheduler(settings, self.engine, self.sink, self._on_finished, model="scripted-1", **kw)
+
+    def _on_finished(self, partition: int, offset: int) -> None:
+        self.finished.append((partition, offset))
+        self.sink_at_finish[(partition, offset)] = len(self.sink.log)
+
+    def completed(self, request_id: str) -> GenerationCompleted:
+        return next(e for e in self.sink.acked(request_id) if isinstance(e, GenerationCompleted))
+
+    def chunks(self, request_id: str) -> list[TokenChunk]:
+        return [e for e in self.sink.acked(request_id) if isinstance(e, TokenChunk)]
+
+
+def routed(
+    request_id: str, content: str = "hello", *, attempt: int = 0, max_tokens: int = 512, resume_text: str = ""
+) -> InferenceRouted:
+    request = InferenceRequested(
+        conversation_id=f"c-{request_id}",
+        user_id="u1",
+        request_id=request_id,
+        parent_id=f"p-{request_id}",
+        attempt=attempt,
+        messages=[PromptMessage(role="system", content="sys"), PromptMessage(role="user", content=content)],
+        max_tokens=max_tokens,
+        resume_text=resume_text,
+    )
+    return InferenceRouted(
+        conversation_id=request.conversation_id,
+        user_id="u1",
+        request=request,
+        pool="small",
+        model="pool-model",
+        partition=0,
+        occurred_at=now_us() - 5_000,
+    )
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait for a state, not for a time: fails only if it never comes."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.001)
+
+
+async def test_a_generation_streams_coalesced_chunks_then_closes_in_contract_order() -> None:
+    h = Harness(clock=lambda: 0.0)  # time stands still: only the token count and the first chunk send pieces
+    h.scheduler.accept(routed("r1", "[[tokens:40]]"), partition=0, offset=7)
+    await until(lambda: h.finished == [(0, 7)])
+
+    chunks = h.chunks("r1")
+    *stream, final = chunks
+    assert [c.tokens for c in stream] == [1, 16, 16, 7]  # the first at once, then per 16 tokens, then the rest
+    assert "".join(c.text for c in stream) == scripted_reply(40)
+    assert [c.seq for c in chunks] == [0, 1, 2, 3, 4]
+    assert [c.offset_chars for c in stream] == [sum(len(c.text) for c in stream[:i]) for i in range(len(stream))]
+    assert (final.text, final.finish_reason, final.offset_chars) == ("", "stop", len(scripted_reply(40)))
+    assert final.usage is not None and final.usage.completion_tokens == 40
+    assert {c.replica for c in chunks} == {"w-test"} and {c.attempt for c in chunks} == {0}
+
+    completed = h.completed("r1")
+    assert (completed.finish_reason, completed.content) == ("stop", scripted_reply(40))
+    assert (completed.pool, completed.model, completed.replica) == ("small", "scripted-1", "w-test")
+    assert completed.usage == final.usage and completed.parent_id == "p-r1"
+    usage = next(e for e in h.sink.acked("r1") if isinstance(e, UsageRecorded))
+    assert usage.finish_reason == "stop" and usage.queue_ms > 0
+
+    # The order: every chunk acked before GenerationCompleted is produced; it is acked before the final
+    # chunk is produced; that before UsageRecorded; on_finished only after the last ack.
+    log = h.sink
+    assert max(log.index("ack", c) for c in stream) < log.index("produce", completed)
+    assert log.index("ack", completed) < log.index("produce", final)
+    assert log.index("ack", final) < log.index("produce", usage)
+    assert log.index("ack", usage) < h.sink_at_finish[(0, 7)]
+
+
+async def test_the_engine_gets_the_rendered_prompt_under_the_attempts_rid() -> None:
+    h = Harness()
+    r = routed("r2", "[[tokens:3]]", attempt=2, max_tokens=100)
+    h.scheduler.accept(r, partition=1, offset=0)
+    await until(lambda: h.finished == [(1, 0)])
+    (sent,) = h.engine.requests
+    assert sent.rid == engine_rid("r2", 2) == "r2:2"
+    assert sent.text == render_prompt(r.request.messages)
+    assert (sent.max_new_tokens, sent.stop, sent.temperature) == (100, STOP, SETTINGS.temperature)
+    assert h.completed("r2").attempt == 2
+
+
+async def test_a_resumed_attempt_continues_after_the_text_already_streamed() -> None:
+    h = Harness()
+    h.scheduler.accept(routed("r3", "[[tokens:2]]", attempt=1, resume_text="Once "), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    assert h.engine.requests[0].text.endswith("assistant\nOnce ")
+    first = h.chunks("r3")[0]
+    assert first.offset_chars == len("Once ")
+    assert h.completed("r3").content == "Once " + scripted_reply(2)
+
+
+async def test_held_text_goes_out_by_its_deadline_without_waiting_for_the_next_delta() -> None:
+    """A stream that stalls mid-chunk still shows its text: the coalescer's deadline is waited on."""
+    h = Harness(replace(SETTINGS, coalesce_ms=1.0, coalesce_tokens=1000))
+    h.scheduler.accept(routed("r4", "[[tokens:10]][[hold:5]]"), partition=0, offset=0)
+    await until(lambda: "r4:0" in h.engine.holding)
+    # Tokens 1..4 arrived right after the first chunk; they must be sent although token 5 is held back.
+    await until(lambda: "".join(c.text for c in h.chunks("r4")) == scripted_reply(5))
+    h.engine.release()
+    await until(lambda: h.finished == [(0, 0)])
+    assert "".join(c.text for c in h.chunks("r4")) == scripted_reply(10)
+
+
+async def test_concurrency_is_bounded_and_queued_requests_start_as_slots_free() -> None:
+    h = Harness(replace(SETTINGS, max_concurrency=2, max_queued=1))
+    for i, content in enumerate(["[[tokens:4]][[hold:1]]", "[[tokens:4]][[hold:1]]", "[[tokens:4]]"]):
+        h.scheduler.accept(routed(f"q{i}", content), partition=0, offset=i)
+    await until(lambda: len(h.engine.holding) == 2)
+    s = h.scheduler
+    assert (s.running, s.queued, s.free_slots) == (2, 1, 0)
+    assert [r.rid for r in h.engine.requests] == ["q0:0", "q1:0"]
+    assert h.scheduler.heartbeat(partitions=[0], load=None).queued == 1
+    h.engine.release()
+    await until(lambda: len(h.finished) == 3)
+    assert sorted(h.finished) == [(0, 0), (0, 1), (0, 2)]
+    assert (s.running, s.queued, s.free_slots) == (0, 0, 3)
+
+
+async def test_a_cancel_aborts_a_running_generation_which_closes_as_cancelled_with_partial_text() -> None:
+    h = Harness()
+    h.scheduler.accept(routed("c1", "[[tokens:50]][[hold:6]]"), partition=0, offset=0)
+    await until(lambda: "c1:0" in h.engine.holding)
+    h.scheduler.cancel("c1", "user")
+    await until(lambda: h.finished == [(0, 0)])
+    assert h.engine.aborted == ["c1:0"]
+    completed = h.completed("c1")
+    assert completed.finish_reason == "cancelled" and completed.content == scripted_reply(6)
+    assert completed.error_code is None
+    final = h.chunks("c1")[-1]
+    assert final.finish_reason == "cancelled"
+    assert "".join(c.text for c in h.chunks("c1")) == completed.content
+
+
+async def test_a_cancel_for_a_queued_request_closes_it_without_the_engine() -> None:
+    h = Harness(replace(SETTINGS, max_concurrency=1, max_queued=3))
+    h.scheduler.accept(routed("busy", "[[tokens:3]][[hold:1]]"), partition=0, offset=0)
+    h.scheduler.accept(routed("waiting"), partition=0, offset=1)
+    await until(lambda: "busy:0" in h.engine.holding)
+    h.scheduler.cancel("waiting", "user")
+    await until(lambda: h.finished == [(0, 1)])  # done while the first still runs
+    assert [r.rid for r in h.engine.requests] == ["busy:0"]
+    completed = h.completed("waiting")
+    assert (completed.finish_reason, completed.content) == ("cancelled", "")
+    (final,) = h.chunks("waiting")
+    assert (final.seq, final.finish_reason) == (0, "cancelled")
+    h.engine.release()
+    await until(lambda: len(h.finished) == 2)
+
+
+async def test_a_cancel_that_overtakes_its_request_is_honoured_while_remembered() -> None:
+    now = [100.0]
+    h = Harness(replace(SETTINGS, cancel_memory_s=10.0), clock=lambda: now[0])
+    h.scheduler.cancel("early", "user")
+    h.scheduler.accept(routed("early"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    assert h.engine.requests == [] and h.completed("early").finish_reason == "cancelled"
+
+    h.scheduler.cancel("late", "user")
+    now[0] += 11.0  # forgotten by the time the request comes
+    h.scheduler.accept(routed("late", "[[tokens:2]]"), partition=0, offset=1)
+    await until(lambda: len(h.finished) == 2)
+    assert h.completed("late").finish_reason == "stop"
+
+
+async def test_an_engine_that_ignores_the_abort_is_cut_off_after_the_grace() -> None:
+    class Deaf(ScriptedEngine):
+        async def abort(self, rid: str) -> None:
+            self.aborted.append(rid)  # and nothing happens
+
+    h = Harness(replace(SETTINGS, abort_grace_s=0.01), engine=Deaf())
+    h.scheduler.accept(routed("deaf", "[[tokens:9]][[hold:2]]"), partition=0, offset=0)
+    await until(lambda: "deaf:0" in h.engine.holding)
+    h.scheduler.cancel("deaf", "moderation")
+    await until(lambda: h.finished == [(0, 0)])
+    assert h.completed("deaf").finish_reason == "cancelled"
+    assert h.completed("deaf").content == scripted_reply(2)
+    await until(lambda: not h.engine.holding)  # the stream was closed, not left hanging
+
+
+@pytest.mark.parametrize(
+    ("directive", "code"),
+    [("[[fail:unavailable]]", "engine_unavailable"), ("[[fail:rejected]]", "engine_rejected")],
+)
+async def test_an_engine_refusal_closes_the_request_as_failed_and_the_worker_goes_on(
+    directive: str, code: str
+) -> None:
+    h = Harness()
+    h.scheduler.accept(routed("bad", directive), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    completed = h.completed("bad")
+    assert (completed.finish_reason, completed.error_code) == ("failed", code)
+    assert completed.error_message and "scripted engine" in completed.error_message
+    (final,) = h.chunks("bad")
+    assert (final.finish_reason, final.error_code, final.seq) == ("failed", code, 0)
+    h.scheduler.accept(routed("next", "[[tokens:3]]"), partition=0, offset=1)
+    await until(lambda: len(h.finished) == 2)
+    assert h.completed("next").finish_reason == "stop"
+
+
+async def test_a_failure_mid_stream_keeps_the_partial_text() -> None:
+    h = Harness()
+    h.scheduler.accept(routed("mid", "[[tokens:10]][[fail:midstream]]"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    completed = h.completed("mid")
+    assert (completed.finish_reason, completed.error_code) == ("failed", "engine_failed")
+    assert completed.content == scripted_reply(5) == "".join(c.text for c in h.chunks("mid"))
+
+
+async def test_after_an_unavailable_engine_no_records_are_taken_until_its_health_answers() -> None:
+    now = [0.0]
+    h = Harness(clock=lambda: now[0])
+    h.engine.healthy = False
+    assert not await h.scheduler.engine_ready()  # probed before the first record
+    h.engine.healthy = True
+    assert not await h.scheduler.engine_ready()  # probes are spaced out
+    now[0] += HEALTH_PROBE_S
+    assert await h.scheduler.engine_ready()
+    assert await h.scheduler.engine_ready()  # healthy: no probe needed
+
+    h.engine.healthy = False
+    h.scheduler.accept(routed("down"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    assert h.completed("down").error_code == "engine_unavailable"
+    now[0] += HEALTH_PROBE_S
+    assert not await h.scheduler.engine_ready()
+    h.engine.healthy = True
+    now[0] += HEALTH_PROBE_S
+    assert await h.scheduler.engine_ready()
+
+
+async def test_abandoning_a_partition_stops_its_jobs_without_events_or_finishing() -> None:
+    h = Harness()
+    h.scheduler.accept(routed("gone", "[[tokens:9]][[hold:3]]"), partition=0, offset=0)
+    h.scheduler.accept(routed("kept", "[[tokens:9]][[hold:3]]"), partition=1, offset=0)
+    await until(lambda: h.engine.holding == {"gone:0", "kept:0"})
+    assert await h.scheduler.abandon([0]) == 1
+    assert "gone:0" in h.engine.aborted and "kept:0" not in h.engine.aborted
+    h.engine.release()
+    await until(lambda: h.finished == [(1, 0)])
+    assert not [e for e in h.sink.acked("gone") if isinstance(e, GenerationCompleted)]
+    assert h.scheduler.held == 0
+
+
+async def test_drain_finishes_running_jobs_and_leaves_queued_ones_for_the_next_owner() -> None:
+    h = Harness(replace(SETTINGS, max_concurrency=1, max_queued=2))
+    h.scheduler.accept(routed("run", "[[tokens:4]][[hold:2]]"), partition=0, offset=0)
+    h.scheduler.accept(routed("wait"), partition=0, offset=1)
+    await until(lambda: "run:0" in h.engine.holding)
+    drained = asyncio.create_task(h.scheduler.drain(timeout=30))
+    await until(lambda: h.scheduler.draining)
+    h.engine.release()
+    await drained
+    assert h.finished == [(0, 0)]
+    assert [r.rid for r in h.engine.requests] == ["run:0"]
+    h.scheduler.accept(routed("after"), partition=0, offset=2)  # ignored while draining
+    assert h.scheduler.held == 0
+    assert h.scheduler.heartbeat(partitions=[], load=None).draining
+
+
+async def test_drain_abandons_what_does_not_finish_in_time() -> None:
+    h = Harness()
+    h.scheduler.accept(routed("stuck", "[[tokens:9]][[hold:1]]"), partition=3, offset=0)
+    await until(lambda: "stuck:0" in h.engine.holding)
+    await h.scheduler.drain(timeout=0.01)
+    assert h.finished == [] and h.engine.aborted == ["stuck:0"]
+
+
+async def test_closing_events_are_retried_until_the_broker_acknowledges() -> None:
+    h = Harness()
+    h.sink.failures[GenerationCompleted] = 1
+    h.scheduler.accept(routed("retry", "[[tokens:2]]"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    produced = [e for w, e in h.sink.log if w == "produce" and isinstance(e, GenerationCompleted)]
+    assert len(produced) == 2 and h.completed("retry").finish_reason == "stop"
+
+
+async def test_heartbeat_reports_load_and_identity() -> None:
+    h = Harness()
+    beat = h.scheduler.heartbeat(
+        partitions=[1, 4], load=EngineLoad(running=3, queued=1, max_running=8, kv_usage=0.5, cache_hit_rate=0.25)
+    )
+    assert (beat.worker_id, beat.pool, beat.model, beat.partitions) == ("w-test", "small", "scripted-1", [1, 4])
+    assert (beat.max_running, beat.kv_usage, beat.cache_hit_rate, beat.draining) == (4, 0.5, 0.25, False)
+    assert beat.key == b"w-test"

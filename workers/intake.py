@@ -1,0 +1,226 @@
+"""The worker's member of consumer group ``workers.<pool>``: poll, pause, commit what is finished.
+
+confluent-kafka's consumer blocks, so every call on it runs in one thread of
+its own (``Intake``'s executor): polls, pauses, offset stores, commits and the
+rebalance callbacks librdkafka runs inside a poll. The asyncio side only posts
+``finished(partition, offset)``; the thread folds those into the
+``OffsetTracker`` and stores the partition's watermark, so a commit never
+passes a request that is still running.
+
+On revocation the callback asks the event loop to abandon that partition's
+jobs and waits for it, then commits the watermark: the new owner starts at
+the first unfinished request. Nothing of a revoked partition is stored after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from parley.consumer import Delivery, EventConsumer
+from parley.kafka import EventProducer
+from parley.settings import KafkaSettings
+from schemas.catalog import inference_topic
+from workers.offsets import OffsetTracker
+
+log = logging.getLogger(__name__)
+
+#: How long one poll blocks: also how soon a pause, resume or stored offset takes effect.
+POLL_S = 0.1
+#: How long a revocation waits for the event loop to stop that partition's jobs.
+REVOKE_TIMEOUT_S = 30.0
+
+
+class _GroupConsumer(EventConsumer):
+    """EventConsumer plus the rebalance callbacks and pause/resume it does not expose.
+
+    It also defers the offset stores EventConsumer makes for dead-lettered
+    records: storing one past a poison record would commit past a request
+    still running below it, so they go through the tracker like the rest.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        group: str,
+        topic: str,
+        producer: EventProducer,
+        callbacks: dict[str, Callable[[Consumer, list[TopicPartition]], None]],
+    ) -> None:
+        super().__init__(settings, group, [topic], producer)
+        self.topic = settings.topic(topic)
+        self.dead: list[tuple[int, int]] = []
+        # EventConsumer.__init__ subscribed without callbacks; subscribing again before the first poll replaces it.
+        self._consumer.subscribe([self.topic], **callbacks)
+
+    def store(self, topic: str, partition: int, offset: int) -> None:
+        self.dead.append((partition, offset))
+
+    def store_position(self, partition: int, position: int) -> None:
+        self._consumer.store_offsets(offsets=[TopicPartition(self.topic, partition, position)])
+
+    def commit_positions(self, positions: dict[int, int]) -> None:
+        tps = [TopicPartition(self.topic, p, pos) for p, pos in positions.items()]
+        self._consumer.commit(offsets=tps, asynchronous=False)
+
+    def pause_all(self) -> None:
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.pause(assigned)
+
+    def resume_all(self) -> None:
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.resume(assigned)
+
+
+class Intake:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        pool: str,
+        group: str,
+        producer: EventProducer,
+        on_revoked: Callable[[list[int]], Awaitable[Any]],
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._on_revoked = on_revoked
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"intake-{pool}")
+        self._lock = threading.Lock()  # guards _finished and _owned, shared with the event loop
+        self._finished: list[tuple[int, int]] = []
+        self._owned: set[int] = set()
+        self._tracker = OffsetTracker()  # touched only on the intake thread
+        self._paused = False
+        self._consumer = _GroupConsumer(
+            kafka,
+            group,
+            inference_topic(pool),
+            producer,
+            {"on_assign": self._assigned, "on_revoke": self._revoked, "on_lost": self._lost},
+        )
+
+    # ------------------------------------------------------------ event-loop side
+
+    @property
+    def owned(self) -> list[int]:
+        with self._lock:
+            return sorted(self._owned)
+
+    def finished(self, partition: int, offset: int) -> None:
+        """A request's closing events are acknowledged; its offset may count as done."""
+        with self._lock:
+            self._finished.append((partition, offset))
+
+    async def poll(self, max_records: int, accepting: bool) -> list[Delivery]:
+        return await self._loop.run_in_executor(self._executor, self._poll, max(1, max_records), accepting)
+
+    async def close(self) -> None:
+        """Store what finished, commit, leave the group."""
+        await self._loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------ intake thread
+
+    def _poll(self, max_records: int, accepting: bool) -> list[Delivery]:
+        self._apply_finished()
+        if accepting:
+            if self._paused:
+                self._consumer.resume_all()
+                self._paused = False
+        else:
+            # Every time, not once: partitions assigned since the last pause start unpaused.
+            self._consumer.pause_all()
+            self._paused = True
+        deliveries = self._consumer.poll(timeout=POLL_S, max_records=max_records)
+        return self._register(deliveries)
+
+    def _register(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """Start what was polled in offset order; dead-lettered records finish at once."""
+        with self._lock:
+            owned = set(self._owned)
+        dead = set(self._consumer.dead)
+        self._consumer.dead.clear()
+        marks = sorted([(d.partition, d.offset) for d in deliveries] + list(dead))
+        taken: set[tuple[int, int]] = set()
+        for partition, offset in marks:
+            if partition not in owned:
+                continue  # revoked during this poll: the new owner reads it
+            try:
+                self._tracker.start(partition, offset)
+            except ValueError:
+                log.warning("record polled again; skipped", extra={"partition": partition, "offset": offset})
+                continue
+            taken.add((partition, offset))
+        for partition, offset in sorted(dead & taken):
+            self._finish(partition, offset)
+        return [d for d in deliveries if (d.partition, d.offset) in taken]
+
+    def _apply_finished(self) -> None:
+        with self._lock:
+            finished, self._finished = self._finished, []
+            owned = set(self._owned)
+        for partition, offset in finished:
+            if partition in owned:
+                self._finish(partition, offset)
+
+    def _finish(self, partition: int, offset: int) -> None:
+        position = self._tracker.finish(partition, offset)
+        if position is not None:
+            try:
+                self._consumer.store_position(partition, position)
+            except KafkaException as exc:
+                log.warning("offset store failed", extra={"partition": partition, "error": str(exc)})
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        ps = [tp.partition for tp in partitions]
+        with self._lock:
+            self._owned.update(ps)
+        for p in ps:
+            self._tracker.drop(p)  # a fresh start: the committed offset is where this owner begins
+        log.info("partitions assigned", extra={"partitions": ps})
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        ps = [tp.partition for tp in partitions]
+        self._stop_jobs(ps)
+        self._apply_finished()
+        positions = {p: pos for p in ps if (pos := self._tracker.position(p)) is not None}
+        if positions:
+            try:
+                self._consumer.commit_positions(positions)
+            except KafkaException as exc:
+                log.warning("commit on revocation failed", extra={"partitions": ps, "error": str(exc)})
+        self._forget(ps)
+        log.info("partitions revoked", extra={"partitions": ps, "committed": positions})
+
+    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        ps = [tp.partition for tp in partitions]
+        self._stop_jobs(ps)  # another member owns them already: commit nothing
+        self._forget(ps)
+        log.warning("partitions lost", extra={"partitions": ps})
+
+    def _stop_jobs(self, partitions: list[int]) -> None:
+        try:
+            asyncio.run_coroutine_threadsafe(self._on_revoked(partitions), self._loop).result(REVOKE_TIMEOUT_S)
+        except Exception as exc:  # a callback must not raise into librdkafka
+            log.error(
+                "could not stop the jobs of revoked partitions", extra={"partitions": partitions, "error": repr(exc)}
+            )
+
+    def _forget(self, partitions: list[int]) -> None:
+        with self._lock:
+            self._owned.difference_update(partitions)
+        for p in partitions:
+            self._tracker.drop(p)
+
+    def _close(self) -> None:
+        self._apply_finished()
+        try:
+            self._consumer.close()
+        except KafkaException as exc:
+            log.warning("consumer close reported an error", extra={"error": str(exc)})

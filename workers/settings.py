@@ -1,0 +1,77 @@
+"""Settings of one inference worker (``PARLEY_WORKER_*``), read at start-up.
+
+Kafka settings come from ``parley.settings.KafkaSettings``; these are the
+worker's own: which pool it serves, which engine it drives and how hard.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from parley.errors import ConfigError
+from parley.settings import env
+from schemas.catalog import POOLS
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    pool: str = env("PARLEY_WORKER_POOL", "small", f"Pool this worker serves: {' | '.join(POOLS)}")
+    engine_url: str = env("PARLEY_WORKER_ENGINE_URL", "http://127.0.0.1:30000", "Base URL of the engine (SGLang API)")
+    max_concurrency: int = env(
+        "PARLEY_WORKER_MAX_CONCURRENCY",
+        32,
+        "Generations running in the engine at once; the worker stops taking records beyond it",
+    )
+    max_queued: int = env(
+        "PARLEY_WORKER_MAX_QUEUED", 4, "Records accepted on top of the running ones, started as slots free up"
+    )
+    coalesce_ms: float = env(
+        "PARLEY_WORKER_COALESCE_MS", 30.0, "Longest a generated delta waits before a TokenChunk carries it"
+    )
+    coalesce_tokens: int = env("PARLEY_WORKER_COALESCE_TOKENS", 16, "Tokens that make a TokenChunk go out at once")
+    worker_id: str = env("PARLEY_WORKER_ID", "", "Stable worker id (heartbeats, replica); empty: <hostname>-<pid>")
+    heartbeat_s: float = env("PARLEY_WORKER_HEARTBEAT_S", 2.0, "Seconds between WorkerHeartbeat events")
+    model_name: str = env(
+        "PARLEY_WORKER_MODEL", "", "Model name to report when the engine does not say (model_info fails)"
+    )
+    temperature: float = env("PARLEY_WORKER_TEMPERATURE", 0.7, "Sampling temperature sent to the engine")
+    drain_timeout_s: float = env(
+        "PARLEY_WORKER_DRAIN_TIMEOUT_S",
+        30.0,
+        "On SIGTERM, how long running generations may finish before they are abandoned",
+    )
+    abort_grace_s: float = env(
+        "PARLEY_WORKER_ABORT_GRACE_S",
+        5.0,
+        "After a cancel, how long the engine may take to end the stream before the worker stops reading it",
+    )
+    cancel_memory_s: float = env(
+        "PARLEY_WORKER_CANCEL_MEMORY_S", 60.0, "How long a cancel is remembered for a request that has not arrived yet"
+    )
+
+    def __post_init__(self) -> None:
+        if self.pool not in POOLS:
+            raise ConfigError(f"PARLEY_WORKER_POOL={self.pool!r} is not a pool; pools are {', '.join(POOLS)}")
+        if self.max_concurrency < 1:
+            raise ConfigError(f"PARLEY_WORKER_MAX_CONCURRENCY must be at least 1, got {self.max_concurrency}")
+        if self.max_queued < 0:
+            raise ConfigError(f"PARLEY_WORKER_MAX_QUEUED must not be negative, got {self.max_queued}")
+        if self.coalesce_ms < 0 or self.coalesce_tokens < 1:
+            raise ConfigError("PARLEY_WORKER_COALESCE_MS must be >= 0 and PARLEY_WORKER_COALESCE_TOKENS >= 1")
+        if self.heartbeat_s <= 0:
+            raise ConfigError(f"PARLEY_WORKER_HEARTBEAT_S must be positive, got {self.heartbeat_s}")
+        if not self.worker_id:
+            # Resolved here, at start-up, not at import: the pid is the running process's.
+            object.__setattr__(self, "worker_id", f"{socket.gethostname()}-{os.getpid()}")
+
+    @property
+    def group(self) -> str:
+        """The consumer group every worker of this pool joins."""
+        return f"workers.{self.pool}"
+
+    @property
+    def capacity(self) -> int:
+        """Records held at once (running + queued): the bound on what is taken from Kafka."""
+        return self.max_concurrency + self.max_queued

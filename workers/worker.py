@@ -1,0 +1,204 @@
+"""The inference worker process: Kafka in, one engine, Kafka out (DESIGN.md §1, ``workers/<pool>``).
+
+    chat.inference.<pool> ──Intake (group workers.<pool>)──▶ Scheduler ──engine──▶ chat.tokens,
+                                                                                chat.events, chat.usage
+    chat.control (every partition, no group) ──ControlListener──▶ Scheduler.cancel
+    every heartbeat_s ──▶ fleet.heartbeats
+
+Four loops share one event loop: intake, control, heartbeats, and the wait
+for a stop signal. The pure parts (template, coalescing, watermarks, cancel
+memory, closing events) live in their own modules; this one only wires them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import replace
+
+from parley.kafka import EventProducer
+from parley.settings import KafkaSettings, from_env
+from schemas.events import InferenceRouted
+from workers.control import ControlListener
+from workers.engine_api import EngineClient, EngineLoad
+from workers.intake import Intake
+from workers.scheduler import Scheduler
+from workers.settings import WorkerSettings
+from workers.sink import KafkaSink
+
+log = logging.getLogger(__name__)
+
+
+async def run_worker(
+    worker: WorkerSettings,
+    kafka: KafkaSettings,
+    engine: EngineClient | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``chat.inference.<pool>`` until ``stop`` is set, then drain, commit and leave the group."""
+    stop = stop or asyncio.Event()
+    owns_engine = engine is None
+    if engine is None:
+        from workers.sglang import SGLangClient  # lazily: tests and other engines do not need it
+
+        engine = SGLangClient(worker.engine_url)
+    control = await asyncio.to_thread(ControlListener, kafka, worker.cancel_memory_s)
+    producer = EventProducer(kafka)
+    sink = KafkaSink(producer)
+    intake: Intake | None = None
+
+    def finished(partition: int, offset: int) -> None:
+        assert intake is not None  # nothing is accepted before the intake exists
+        intake.finished(partition, offset)
+
+    scheduler = Scheduler(worker, engine, sink, on_finished=finished)
+    scheduler.model = await _model_of(engine, worker)
+    intake = Intake(kafka, worker.pool, worker.group, producer, scheduler.abandon)
+    log.info(
+        "worker started",
+        extra={"worker_id": worker.worker_id, "pool": worker.pool, "group": worker.group, "model": scheduler.model},
+    )
+    closing = asyncio.Event()  # set once drained: the intake and control loops end
+    loops = [
+        asyncio.create_task(_intake_loop(intake, scheduler, stop, closing), name="intake"),
+        asyncio.create_task(_control_loop(control, scheduler, closing), name="control"),
+        asyncio.create_task(_heartbeat_loop(worker, engine, scheduler, sink, intake, closing), name="heartbeats"),
+    ]
+    failed: BaseException | None = None
+    try:
+        stopped = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        for task in done:
+            if task is not stopped and not task.cancelled() and task.exception() is not None:
+                failed = task.exception()
+                log.error("worker loop failed; draining", exc_info=failed, extra={"loop": task.get_name()})
+        stop.set()
+        log.info("draining", extra={"running": scheduler.running, "queued": scheduler.queued})
+        await scheduler.drain(worker.drain_timeout_s)
+    finally:
+        closing.set()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await intake.close()  # commits what finished and leaves the group, handing partitions over at once
+        await asyncio.to_thread(control.close)
+        await _send_heartbeat(scheduler, sink, intake=None, load=None)
+        await asyncio.to_thread(producer.close)
+        if owns_engine:
+            await engine.close()
+        log.info("worker stopped", extra={"worker_id": worker.worker_id, "finished": scheduler.finished_count})
+    if failed is not None:
+        raise failed
+
+
+async def _intake_loop(intake: Intake, scheduler: Scheduler, stop: asyncio.Event, closing: asyncio.Event) -> None:
+    # Keeps polling while draining (paused): rebalances are served and finished offsets get stored.
+    while not closing.is_set():
+        accepting = not stop.is_set() and scheduler.free_slots > 0 and await scheduler.engine_ready()
+        for delivery in await intake.poll(scheduler.free_slots, accepting):
+            if isinstance(delivery.event, InferenceRouted):
+                scheduler.accept(delivery.event, delivery.partition, delivery.offset)
+            else:  # the catalog puts nothing else here; a stray event must not hold back the watermark
+                log.warning(
+                    "unexpected event skipped",
+                    extra={"type": type(delivery.event).__name__, "partition": delivery.partition},
+                )
+                intake.finished(delivery.partition, delivery.offset)
+
+
+async def _control_loop(control: ControlListener, scheduler: Scheduler, closing: asyncio.Event) -> None:
+    while not closing.is_set():
+        for cancel in await asyncio.to_thread(control.poll, 0.2):
+            scheduler.cancel(cancel.request_id, cancel.reason)
+
+
+async def _heartbeat_loop(
+    worker: WorkerSettings,
+    engine: EngineClient,
+    scheduler: Scheduler,
+    sink: KafkaSink,
+    intake: Intake,
+    closing: asyncio.Event,
+) -> None:
+    while not closing.is_set():
+        try:
+            load = await asyncio.wait_for(engine.load(), timeout=worker.heartbeat_s)
+        except Exception:
+            load = None  # the heartbeat still says the worker is alive; the router sees no KV figures
+        if not scheduler.model:
+            scheduler.model = await _model_of(engine, worker, quiet=True)
+        await _send_heartbeat(scheduler, sink, intake, load)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(closing.wait(), timeout=worker.heartbeat_s)
+
+
+async def _send_heartbeat(
+    scheduler: Scheduler, sink: KafkaSink, intake: Intake | None, load: EngineLoad | None
+) -> None:
+    beat = scheduler.heartbeat(partitions=intake.owned if intake else [], load=load)
+    # Not awaited: a heartbeat that cannot be delivered is superseded by the next one anyway.
+    sink.send_nowait(beat).add_done_callback(_log_lost_heartbeat)
+
+
+def _log_lost_heartbeat(fut: asyncio.Future[object]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("heartbeat not delivered", extra={"error": str(fut.exception())})
+
+
+async def _model_of(engine: EngineClient, worker: WorkerSettings, quiet: bool = False) -> str:
+    try:
+        return (await asyncio.wait_for(engine.model_info(), timeout=5.0)).model
+    except Exception as exc:
+        if not quiet:
+            log.warning(
+                "engine did not say its model; using PARLEY_WORKER_MODEL",
+                extra={"engine_url": worker.engine_url, "error": type(exc).__name__, "model": worker.model_name},
+            )
+        return ""
+
+
+# ------------------------------------------------------------------ process entry
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers", description="Run one inference worker.")
+    parser.add_argument("--pool", help="pool to serve (PARLEY_WORKER_POOL)")
+    parser.add_argument("--engine-url", help="engine base URL (PARLEY_WORKER_ENGINE_URL)")
+    parser.add_argument("--worker-id", help="stable worker id (PARLEY_WORKER_ID)")
+    parser.add_argument("--max-concurrency", type=int, help="generations at once (PARLEY_WORKER_MAX_CONCURRENCY)")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> WorkerSettings:
+    """Environment first, then the command line on top."""
+    worker = from_env(WorkerSettings)
+    overrides = {
+        name: value
+        for name, value in (
+            ("pool", args.pool),
+            ("engine_url", args.engine_url),
+            ("worker_id", args.worker_id),
+            ("max_concurrency", args.max_concurrency),
+        )
+        if value is not None
+    }
+    return replace(worker, **overrides) if overrides else worker
+
+
+async def serve(worker: WorkerSettings, kafka: KafkaSettings) -> None:
+    """``run_worker`` until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await run_worker(worker, kafka, stop=stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from parley.logs import setup_logging
+
+    setup_logging("worker")
+    args = parse_args(argv)
+    asyncio.run(serve(settings_from(args), from_env(KafkaSettings)))
