@@ -140,7 +140,7 @@ class Store:
             return []
         rows = await self._run(f"SELECT {self._MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE conversation_id = ?", (cid,))
         out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
-        return sorted(out, key=lambda m: (m.created_at or datetime.min, m.id))
+        return _in_order(out)
 
     async def message(self, conversation_id: str, message_id: str) -> Message | None:
         cid, mid = _uuid(conversation_id), _uuid(message_id)
@@ -150,6 +150,19 @@ class Store:
             f"SELECT {self._MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE conversation_id = ? AND message_id = ?", (cid, mid)
         )
         return _message(rows[0]) if rows and rows[0].role is not None else None
+
+
+def _in_order(messages: list[Message]) -> list[Message]:
+    """Oldest first; a reply and its question share a millisecond, so depth breaks the tie."""
+    parents = {m.id: m.parent_id for m in messages}
+
+    def depth(mid: str | None) -> int:
+        d = 0
+        while mid is not None and mid in parents and d <= len(parents):
+            mid, d = parents[mid], d + 1
+        return d
+
+    return sorted(messages, key=lambda m: (m.created_at or datetime.min, depth(m.id), m.id))
 
 
 def _message(r: Any) -> Message:

@@ -27,13 +27,15 @@ def run_id() -> str:
     return uuid.uuid4().hex[:8]
 
 
-@pytest.fixture(scope="session")
-def kafka(infra: LocalInfraSettings, run_id: str) -> Iterator[KafkaSettings]:
-    """Kafka settings with a topic prefix of this run, all catalog topics created."""
+@pytest.fixture(scope="module")
+def kafka(infra: LocalInfraSettings, run_id: str, request: pytest.FixtureRequest) -> Iterator[KafkaSettings]:
+    """Kafka settings with a topic prefix of this run and test module, all catalog topics created:
+    a module never reads another module's records."""
     from parley.kafka import admin
     from parley.topics import ensure_topics
 
-    settings = replace(from_env(KafkaSettings), topic_prefix=f"test-{run_id}.")
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")[:20]
+    settings = replace(from_env(KafkaSettings), topic_prefix=f"test-{run_id}-{module}.")
     client = admin(settings)
     ensure_topics(settings, client)
     yield settings

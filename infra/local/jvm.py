@@ -92,7 +92,9 @@ def pid_of(service: JvmService) -> int | None:
         cmdline = ""
     if service.marker in cmdline.split("\0"):
         return pid
-    service.pid_file.unlink(missing_ok=True)  # the pid is dead or was reused by someone else
+    if not _alive(pid):
+        service.pid_file.unlink(missing_ok=True)  # stale: a later start writes a new one
+    # Alive without our marker: the pid was reused by someone else (or has not exec'd yet).
     return None
 
 
@@ -132,7 +134,15 @@ def start(service: JvmService, lib: Path) -> int:
             close_fds=True,
         )
     service.pid_file.write_text(f"{proc.pid}\n")
+    _await_exec(service, proc)
     return proc.pid
+
+
+def _await_exec(service: JvmService, proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """Until /proc shows the new command line, the child still looks like us, not like the service."""
+    deadline = time.monotonic() + timeout
+    while pid_of(service) is None and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def wait_healthy(

@@ -9,7 +9,7 @@ import pytest
 
 from parley import isolated
 from parley.client import ParleyClient
-from parley.settings import CassandraSettings, KafkaSettings
+from parley.settings import CassandraSettings, KafkaSettings, from_env
 
 #: A quick synthetic engine and short replies keep the suite fast on two cores.
 E2E_ENV = {
@@ -36,9 +36,12 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(kafka: KafkaSettings, cassandra, cassandra_settings: CassandraSettings, tmp_path_factory) -> Iterator[Stack]:
-    inner = isolated.start(kafka, cassandra_settings, tmp_path_factory.mktemp("stack-logs"), E2E_ENV)
+def stack(infra, tmp_path_factory) -> Iterator[Stack]:
+    """Its own topics and keyspace, so its traffic never meets the integration tests'."""
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "e2e")
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("stack-logs"), E2E_ENV)
     try:
         yield Stack(inner)
     finally:
         inner.stop()
+        isolated.drop(kafka, cassandra)

@@ -5,22 +5,27 @@ from __future__ import annotations
 import io
 import time
 import uuid
+from dataclasses import replace
 
 import fastavro
 
 from parley.consumer import Delivery, EventConsumer
-from parley.kafka import EventProducer
+from parley.kafka import EventProducer, admin
+from parley.topics import ensure_topics
+from schemas.catalog import TOPICS
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.events import DeadLetter, TokenChunk
 
 
-def _drain(consumer: EventConsumer, want: int, timeout: float = 30.0) -> list[Delivery]:
+def _drain(consumer: EventConsumer, want: int, timeout: float = 30.0, mine=lambda d: True) -> list[Delivery]:
+    """The first ``want`` deliveries that are ``mine`` (other tests may share the topic)."""
     got: list[Delivery] = []
     deadline = time.monotonic() + timeout
     while len(got) < want and time.monotonic() < deadline:
         for d in consumer.poll(timeout=0.5):
-            got.append(d)
+            if mine(d):
+                got.append(d)
             consumer.done(d)
     return got
 
@@ -39,7 +44,7 @@ def test_events_round_trip_and_keep_order_per_conversation(kafka: KafkaSettings)
 
     consumer = EventConsumer(kafka, f"test-order-{uuid.uuid4().hex[:6]}", ["chat.tokens"], producer)
     try:
-        got = _drain(consumer, len(sent))
+        got = _drain(consumer, len(sent), mine=lambda d: d.event.conversation_id in conversations)
     finally:
         consumer.close()
         producer.close()
@@ -85,7 +90,7 @@ def test_poison_goes_to_the_dlq_and_consumption_continues(kafka: KafkaSettings) 
     group = f"test-dlq-{uuid.uuid4().hex[:6]}"
     consumer = EventConsumer(kafka, group, ["chat.control"], producer)
     try:
-        got = [d for d in _drain(consumer, 1) if d.event.conversation_id == cid]
+        got = _drain(consumer, 1, mine=lambda d: d.event.conversation_id == cid)
         assert [d.event for d in got] == [good]
         assert consumer.dead_lettered >= len(poison)
         consumer.commit()
@@ -114,6 +119,9 @@ def test_poison_goes_to_the_dlq_and_consumption_continues(kafka: KafkaSettings) 
 
 def test_committed_offsets_resume_after_the_last_done_record(kafka: KafkaSettings) -> None:
     """A new member of the group starts after what the previous one marked done: no redelivery, no gap."""
+    kafka = replace(kafka, topic_prefix=f"{kafka.topic_prefix}commit-{uuid.uuid4().hex[:4]}.")
+    client = admin(kafka)
+    ensure_topics(kafka, client, [TOPICS["chat.usage"]])  # a topic of its own: nobody else's records
     producer = EventProducer(kafka)
     cid = str(uuid.uuid4())
     for seq in range(6):
@@ -130,8 +138,10 @@ def test_committed_offsets_resume_after_the_last_done_record(kafka: KafkaSetting
     first.close()  # commits 0..2 only
 
     second = EventConsumer(kafka, group, ["chat.usage"], producer)
-    rest = [d.event.seq for d in _drain(second, 3)]
+    rest = [d.event.seq for d in _drain(second, 3, mine=lambda d: d.event.conversation_id == cid)]
     second.close()
     producer.close()
+    for fut in client.delete_topics([kafka.topic("chat.usage")]).values():
+        fut.result()
     assert seen == [0, 1, 2]
     assert rest == [3, 4, 5]
