@@ -115,7 +115,10 @@ class EventConsumer:
     def poll(self, timeout: float = 1.0, max_records: int = 100) -> list[Delivery]:
         """Decoded events; poison records are dead-lettered (and marked done) on the way."""
         try:
-            messages = self._consumer.consume(max_records, timeout)
+            # consume(n, timeout) waits out the whole timeout unless n records arrive; for live
+            # traffic, block only for the first record and then take what is already fetched.
+            first = self._consumer.poll(timeout)
+            messages = [] if first is None else [first, *self._consumer.consume(max_records - 1, 0)]
         except KafkaException as exc:
             raise BrokerUnavailable(f"consume failed: {exc}") from exc
         out = []

@@ -42,6 +42,10 @@ class Supervisor:
 
     def start(self, service: Service, *, name: str | None = None, extra_env: dict[str, str] | None = None) -> Child:
         name = name or service.name
+        url = service.health_url.format(**self.ports) if service.health_url else None
+        if url is not None and _answers(url):
+            # Something else already serves there; its health answer would be taken for ours.
+            raise StartFailed(f"{name}: {url} already answers: another process holds its port (change the PARLEY_*_PORT setting or stop it)")
         log = self.log_dir / f"{name}.log"
         with open(log, "ab") as out:
             process = subprocess.Popen(
@@ -52,7 +56,6 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us; we stop children in order
             )
-        url = service.health_url.format(**self.ports) if service.health_url else None
         child = Child(service, process, log, url)
         self.children.append(child)
         return child
@@ -98,6 +101,14 @@ class Supervisor:
         for child in reversed(self.children):  # the gateway first: stop taking traffic, then the rest
             self.stop(child, timeout)
         self.children.clear()
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 def tail(path: Path, lines: int = 30) -> str:
