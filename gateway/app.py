@@ -25,8 +25,9 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from gateway import replies
 from gateway.auth import Authenticator, Principal
@@ -101,6 +102,12 @@ async def metrics(request: Request) -> Response:
 
 
 OPENAPI = Path(__file__).resolve().parent.parent / "schemas" / "openapi.yaml"
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+async def index(request: Request) -> Response:
+    """The web client: static files, no build step."""
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
 async def openapi(request: Request) -> Response:
@@ -295,6 +302,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
             session.cluster.shutdown()
 
     routes = [
+        Route("/", index),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
