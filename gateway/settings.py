@@ -18,4 +18,7 @@ class GatewaySettings:
     append_timeout_s: float = env(
         "PARLEY_GATEWAY_APPEND_TIMEOUT_S", 10.0, "How long to wait for Kafka to acknowledge an append before 503"
     )
+    abandon_grace_s: float = env(
+        "PARLEY_GATEWAY_ABANDON_GRACE_S", 60.0, "A reply nobody reads for this long is cancelled (reason abandoned)"
+    )
     retry_after_s: int = env("PARLEY_GATEWAY_RETRY_AFTER_S", 5, "Retry-After sent with 503 when Kafka is unavailable")

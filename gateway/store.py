@@ -142,6 +142,25 @@ class Store:
         out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
         return _in_order(out)
 
+    async def find_message(self, message_id: str) -> tuple[str, Message] | None:
+        """(conversation id, message) of a message known only by its id."""
+        mid = _uuid(message_id)
+        if mid is None:
+            return None
+        rows = await self._run(
+            f"SELECT conversation_id, {self._MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE message_id = ?", (mid,)
+        )
+        if not rows or rows[0].role is None:
+            return None
+        return str(rows[0].conversation_id), _message(rows[0])
+
+    async def touch_reader(self, request_id: str, at: datetime) -> None:
+        await self._run("UPDATE {ks}.reply_readers SET reader_at = ? WHERE request_id = ?", (at, uuid.UUID(request_id)))
+
+    async def last_reader(self, request_id: str) -> datetime | None:
+        rows = await self._run("SELECT reader_at FROM {ks}.reply_readers WHERE request_id = ?", (uuid.UUID(request_id),))
+        return rows[0].reader_at.replace(tzinfo=timezone.utc) if rows and rows[0].reader_at else None
+
     async def message(self, conversation_id: str, message_id: str) -> Message | None:
         cid, mid = _uuid(conversation_id), _uuid(message_id)
         if cid is None or mid is None:

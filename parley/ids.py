@@ -9,6 +9,10 @@ import uuid
 NS = uuid.UUID("6b1f3c2e-9a4d-5e8f-b7c1-2d3e4f5a6b7c")
 
 
+def new_conversation_id() -> str:
+    return str(uuid.uuid4())
+
+
 def user_message_id(conversation_id: str, client_message_id: str) -> str:
     return str(uuid.uuid5(NS, f"{conversation_id}:{client_message_id}"))
 

@@ -1,0 +1,136 @@
+"""Conversation handlers: create, list, read the tree, post a message, select a branch."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway import turns
+from gateway.errors import Unprocessable
+from gateway.services import services, trace_id
+from gateway.validation import MISSING, json_body, string, uuid_string
+from parley import ids
+from schemas.events import ConversationCreated, GenerationRequested, LeafSelected, MessagePosted
+
+ID_MAX = 200  # client ids, model names
+
+
+async def create_conversation(request: Request) -> Response:
+    svc = services(request)
+    user = await svc.auth(request)
+    body = await json_body(request, svc.settings.max_body_bytes, required=False)
+    title = string(body, "title", max_chars=200, required=False, allow_empty=True)
+    model = string(body, "model", max_chars=ID_MAX, required=False)
+    event = ConversationCreated(
+        conversation_id=ids.new_conversation_id(),
+        user_id=user.user_id,
+        title="" if title in (MISSING, None) else title,
+        model=None if model is MISSING else model,
+        trace_id=trace_id(request),
+    )
+    await svc.append(event)
+    await svc.store.write_through(event)
+    created = datetime.fromtimestamp(event.occurred_at / 1e6, tz=timezone.utc)
+    body_out = {"id": event.conversation_id, "title": event.title, "model": event.model, "created_at": created.isoformat()}
+    return JSONResponse(body_out, status_code=201)
+
+
+async def list_conversations(request: Request) -> Response:
+    svc = services(request)
+    user = await svc.auth(request)
+    return JSONResponse({"conversations": await svc.store.conversations_of(user.user_id)})
+
+
+async def get_conversation(request: Request) -> Response:
+    svc = services(request)
+    user = await svc.auth(request)
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    messages = await svc.store.messages(conversation.id)
+    return JSONResponse(
+        {
+            "id": conversation.id,
+            "title": conversation.title,
+            "model": conversation.model,
+            "selected_leaf_id": conversation.selected_leaf_id,
+            "messages": [_message_json(m) for m in messages],
+        }
+    )
+
+
+def _message_json(m: Any) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "parent_id": m.parent_id,
+        "role": m.role,
+        "content": m.content,
+        "model": m.model,
+        "status": m.status,
+        "finish_reason": m.finish_reason,
+        "created_at": m.created_at.replace(tzinfo=timezone.utc).isoformat() if m.created_at else None,
+    }
+
+
+async def post_message(request: Request) -> Response:
+    """A new user message (a sibling when its parent already has children: an edit) and its reply."""
+    svc = services(request)
+    user = await svc.auth(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    content = string(body, "content", max_chars=svc.settings.max_message_chars)
+    client_message_id = string(body, "client_message_id", max_chars=ID_MAX)
+    model = string(body, "model", max_chars=ID_MAX, required=False)
+    parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
+    model = None if model is MISSING else model
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    messages = await svc.store.messages(conversation.id)
+    known = {m.id for m in messages}
+
+    if parent_id is MISSING:  # continue the selected branch
+        parent_id = conversation.selected_leaf_id if conversation.selected_leaf_id in known else None
+        if parent_id is None and messages:
+            parent_id = messages[-1].id
+    elif parent_id is not None:
+        parent_id = uuid_string(parent_id, "parent_id")
+        if parent_id not in known:
+            raise Unprocessable("`parent_id` is not a message of this conversation", code="unknown_parent")
+
+    user_message_id = ids.user_message_id(conversation.id, client_message_id)
+    reply_id = ids.reply_id(conversation.id, client_message_id)
+    existing = next((m for m in messages if m.id == reply_id), None)
+    if existing is not None:  # a retried POST: the same reply, not a second one
+        return turns.resume(svc, conversation.id, user.user_id, user_message_id, existing, None)
+
+    common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
+    posted = MessagePosted(
+        **common,
+        message_id=user_message_id,
+        parent_id=parent_id,
+        client_message_id=client_message_id,
+        content=content,
+        model=model,
+    )
+    requested = GenerationRequested(
+        **common,
+        request_id=reply_id,
+        parent_id=user_message_id,
+        client_message_id=client_message_id,
+        model=model,
+        tier=user.tier,
+    )
+    return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
+
+
+async def select_leaf(request: Request) -> Response:
+    svc = services(request)
+    user = await svc.auth(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    leaf_id = uuid_string(string(body, "leaf_id", max_chars=ID_MAX), "leaf_id")
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    if await svc.store.message(conversation.id, leaf_id) is None:
+        raise Unprocessable("`leaf_id` is not a message of this conversation", code="unknown_message")
+    event = LeafSelected(conversation_id=conversation.id, user_id=user.user_id, leaf_id=leaf_id, trace_id=trace_id(request))
+    await svc.append(event)
+    await svc.store.write_through(event)
+    return JSONResponse({"id": conversation.id, "selected_leaf_id": leaf_id})

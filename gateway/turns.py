@@ -1,0 +1,139 @@
+"""Starting a reply and reading one: what posting, regenerating and resuming share.
+
+A new reply: note the end of the conversation's ``chat.tokens`` partition, open
+a stream there, append the events, write the new rows through (the same writes
+the materializer makes, so the caller reads them back at once), then stream.
+A stream that ends before its reply does (the client went away) starts an
+abandonment watch: if no reader touched the reply within the grace period, the
+generation is cancelled with reason ``abandoned``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.responses import Response
+
+from gateway import replies
+from gateway.errors import BadRequest, ServiceUnavailable
+from gateway.services import Services
+from gateway.store import Message
+from gateway.tokens import Stream
+from parley.errors import Unavailable
+from schemas.events import ConversationEvent, GenerationCancelRequested, GenerationRequested
+
+log = logging.getLogger(__name__)
+
+
+async def start_reply(
+    svc: Services, events: list[ConversationEvent], request: GenerationRequested, user_message_id: str
+) -> Response:
+    """Append ``events`` (the last is ``request``, its token_offset to be filled) and stream the reply."""
+    partition = svc.tokens.partition_of(request.conversation_id)
+    try:
+        noted = await svc.tokens.note_end(partition)
+    except Unavailable as exc:
+        raise ServiceUnavailable("the token stream is unavailable; retry shortly", retry_after=svc.settings.retry_after_s) from exc
+    stream = svc.tokens.open(request.request_id, partition, noted)
+    events = [*events[:-1], replace(request, token_offset=noted)]
+    try:
+        await svc.append(*events)
+    except BaseException:
+        svc.tokens.close_stream(stream)
+        raise
+    for event in events:
+        await svc.store.write_through(event)
+    head = [replies.message_event(request.conversation_id, user_message_id, request.request_id, f"{partition}:{noted - 1}")]
+    return sse(svc, read_live(svc, stream, head, request.conversation_id, request.user_id))
+
+
+def parse_cursor(value: str | None, partition: int) -> int | None:
+    """The offset after a ``partition:offset`` cursor; None without one; 400 when it is not ours."""
+    if value is None or value == "":
+        return None
+    p, _, o = value.partition(":")
+    if not (p.isdigit() and (o.isdigit() or (o.startswith("-") and o[1:].isdigit()))):
+        raise BadRequest("`Last-Event-ID` is not a cursor this API sent (`partition:offset`)", code="bad_cursor")
+    if int(p) != partition:
+        raise BadRequest("`Last-Event-ID` belongs to another conversation", code="bad_cursor")
+    return int(o) + 1
+
+
+def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: Message, after: str | None) -> Response:
+    """A reply's stream: after a cursor, or from its start; a finished reply without a cursor from storage.
+
+    After a cursor the rest always comes from ``chat.tokens`` (kept a day), finished or not: only
+    the log knows which text follows that exact position.
+    """
+    partition = svc.tokens.partition_of(conversation_id)
+    offset = parse_cursor(after, partition)
+    if offset is not None:
+        return sse(svc, read_live(svc, svc.tokens.open(reply.id, partition, offset), [], conversation_id, user_id))
+    start = reply.stream_offset if reply.stream_offset is not None and reply.stream_offset >= 0 else 0
+    cursor = f"{partition}:{start - 1}"
+    head = [replies.message_event(conversation_id, user_message_id, reply.id, cursor)]
+    if reply.status in replies.FINISHED:
+        return sse(svc, _iterate(replies.stored(reply, head, cursor)))
+    return sse(svc, read_live(svc, svc.tokens.open(reply.id, partition, start), head, conversation_id, user_id))
+
+
+async def read_live(
+    svc: Services, stream: Stream, head: list[dict[str, Any]], conversation_id: str, user_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """The live reply, touching its reader mark; an early end starts an abandonment watch."""
+    finished = False
+    toucher = asyncio.create_task(_touch(svc, stream.request_id))
+    try:
+        async for event in replies.live(svc.tokens, stream, head):
+            yield event
+            if event["event"] in ("done", "error"):
+                finished = True
+    finally:
+        toucher.cancel()
+        if not finished:
+            left = datetime.now(timezone.utc)
+            svc.spawn(_watch_abandonment(svc, stream.request_id, conversation_id, user_id, left))
+
+
+async def _touch(svc: Services, request_id: str) -> None:
+    period = max(0.5, svc.settings.abandon_grace_s / 3)
+    while True:
+        try:
+            await svc.store.touch_reader(request_id, datetime.now(timezone.utc))
+        except Unavailable:
+            pass  # without Cassandra nobody is declared abandoned either: the watch errs on keeping it
+        await asyncio.sleep(period)
+
+
+async def _watch_abandonment(svc: Services, request_id: str, conversation_id: str, user_id: str, left: datetime) -> None:
+    await asyncio.sleep(svc.settings.abandon_grace_s)
+    try:
+        found = await svc.store.message(conversation_id, request_id)
+        if found is not None and found.status in replies.FINISHED:
+            return
+        last = await svc.store.last_reader(request_id)
+        if last is not None and last > left:
+            return  # someone (here or on another gateway) resumed it since
+        await svc.append(
+            GenerationCancelRequested(conversation_id=conversation_id, user_id=user_id, request_id=request_id, reason="abandoned")
+        )
+        log.info("cancelled an abandoned reply", extra={"request_id": request_id})
+    except Exception as exc:  # the watch is best effort: never let it take the process down
+        log.warning("abandonment watch failed", extra={"request_id": request_id, "error": type(exc).__name__})
+
+
+async def _iterate(events: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for event in events:
+        yield event
+
+
+def sse(svc: Services, events: AsyncIterator[dict[str, Any]]) -> Response:
+    return EventSourceResponse(
+        events, ping=svc.settings.stream_ping_s, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
