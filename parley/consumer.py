@@ -36,6 +36,19 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_EVENT_BYTES = 512 * 1024
 
 
+def poll_batch(consumer: Consumer, max_records: int, timeout: float) -> list[Message]:
+    """Up to ``max_records`` records, returning as soon as one has arrived.
+
+    ``Consumer.consume(n, timeout)`` waits out the whole timeout unless n records
+    arrive, which adds up to ``timeout`` of latency to live traffic; this blocks
+    only for the first record and then takes what is already fetched.
+    """
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
+
 class EventTooLarge(codec.CodecError):
     pass
 
@@ -115,10 +128,7 @@ class EventConsumer:
     def poll(self, timeout: float = 1.0, max_records: int = 100) -> list[Delivery]:
         """Decoded events; poison records are dead-lettered (and marked done) on the way."""
         try:
-            # consume(n, timeout) waits out the whole timeout unless n records arrive; for live
-            # traffic, block only for the first record and then take what is already fetched.
-            first = self._consumer.poll(timeout)
-            messages = [] if first is None else [first, *self._consumer.consume(max_records - 1, 0)]
+            messages = poll_batch(self._consumer, max_records, timeout)
         except KafkaException as exc:
             raise BrokerUnavailable(f"consume failed: {exc}") from exc
         out = []

@@ -40,9 +40,17 @@ class Supervisor:
         self.children: list[Child] = []
         log_dir.mkdir(parents=True, exist_ok=True)
 
-    def start(self, service: Service, *, name: str | None = None, extra_env: dict[str, str] | None = None) -> Child:
+    def start(
+        self,
+        service: Service,
+        *,
+        name: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        ports: dict[str, int] | None = None,
+    ) -> Child:
+        """Start ``service`` (another instance of it: a new ``name``, its own ``extra_env`` and ``ports``)."""
         name = name or service.name
-        url = service.health_url.format(**self.ports) if service.health_url else None
+        url = service.health_url.format(**{**self.ports, **(ports or {})}) if service.health_url else None
         if url is not None and _answers(url):
             # Something else already serves there; its health answer would be taken for ours.
             raise StartFailed(f"{name}: {url} already answers: another process holds its port (change the PARLEY_*_PORT setting or stop it)")

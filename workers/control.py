@@ -18,6 +18,7 @@ import uuid
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
+from parley.consumer import poll_batch
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from schemas import codec
@@ -75,7 +76,7 @@ class ControlListener:
 
     def poll(self, timeout: float = 0.2, max_records: int = 500) -> list[GenerationCancelRequested]:
         try:
-            messages = self._consumer.consume(max_records, timeout)
+            messages = poll_batch(self._consumer, max_records, timeout)
         except KafkaException as exc:
             raise BrokerUnavailable(f"consume from {self.topic} failed: {exc}") from exc
         out = []
