@@ -53,7 +53,7 @@ ROUTER = Service(
 MATERIALIZER = Service(
     "materializer",
     ("streams", "materializer"),
-    consumes=("chat.events",),
+    consumes=("chat.events", "chat.tokens"),  # chat.tokens: checkpoints of replies still streaming
     group="streams.materializer",
 )
 GATEWAY = Service(

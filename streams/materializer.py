@@ -1,5 +1,6 @@
 """Materializer: ``chat.events`` → the Cassandra tables ``conversations``,
-``conversations_by_user``, ``messages`` (and ``summaries``).
+``conversations_by_user``, ``messages`` (and ``summaries``); ``chat.tokens`` →
+checkpoints of streaming replies' text in ``messages``.
 
 For each event: the conversation's state before it (memory, else the rows
 already written), the writes ``streams.projection`` derives, executed until
@@ -7,18 +8,30 @@ Cassandra takes them, then the state after it. A record is acknowledged only
 once its writes are in, so an outage stalls the projection and loses nothing;
 since every write is timestamped by its event, the rows redelivered after a
 crash are rewritten identically.
+
+Checkpoints (``streams.checkpoint``) run as a second agent of the same app:
+both topics are keyed and partitioned alike, so a conversation's events and
+chunks land on the same instance, and the DESIGN topology has the materializer
+write them. Its own agent keeps token traffic from delaying ``chat.events``
+rows, which the context builder waits for. A checkpoint's text may wait in
+memory up to PARLEY_MATERIALIZER_CHECKPOINT_MAX_S after its chunk was
+acknowledged; a restart loses at most that, and resumes from the row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Protocol
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import faust
 
 from parley.settings import KafkaSettings
 from schemas import events as ev
 from streams.app import decoded, raw_topic
+from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
 from streams.lru import LRU
 from streams.projection import PROJECTION, Write, writes_for
 from streams.settings import MaterializerSettings, StreamsSettings
@@ -28,9 +41,18 @@ from streams.tree import Conversation, apply
 
 log = logging.getLogger(__name__)
 
+#: Longest a shutdown or rebalance waits for the last checkpoints (Cassandra may be down).
+FINAL_FLUSH_S = 5.0
+
 
 class TreeStore(Protocol):
     async def load(self, conversation_id: str) -> Conversation: ...
+
+    async def write(self, writes: list[Write]) -> None: ...
+
+
+class ReplyStore(Protocol):
+    async def reply(self, conversation_id: str, message_id: str) -> StoredReply | None: ...
 
     async def write(self, writes: list[Write]) -> None: ...
 
@@ -61,10 +83,49 @@ class Materializer:
         return writes
 
 
+class Checkpoints:
+    """TokenChunks → checkpoint writes (no Kafka in here); ``flush`` is the timer's half."""
+
+    def __init__(
+        self, cfg: MaterializerSettings, store: ReplyStore, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.cfg = cfg
+        self._store = store
+        self._clock = clock
+        # Finished keys outnumber live ones: a superseded attempt's late chunk may come long after.
+        self.checkpointer = Checkpointer(cfg.checkpoint_min_s, cfg.live_replies, 4 * cfg.live_replies)
+
+    async def handle(self, event: ev.Event) -> list[Write]:
+        """Fold a TokenChunk in and write the checkpoint due now, if any.
+
+        Raises ValueError for a chunk whose ids are malformed, TypeError for another event type.
+        """
+        if not isinstance(event, ev.TokenChunk):
+            raise TypeError(f"unexpected {type(event).__name__} on chat.tokens")
+        if self.checkpointer.needs_prefix(event):
+            cid, rid = event.conversation_id, event.request_id
+            stored = await retrying("reading a reply", lambda: self._store.reply(cid, rid), self.cfg.retry_max_s)
+            self.checkpointer.seed(event, stored)
+        due = self.checkpointer.take(event, self._clock())
+        return await self._write([due] if due else [])
+
+    async def flush(self, *, force: bool = False) -> list[Write]:
+        """Write the pending text that is due (all of it when ``force``: shutdown, rebalance)."""
+        return await self._write(self.checkpointer.due(self._clock(), force=force))
+
+    async def _write(self, checkpoints: list[Checkpoint]) -> list[Write]:
+        writes = [c.write() for c in checkpoints]
+        if writes:
+            await retrying("writing checkpoints", lambda: self._store.write(writes), self.cfg.retry_max_s)
+        return writes
+
+
 def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: MaterializerSettings, store: Store) -> faust.App:
     app, group = processor_app(streams, kafka, "materializer")
     source = raw_topic(app, kafka, "chat.events")
+    tokens = raw_topic(app, kafka, "chat.tokens")
     materializer = Materializer(cfg, store)
+    checkpoints = Checkpoints(cfg, store)
 
     @app.agent(source, name="materializer")
     async def materialize(stream: faust.StreamT) -> None:
@@ -74,4 +135,26 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: MaterializerS
             except ValueError as exc:  # an id that is not a UUID: no row can hold it
                 await dead_letter_current(app, stream, group, exc)
 
+    @app.agent(tokens, name="checkpoints")
+    async def checkpoint(stream: faust.StreamT) -> None:
+        async for event in decoded(app, stream, consumer=group):
+            try:
+                await checkpoints.handle(event)
+            except (ValueError, TypeError) as exc:
+                await dead_letter_current(app, stream, group, exc)
+
+    @app.timer(interval=cfg.checkpoint_tick_s, name="checkpoints.flush")
+    async def flush_due() -> None:
+        await checkpoints.flush()
+
+    async def flush_all(*_: Any, **__: Any) -> None:
+        # Offsets of the chunks taken are committed by now: write their text
+        # before another instance (or this one, restarted) resumes from the row.
+        try:
+            await asyncio.wait_for(checkpoints.flush(force=True), FINAL_FLUSH_S)
+        except asyncio.TimeoutError:
+            log.warning("the last checkpoints were not written (Cassandra unavailable?)")
+
+    app.on_partitions_revoked.connect(flush_all)
+    app.on_before_shutdown.connect(flush_all)
     return app

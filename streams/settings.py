@@ -99,8 +99,36 @@ class MaterializerSettings:
         "PARLEY_MATERIALIZER_RETRY_MAX_S", 30.0, "Longest pause between retries of a failed Cassandra write"
     )
 
+    checkpoint_min_s: float = env(
+        "PARLEY_MATERIALIZER_CHECKPOINT_MIN_S",
+        1.0,
+        "Shortest time between two checkpoints (partial text written to messages) of one streaming reply",
+    )
+    checkpoint_max_s: float = env(
+        "PARLEY_MATERIALIZER_CHECKPOINT_MAX_S",
+        2.0,
+        "Longest a streaming reply's new text waits before a checkpoint writes it (must exceed the minimum)",
+    )
+    live_replies: int = env(
+        "PARLEY_MATERIALIZER_LIVE_REPLIES",
+        10_000,
+        "Streaming replies whose text is kept in memory for checkpoints; the least recently active are dropped",
+    )
+
     def __post_init__(self) -> None:
         if self.cache_conversations <= 0:
             raise ConfigError(
                 f"PARLEY_MATERIALIZER_CACHE_CONVERSATIONS must be positive, got {self.cache_conversations}"
             )
+        if not 0 < self.checkpoint_min_s < self.checkpoint_max_s:
+            raise ConfigError(
+                "PARLEY_MATERIALIZER_CHECKPOINT_MIN_S must be positive and below PARLEY_MATERIALIZER_CHECKPOINT_MAX_S, "
+                f"got {self.checkpoint_min_s} and {self.checkpoint_max_s}"
+            )
+        if self.live_replies <= 0:
+            raise ConfigError(f"PARLEY_MATERIALIZER_LIVE_REPLIES must be positive, got {self.live_replies}")
+
+    @property
+    def checkpoint_tick_s(self) -> float:
+        """Timer period: text due ``min`` after a write is taken within half the slack to ``max``, the other half left for writing it."""
+        return (self.checkpoint_max_s - self.checkpoint_min_s) / 2

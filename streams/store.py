@@ -23,6 +23,7 @@ from cassandra.query import PreparedStatement
 from parley.cassandra import connect
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
+from streams.checkpoint import StoredReply
 from streams.projection import EPOCH, Write, cql
 from streams.tree import FINAL_STATUSES, Conversation, Message, frozen_messages
 
@@ -34,6 +35,7 @@ _MESSAGES = (
     "SELECT message_id, parent_id, role, content, status, finish_reason, created_at "
     "FROM messages WHERE conversation_id = ?"
 )
+_REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
 _ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
 
 
@@ -60,6 +62,11 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
     msgs: dict[str, Message] = {}
     answered: set[str] = set()
     for r in messages:
+        if r.status is None:
+            # Only a checkpoint wrote it (chat.tokens ran ahead of chat.events): the
+            # log has not said what it is yet, and its GenerationRequested must not be
+            # taken for a repeat when it comes.
+            continue
         mid = str(r.message_id)
         msgs[mid] = Message(
             mid, _id(r.parent_id), r.role or "", r.content or "", r.status or "", r.finish_reason, _us(r.created_at)
@@ -127,6 +134,14 @@ class Store:
             self._run("load.messages", _MESSAGES, (cid,)),
         )
         return state_from_rows(conversation_id, conv[0] if conv else None, msgs)
+
+    async def reply(self, conversation_id: str, message_id: str) -> StoredReply | None:
+        """A reply's text as stored (for checkpoints resuming after a restart); None when it has no row."""
+        rows = await self._run("load.reply", _REPLY, (uuid.UUID(conversation_id), uuid.UUID(message_id)))
+        if not rows:
+            return None
+        r = rows[0]
+        return StoredReply(content=r.content or "", tokens=r.tokens or 0, status=r.status or "")
 
     async def write(self, writes: list[Write]) -> None:
         """Execute ``writes`` (concurrently: they commute, each carrying its own timestamp)."""

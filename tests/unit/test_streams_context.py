@@ -111,3 +111,86 @@ def test_rows_give_back_the_tree_and_only_finished_replies_count_as_answered() -
     assert s.messages[str(r_done)].parent_id == str(m) and s.messages[str(r_live)].content == ""
     assert s.answered == {str(r_done)} and s.requested == frozenset()
     assert s.seen_request(str(r_done)) and not s.seen_request(str(r_live))
+
+
+def _done(g: ev.GenerationRequested, text: str) -> ev.GenerationCompleted:
+    return ev.GenerationCompleted(
+        conversation_id=g.conversation_id, user_id="u", request_id=g.request_id, parent_id=g.parent_id, finish_reason="stop", content=text
+    )
+
+
+def _regenerate(g: ev.GenerationRequested, action: str) -> ev.GenerationRequested:
+    """What the gateway appends for POST /v1/messages/{reply}/regenerate: a new reply under the same question."""
+    return ev.GenerationRequested(
+        conversation_id=g.conversation_id, user_id="u", request_id=str(uuid.uuid4()), parent_id=g.parent_id, client_message_id=action
+    )
+
+
+async def test_a_regenerate_is_a_new_request_whose_prompt_leaves_out_the_first_reply() -> None:
+    cid = str(uuid.uuid4())
+    b = ContextBuilder(CFG, Rows())
+    m1, g1 = _turn(cid, 1, None)
+    await b.handle(m1)
+    await b.handle(g1)
+    await b.handle(_done(g1, "answer 1"))
+    regen = _regenerate(g1, "regen-action-1")
+    [req] = await b.handle(regen)
+    assert isinstance(req, ev.InferenceRequested)
+    assert (req.request_id, req.parent_id) == (regen.request_id, m1.message_id)
+    assert [(m.role, m.content) for m in req.messages] == [("system", "sys"), ("user", "question 1")]
+    assert await b.handle(regen) == []  # the regenerate action retried: a duplicate of itself only
+    [again] = await b.handle(_regenerate(g1, "regen-action-2"))  # a second regenerate is new again
+    assert [m.content for m in again.messages] == ["sys", "question 1"]
+
+
+async def test_a_regenerate_of_a_conversation_reloaded_from_the_rows_is_built_too() -> None:
+    cid = str(uuid.uuid4())
+    m1, g1 = _turn(cid, 1, None)
+    b = ContextBuilder(CFG, Rows({cid: fold([m1, g1, _done(g1, "answer 1")])}))
+    regen = _regenerate(g1, "regen-action")
+    [req] = await b.handle(regen)
+    assert req.request_id == regen.request_id and [m.content for m in req.messages] == ["sys", "question 1"]
+
+
+async def test_prompts_come_from_the_branch_of_the_parent_only_never_from_siblings() -> None:
+    from tests.unit.test_streams_tree import CID, branching_log
+
+    log, ids = branching_log()
+    b = ContextBuilder(CFG, Rows())
+    prompts: dict[str, list[str]] = {}
+    for e in log:
+        for out in await b.handle(e):
+            assert isinstance(out, ev.InferenceRequested)
+            prompts[out.request_id] = [m.content for m in out.messages]
+    assert prompts[ids["r2"]] == prompts[ids["r2b"]] == prompts[ids["r2c"]] == ["sys", "q1", "a1", "q2"]
+    assert prompts[ids["r2e"]] == ["sys", "q1", "a1", "q2 edited"]
+    # The log ends with LeafSelected back to r2b; the next turn is posted under it.
+    m3, g3 = _turn(CID, 3, ids["r2b"])
+    await b.handle(m3)
+    [req] = await b.handle(g3)
+    assert [m.content for m in req.messages] == ["sys", "q1", "a1", "q2", "a2b", "question 3"]
+    # And one under the edited branch sees only that branch.
+    m4, g4 = _turn(CID, 4, ids["r2e"])
+    await b.handle(ev.LeafSelected(conversation_id=CID, user_id="u", leaf_id=ids["r2e"]))
+    await b.handle(m4)
+    [req4] = await b.handle(g4)
+    assert [m.content for m in req4.messages] == ["sys", "q1", "a1", "q2 edited", "a2e", "question 4"]
+
+
+def test_a_row_only_a_checkpoint_wrote_is_not_taken_for_a_known_reply() -> None:
+    """The checkpoints agent may write a reply's text before the materializer saw its GenerationRequested."""
+    from types import SimpleNamespace as Row
+
+    from streams.projection import writes_for
+    from streams.store import state_from_rows
+
+    cid, m, r = str(uuid.uuid4()), uuid.uuid4(), uuid.uuid4()
+    msgs = [
+        Row(message_id=m, parent_id=None, role="user", content="q", status="complete", finish_reason=None, created_at=None),
+        Row(message_id=r, parent_id=None, role="assistant", content="partial", status=None, finish_reason=None, created_at=None),
+    ]
+    s = state_from_rows(cid, None, msgs)
+    assert str(r) not in s.messages and str(m) in s.messages
+    asked = ev.GenerationRequested(conversation_id=cid, user_id="u", request_id=str(r), parent_id=str(m), client_message_id="c")
+    [row, _] = writes_for(s, asked)
+    assert dict(row.cells)["status"] == "streaming" and dict(row.cells)["role"] == "assistant"

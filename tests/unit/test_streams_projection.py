@@ -136,3 +136,21 @@ def test_statements_are_timestamped_upserts() -> None:
         "WHERE conversation_id = ?"
     )
     assert w.values[0] == log[0].occurred_at and w.values[-1] == uuid.UUID(CID)
+
+
+def test_branches_and_the_selected_leaf_in_the_tables_match_the_tree_after_every_event() -> None:
+    from tests.unit.test_streams_tree import branching_log
+    from streams.tree import fold
+
+    log, ids = branching_log()
+    for n in range(2, len(log) + 1):
+        t = store(run(log[:n])[0])
+        [conv] = rows(t, "conversations").values()
+        want = fold(log[:n]).selected_leaf_id
+        assert conv.get("selected_leaf_id") == (uuid.UUID(want) if want else None), n
+    msgs = {str(dict(k)["message_id"]): r for k, r in rows(t, "messages").items()}
+    assert {i for i, r in msgs.items() if r.get("parent_id") == uuid.UUID(ids["m2"])} == {ids["r2"], ids["r2b"], ids["r2c"]}
+    assert {i for i, r in msgs.items() if r.get("parent_id") == uuid.UUID(ids["r1"])} == {ids["m2"], ids["m2e"]}
+    r2c = msgs[ids["r2c"]]
+    assert (r2c["status"], r2c["finish_reason"], r2c["content"]) == ("cancelled", "cancelled", "a2c partial")
+    assert conv["selected_leaf_id"] == uuid.UUID(ids["r2b"])

@@ -115,3 +115,72 @@ def test_completion_before_request_keeps_the_outcome() -> None:
 def test_an_event_of_another_conversation_is_refused() -> None:
     with pytest.raises(ValueError):
         apply(empty(CID), ev.LeafSelected(conversation_id=_id(), user_id=U, leaf_id=_id()))
+
+
+def branching_log() -> tuple[list[ev.Event], dict[str, str]]:
+    """m1 → r1; m2 → r2, regenerated twice (r2b, r2c); m2 edited (m2e, under r1) → r2e; then back to r2b.
+
+    Regenerate = a GenerationRequested with a new request id under the same user
+    message; edit = a MessagePosted under the edited message's parent (what the gateway appends).
+    """
+    t = Clock()
+    ids = {k: _id() for k in ("m1", "r1", "m2", "r2", "r2b", "r2c", "m2e", "r2e")}
+    common = {"conversation_id": CID, "user_id": U}
+
+    def asked(rid: str, parent: str, client: str) -> ev.GenerationRequested:
+        return ev.GenerationRequested(**common, occurred_at=t(), request_id=ids[rid], parent_id=ids[parent], client_message_id=client)
+
+    def done(rid: str, parent: str, text: str, reason: str = "stop") -> ev.GenerationCompleted:
+        return ev.GenerationCompleted(**common, occurred_at=t(), request_id=ids[rid], parent_id=ids[parent], finish_reason=reason, content=text)
+
+    log: list[ev.Event] = [
+        ev.ConversationCreated(**common, occurred_at=t()),
+        ev.MessagePosted(**common, occurred_at=t(), message_id=ids["m1"], client_message_id="c1", content="q1"),
+        asked("r1", "m1", "c1"), done("r1", "m1", "a1"),
+        ev.MessagePosted(**common, occurred_at=t(), message_id=ids["m2"], parent_id=ids["r1"], client_message_id="c2", content="q2"),
+        asked("r2", "m2", "c2"), done("r2", "m2", "a2"),
+        asked("r2b", "m2", "regen-1"), done("r2b", "m2", "a2b"),
+        asked("r2c", "m2", "regen-2"), done("r2c", "m2", "a2c partial", "cancelled"),
+        ev.MessagePosted(
+            **common, occurred_at=t(), message_id=ids["m2e"], parent_id=ids["r1"], client_message_id="c3", content="q2 edited", edit_of=ids["m2"]
+        ),
+        asked("r2e", "m2e", "c3"), done("r2e", "m2e", "a2e"),
+        ev.LeafSelected(**common, occurred_at=t(), leaf_id=ids["r2b"]),
+    ]
+    return log, ids
+
+
+def test_regenerating_twice_and_editing_once_make_siblings_under_the_right_parents() -> None:
+    log, ids = branching_log()
+    s = fold(log)
+    kids = lambda parent: [m.message_id for m in children(s, ids[parent] if parent else None)]  # noqa: E731
+    assert kids(None) == [ids["m1"]]
+    assert kids("r1") == [ids["m2"], ids["m2e"]]  # the edit is a sibling of the edited message
+    assert kids("m2") == [ids["r2"], ids["r2b"], ids["r2c"]]  # regenerations are siblings of the first reply
+    assert kids("m2e") == [ids["r2e"]]
+    assert [s.messages[i].content for i in kids("m2")] == ["a2", "a2b", "a2c partial"]
+    r2c = s.messages[ids["r2c"]]
+    assert (r2c.status, r2c.finish_reason, r2c.content) == ("cancelled", "cancelled", "a2c partial")
+    assert s.selected_leaf_id == ids["r2b"]
+    assert [m.content for m in branch(s, s.selected_leaf_id)] == ["q1", "a1", "q2", "a2b"]
+    assert [m.content for m in branch(s, ids["r2e"])] == ["q1", "a1", "q2 edited", "a2e"]
+
+
+def test_the_selected_leaf_follows_new_messages_and_leaf_selections() -> None:
+    log, ids = branching_log()
+    leaves = [fold(log[: i + 1]).selected_leaf_id for i in range(len(log))]
+    by_id = {v: k for k, v in ids.items()}
+    assert [by_id.get(x) for x in leaves] == [
+        None, "m1", "r1", "r1", "m2", "r2", "r2", "r2b", "r2b", "r2c", "r2c", "m2e", "r2e", "r2e", "r2b"
+    ]
+
+
+def test_a_cancelled_reply_keeps_its_partial_text_and_status() -> None:
+    r, m = _id(), _id()
+    common = {"conversation_id": CID, "user_id": U}
+    s = fold([
+        ev.GenerationRequested(**common, occurred_at=1, request_id=r, parent_id=m, client_message_id="c"),
+        ev.GenerationCompleted(**common, occurred_at=2, request_id=r, parent_id=m, finish_reason="cancelled", content="half"),
+    ])
+    assert (s.messages[r].status, s.messages[r].content, s.messages[r].finish_reason) == ("cancelled", "half", "cancelled")
+    assert r in s.answered
