@@ -52,26 +52,30 @@ def raw_topic(app: faust.App, settings: KafkaSettings, name: str) -> faust.Topic
 async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> AsyncIterator[Event]:
     """The events of ``stream``, decoded; undecodable records go to ``<topic>.dlq``."""
     async for record in stream.events():
-        msg = record.message
         try:
             if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
                 raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
-            yield codec.decode(record.value)
+            event = codec.decode(record.value)
         except codec.CodecError as exc:
-            letter = dead_letter_for(
-                topic=msg.topic,
-                partition=msg.partition,
-                offset=msg.offset,
-                key=msg.key,
-                value=record.value,
-                error=exc,
-                consumer=consumer,
-            )
-            # Awaiting the send's acknowledgement before moving on: nothing is lost.
-            await app.producer.send_and_wait(
-                dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None
-            )
-            log.warning(
-                "dead-lettered a record",
-                extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type},
-            )
+            await dead_letter(app, record, consumer, exc)
+            continue
+        yield event
+
+
+async def dead_letter(app: faust.App, record: faust.EventT, consumer: str, error: Exception) -> None:
+    """Send ``record`` to its topic's DLQ and wait for the acknowledgement: nothing is lost."""
+    msg = record.message
+    letter = dead_letter_for(
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        key=msg.key,
+        value=record.value,
+        error=error,
+        consumer=consumer,
+    )
+    await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None)
+    log.warning(
+        "dead-lettered a record",
+        extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type, "error": letter.error},
+    )

@@ -10,19 +10,15 @@ partition carries on.
 
 from __future__ import annotations
 
-import logging
 
 import faust
 
-from parley.consumer import dead_letter_for
 from parley.settings import KafkaSettings
 from schemas import codec
-from schemas.catalog import dlq_name
 from schemas.events import Event
-from streams.app import make_app
+from streams.app import dead_letter, make_app
 from streams.settings import StreamsSettings
 
-log = logging.getLogger(__name__)
 
 
 def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str) -> tuple[faust.App, str]:
@@ -48,18 +44,4 @@ async def dead_letter_current(app: faust.App, stream: faust.StreamT, consumer: s
     current = stream.current_event
     if current is None:  # cannot happen inside the agent's loop; refuse to drop silently
         raise RuntimeError("no current record to dead-letter") from error
-    msg = current.message
-    letter = dead_letter_for(
-        topic=msg.topic,
-        partition=msg.partition,
-        offset=msg.offset,
-        key=msg.key,
-        value=current.value,
-        error=error,
-        consumer=consumer,
-    )
-    await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None)
-    log.warning(
-        "dead-lettered a record",
-        extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type, "error": letter.error},
-    )
+    await dead_letter(app, current, consumer, error)
