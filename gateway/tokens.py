@@ -61,6 +61,7 @@ class Stream:
     from_offset: int
     queue: asyncio.Queue[Chunk] = field(default_factory=asyncio.Queue)
     last_offset: int = -1  # offsets at or below this were delivered already
+    closed: bool = False
 
 
 class TokenStreams:
@@ -118,17 +119,21 @@ class TokenStreams:
         return await asyncio.to_thread(high)
 
     def open(self, request_id: str, partition: int, from_offset: int) -> Stream:
+        """A stream of ``request_id``'s chunks at or after ``from_offset``.
+
+        It starts receiving only once the reader thread has positioned the partition
+        for it: registered any earlier, a live chunk could reach it first and make it
+        skip the older chunks a replay is about to read again.
+        """
         stream = Stream(request_id, partition, from_offset)
-        with self._lock:
-            self._streams[request_id].add(stream)
-            self._by_partition[partition].add(stream)
-        self._commands.put(("open", partition, from_offset))
+        self._commands.put(("open", stream))
         return stream
 
     def close_stream(self, stream: Stream) -> None:
         with self._lock:
+            stream.closed = True
             self._streams[stream.request_id].discard(stream)
-            if not self._streams[stream.request_id]:
+            if stream.request_id in self._streams and not self._streams[stream.request_id]:
                 del self._streams[stream.request_id]
             self._by_partition[stream.partition].discard(stream)
 
@@ -156,17 +161,20 @@ class TokenStreams:
     def _apply_commands(self) -> None:
         while True:
             try:
-                op, partition, offset = self._commands.get_nowait()
+                _, stream = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if op != "open":
-                continue
+            partition, offset = stream.partition, stream.from_offset
             tp = TopicPartition(self._topic, partition, offset if offset >= 0 else OFFSET_END)
             if partition not in self._assigned:
                 self._consumer.incremental_assign([tp])
             elif offset >= 0 and offset < self._position(partition):
                 self._consumer.seek(tp)  # a replay: read it again; streams past it skip what they saw
             self._assigned[partition] = 0.0
+            with self._lock:
+                if not stream.closed:
+                    self._streams[stream.request_id].add(stream)
+                    self._by_partition[partition].add(stream)
 
     def _position(self, partition: int) -> int:
         [tp] = self._consumer.position([TopicPartition(self._topic, partition)])

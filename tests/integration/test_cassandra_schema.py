@@ -25,6 +25,7 @@ TABLES = {
     "usage_by_user_day",
     "documents",
     "document_chunks",
+    "reply_readers",
 }
 
 

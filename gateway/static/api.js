@@ -1,0 +1,95 @@
+// The HTTP API as the page uses it: the API key, JSON calls, streamed replies, errors.
+//
+// Every call sends `Authorization: Bearer <key>`. A non-2xx answer becomes an
+// ApiError with the body's {error: {code, message, retry_after}} and, failing
+// that, the Retry-After header.
+
+const KEY = "parley.apiKey";
+
+export const auth = {
+  get key() {
+    return localStorage.getItem(KEY);
+  },
+  signIn(key) {
+    localStorage.setItem(KEY, key);
+  },
+  signOut() {
+    localStorage.removeItem(KEY);
+  },
+};
+
+export class ApiError extends Error {
+  constructor(status, code, message, retryAfter) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.retryAfter = retryAfter; // seconds, or null
+  }
+
+  get retryable() {
+    return this.status === 429 || this.status >= 500 || this.status === 0;
+  }
+}
+
+async function call(method, path, { body, headers = {}, signal } = {}) {
+  const init = { method, signal, headers: { Authorization: `Bearer ${auth.key}`, ...headers } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "network", "The server could not be reached.", null);
+  }
+  if (!response.ok) throw await toError(response);
+  return response;
+}
+
+async function toError(response) {
+  let error = {};
+  try {
+    error = (await response.json()).error || {};
+  } catch {
+    // not JSON (a proxy's page): fall back to the status line
+  }
+  const header = Number(response.headers.get("Retry-After"));
+  const retryAfter = error.retry_after ?? (Number.isFinite(header) && header > 0 ? header : null);
+  return new ApiError(response.status, error.code || "http_error", error.message || `HTTP ${response.status}`, retryAfter);
+}
+
+const json = async (method, path, body) => {
+  const response = await call(method, path, { body });
+  const text = await response.text();
+  return text ? JSON.parse(text) : null;
+};
+
+const enc = encodeURIComponent;
+
+export const api = {
+  conversations: async () => (await json("GET", "/v1/conversations")).conversations,
+  createConversation: (title) => json("POST", "/v1/conversations", { title }),
+  conversation: (id) => json("GET", `/v1/conversations/${enc(id)}`),
+  selectLeaf: (id, leafId) => json("PUT", `/v1/conversations/${enc(id)}/leaf`, { leaf_id: leafId }),
+  stop: (replyId) => json("POST", `/v1/messages/${enc(replyId)}/stop`),
+
+  /** The SSE response of a new message; `parentId` undefined continues the selected branch. */
+  postMessage(conversationId, { content, clientMessageId, parentId }, signal) {
+    const body = { content, client_message_id: clientMessageId };
+    if (parentId !== undefined) body.parent_id = parentId;
+    return call("POST", `/v1/conversations/${enc(conversationId)}/messages`, { body, signal });
+  },
+
+  /** The SSE response of a new sibling of assistant message `messageId`. */
+  regenerate(messageId, clientMessageId, signal) {
+    return call("POST", `/v1/messages/${enc(messageId)}/regenerate`, { body: { client_message_id: clientMessageId }, signal });
+  },
+
+  /** The SSE response of a reply from the start, or after `cursor` when given. */
+  resume(replyId, cursor, signal) {
+    const headers = cursor ? { "Last-Event-ID": cursor } : {};
+    return call("GET", `/v1/messages/${enc(replyId)}/stream`, { headers, signal });
+  },
+};

@@ -1,0 +1,453 @@
+// The Parley web client: sign-in, the conversation list, one conversation's
+// selected branch, and the actions on it (send, stop, regenerate, edit, switch
+// branch), each reply streamed as SSE over fetch. State lives here; the DOM is
+// drawn by view.js from it.
+
+import { api, auth, ApiError } from "./api.js";
+import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
+import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
+import * as view from "./view.js";
+
+const $ = (id) => document.getElementById(id);
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const state = {
+  conversations: [],
+  conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message}
+  active: null, // the streaming action: {controller, reply, stopping}
+  error: null, // {message, retryAfter, retry}
+  editing: null, // id of the user message being edited
+};
+let openTicket = 0;
+
+function uuid() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16)); // crypto.randomUUID needs a secure context
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+// ------------------------------------------------------------------ sign-in
+
+function showSignIn(message = "") {
+  $("app").hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = message;
+  $("key").value = "";
+  $("key").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const key = $("key").value.trim();
+  if (!key) return;
+  auth.signIn(key);
+  try {
+    state.conversations = await api.conversations();
+  } catch (err) {
+    auth.signOut();
+    $("signin-error").textContent = err.status === 401 ? "That API key was not accepted." : err.message;
+    return;
+  }
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  route();
+  $("input").focus();
+}
+
+function signOut(message = "") {
+  state.active?.controller.abort();
+  auth.signOut();
+  cursors.clear();
+  Object.assign(state, { conversations: [], conv: null, active: null, error: null, editing: null });
+  history.replaceState(null, "", location.pathname);
+  render();
+  showSignIn(message);
+}
+
+// ------------------------------------------------------------------ loading
+
+async function loadConversations() {
+  try {
+    state.conversations = await api.conversations();
+    renderList();
+  } catch (err) {
+    fail(err, loadConversations);
+  }
+}
+
+function route() {
+  const match = /^#\/c\/(.+)$/.exec(location.hash);
+  const id = match ? decodeURIComponent(match[1]) : null;
+  if (id && id === state.conv?.id) return;
+  if (id) openConversation(id);
+  else newChat();
+}
+
+function newChat() {
+  openTicket++;
+  state.active?.controller.abort();
+  Object.assign(state, { conv: null, active: null, error: null, editing: null });
+  render();
+}
+
+async function openConversation(id) {
+  const ticket = ++openTicket;
+  state.active?.controller.abort();
+  Object.assign(state, { active: null, error: null, editing: null });
+  let server;
+  try {
+    server = await api.conversation(id);
+  } catch (err) {
+    if (ticket === openTicket) fail(err, () => openConversation(id));
+    return;
+  }
+  if (ticket !== openTicket) return;
+  state.conv = { id, title: server.title, leafId: server.selected_leaf_id, serverLeafId: server.selected_leaf_id, messages: new Map() };
+  merge(state.conv, server);
+  render();
+  const last = pathTo(state.conv.messages, state.conv.leafId).at(-1);
+  if (last?.role === "assistant" && last.status === "streaming") stream(resumeAction(last));
+}
+
+/** Takes the server's view, keeping what this page knows better (replies it streamed that are not stored yet). */
+function merge(conv, server) {
+  const messages = new Map(server.messages.map((m) => [m.id, { ...m, content: m.content ?? "" }]));
+  for (const [id, mine] of conv.messages) {
+    const stored = messages.get(id);
+    if (!stored || stored.status === "streaming") messages.set(id, mine); // not stored yet, or not finished there
+  }
+  conv.messages = messages;
+  conv.title = server.title;
+  conv.serverLeafId = server.selected_leaf_id;
+}
+
+/** After a reply ends: read the conversation until the store has the reply's outcome, then merge. */
+async function settle(conv, replyId) {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    let server;
+    try {
+      server = await api.conversation(conv.id);
+    } catch {
+      return; // the page keeps what it streamed
+    }
+    if (state.conv !== conv) return;
+    const stored = server.messages.find((m) => m.id === replyId);
+    if ((stored && FINISHED.has(stored.status)) || attempt === 19) {
+      merge(conv, server);
+      if (!state.active) renderThread();
+      return;
+    }
+    await sleep(250);
+  }
+}
+
+// ------------------------------------------------------------------ actions
+
+const leafOf = (conv) => pathTo(conv.messages, conv.leafId).at(-1)?.id ?? null;
+
+function put(conv, message) {
+  const known = conv.messages.get(message.id);
+  const merged = { ...known, ...message, created_at: known?.created_at ?? new Date().toISOString() };
+  conv.messages.set(message.id, merged);
+  return merged;
+}
+
+const putReply = (conv, id, parentId) =>
+  put(conv, { id, parent_id: parentId, role: "assistant", content: "", status: "streaming", finish_reason: null });
+
+/** A new user message (`parentId`: undefined continues the shown branch, null starts a new root). */
+function postAction(conv, content, parentId) {
+  const clientMessageId = uuid(); // one per action, reused by its retries
+  const shownLeaf = leafOf(conv);
+  // Omitting parent_id continues the server's selected leaf; name it when the page shows another.
+  const sent = parentId === undefined && shownLeaf !== conv.serverLeafId ? shownLeaf : parentId;
+  const parent = parentId === undefined ? shownLeaf : parentId;
+  return {
+    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent }, signal),
+    head(data) {
+      put(conv, { id: data.user_message_id, parent_id: parent, role: "user", content, status: "complete" });
+      return putReply(conv, data.reply_id, data.user_message_id);
+    },
+  };
+}
+
+function regenerateAction(conv, assistant) {
+  const clientMessageId = uuid();
+  return {
+    start: (signal) => api.regenerate(assistant.id, clientMessageId, signal),
+    head: (data) => putReply(conv, data.reply_id, data.user_message_id ?? assistant.parent_id),
+  };
+}
+
+/** Follow a reply that is still streaming: after the saved cursor, or from the start. */
+function resumeAction(reply) {
+  const saved = cursors.get(reply.id);
+  reply.content = saved ? saved.text : "";
+  return { reply, start: (signal) => api.resume(reply.id, saved?.cursor, signal), head: () => reply };
+}
+
+async function send(content) {
+  if (!state.conv) {
+    const title = content.split("\n")[0].slice(0, 60);
+    try {
+      const created = await api.createConversation(title);
+      state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map() };
+    } catch (err) {
+      fail(err, () => send(content));
+      return;
+    }
+    state.conversations.unshift({ id: state.conv.id, title: state.conv.title });
+    history.pushState(null, "", `#/c/${encodeURIComponent(state.conv.id)}`);
+  }
+  const action = postAction(state.conv, content, undefined);
+  action.afterHead = () => {
+    $("input").value = "";
+  };
+  await stream(action);
+}
+
+/** Runs a streaming action: the reply drawn as it arrives, errors shown with a retry. */
+async function stream(action) {
+  const conv = state.conv;
+  const controller = new AbortController();
+  let reply = action.reply ?? null;
+  state.active = { controller, reply, stopping: false };
+  state.error = null;
+  render();
+  try {
+    const response = await action.start(controller.signal);
+    const hooks = {
+      head(data) {
+        reply = action.head(data);
+        state.active.reply = reply;
+        conv.leafId = reply.id;
+        action.afterHead?.();
+        render();
+        return reply;
+      },
+      changed: renderReply,
+    };
+    await follow(response, hooks, reply);
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    if (err instanceof ReplyFailed) fail(err, () => stream(regenerateAction(conv, reply)));
+    else if (reply && !(err instanceof ApiError)) fail(new StreamCut("The connection to the reply was lost."), () => stream(resumeAction(reply)));
+    else fail(err, () => stream(action)); // nothing was created yet: same action, same client_message_id
+  } finally {
+    if (state.active?.controller === controller) state.active = null;
+    if (state.conv === conv) {
+      render();
+      if (reply && !controller.signal.aborted) settle(conv, reply.id);
+    }
+  }
+}
+
+async function stop() {
+  const active = state.active;
+  if (!active?.reply || active.stopping) return;
+  active.stopping = true;
+  renderComposer();
+  try {
+    await api.stop(active.reply.id); // the stream then ends with done: cancelled
+    announce("Reply stopped.");
+  } catch (err) {
+    active.stopping = false;
+    renderComposer();
+    fail(err, stop);
+  }
+}
+
+async function switchTo(siblingId) {
+  const conv = state.conv;
+  const leaf = newestLeaf(conv.messages, siblingId);
+  const previous = conv.leafId;
+  conv.leafId = leaf;
+  renderThread();
+  const sibling = conv.messages.get(siblingId);
+  const siblings = siblingsOf(conv.messages, sibling);
+  announce(`Version ${siblings.indexOf(sibling) + 1} of ${siblings.length}.`);
+  try {
+    await api.selectLeaf(conv.id, leaf);
+  } catch (err) {
+    if (conv.leafId === leaf) conv.leafId = previous;
+    renderThread();
+    fail(err, () => switchTo(siblingId));
+  }
+}
+
+// ------------------------------------------------------------------ errors
+
+function fail(err, retry) {
+  if (err instanceof ApiError && err.status === 401) {
+    signOut("Your API key was not accepted; sign in again.");
+    return;
+  }
+  const retryable = !(err instanceof ApiError) || err.retryable;
+  state.error = { message: err.message || "Something went wrong.", retryAfter: err.retryAfter ?? null, retry: retryable ? retry : null };
+  renderError();
+}
+
+function announce(text) {
+  $("announce").textContent = text;
+}
+
+// ------------------------------------------------------------------ drawing
+
+function render() {
+  renderList();
+  renderThread();
+  renderComposer();
+  renderError();
+}
+
+function renderList() {
+  $("conversations").replaceChildren(...view.conversationList(state.conversations, state.conv?.id));
+}
+
+function renderThread() {
+  const thread = $("thread");
+  const focus = focusedControl(thread);
+  const nearBottom = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 80;
+  $("title").textContent = state.conv ? state.conv.title || "Untitled chat" : "New chat";
+  const conv = state.conv;
+  const path = conv ? pathTo(conv.messages, conv.leafId) : [];
+  const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a.querySelector(".body")]));
+  const articles = path.map((m) =>
+    view.messageView(m, { siblings: siblingsOf(conv.messages, m), editing: state.editing === m.id, busy: !!state.active }),
+  );
+  // Keep a body that shows the same thing: a reply's live region must stay the same node for its
+  // aria-busy → false to be read out, and a selection in it survives.
+  for (const article of articles) {
+    const old = before.get(article.dataset.id);
+    const fresh = article.querySelector(".body");
+    if (old && fresh && old.className === fresh.className && old.innerHTML === fresh.innerHTML) fresh.replaceWith(old);
+  }
+  thread.replaceChildren(...(articles.length ? articles : [view.emptyThread()]));
+  if (state.editing) thread.querySelector("form.edit textarea")?.focus();
+  else restoreFocus(thread, focus);
+  if (nearBottom) thread.scrollTop = thread.scrollHeight;
+}
+
+function renderReply(reply) {
+  const thread = $("thread");
+  const body = thread.querySelector(`article[data-id="${CSS.escape(reply.id)}"] .body`);
+  if (!body) return;
+  const nearBottom = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 80;
+  view.fillBody(body, reply);
+  if (nearBottom) thread.scrollTop = thread.scrollHeight;
+}
+
+function renderComposer() {
+  const active = state.active;
+  $("send").hidden = !!active;
+  $("stop").hidden = !active;
+  $("stop").disabled = !active?.reply || active.stopping;
+  $("stop").textContent = active?.stopping ? "Stopping…" : "Stop";
+}
+
+function renderError() {
+  const box = $("error");
+  box.hidden = !state.error;
+  box.replaceChildren(...(state.error ? view.errorView(state.error) : []));
+}
+
+/** Which control had focus, by its message's place in the thread, so a redraw can give it back. */
+function focusedControl(thread) {
+  const control = document.activeElement;
+  if (!control || !thread.contains(control) || !control.dataset.action) return null;
+  const articles = [...thread.querySelectorAll("article")];
+  return { index: articles.indexOf(control.closest("article")), action: control.dataset.action, label: control.getAttribute("aria-label") };
+}
+
+function restoreFocus(thread, focus) {
+  if (!focus) return;
+  const article = thread.querySelectorAll("article")[focus.index];
+  if (!article) return;
+  const candidates = [...article.querySelectorAll(`[data-action="${focus.action}"]`)].filter((b) => !b.disabled);
+  const fallback = article.querySelector("button:not([disabled])");
+  (candidates.find((b) => b.getAttribute("aria-label") === focus.label) || candidates[0] || fallback)?.focus();
+}
+
+// ------------------------------------------------------------------ events
+
+function onThreadClick(event) {
+  const button = event.target.closest("button[data-action]");
+  if (!button || !state.conv) return;
+  const message = state.conv.messages.get(button.dataset.id);
+  switch (button.dataset.action) {
+    case "switch":
+      if (message && !state.active) switchTo(message.id);
+      break;
+    case "edit":
+      state.editing = message.id;
+      renderThread();
+      break;
+    case "edit-cancel":
+      state.editing = null;
+      renderThread();
+      break;
+    case "regenerate":
+      if (!state.active) stream(regenerateAction(state.conv, message));
+      break;
+  }
+}
+
+function onThreadSubmit(event) {
+  event.preventDefault();
+  const form = event.target.closest("form.edit");
+  const message = state.conv?.messages.get(form?.dataset.id);
+  const content = form?.elements.content.value.trim();
+  if (!message || !content || state.active) return;
+  state.editing = null;
+  stream(postAction(state.conv, content, message.parent_id ?? null));
+}
+
+function onErrorClick(event) {
+  const action = event.target.closest("button[data-action]")?.dataset.action;
+  const retry = state.error?.retry;
+  if (action === "dismiss" || action === "retry") {
+    state.error = null;
+    renderError();
+  }
+  if (action === "retry" && retry) retry();
+}
+
+function onComposerSubmit(event) {
+  event.preventDefault();
+  const content = $("input").value.trim();
+  if (content && !state.active) send(content);
+}
+
+function onComposerKey(event) {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    $("composer").requestSubmit();
+  }
+}
+
+function boot() {
+  $("signin-form").addEventListener("submit", signIn);
+  $("signout").addEventListener("click", () => signOut());
+  $("new-chat").addEventListener("click", () => {
+    history.pushState(null, "", location.pathname);
+    newChat();
+    $("input").focus();
+  });
+  $("thread").addEventListener("click", onThreadClick);
+  $("thread").addEventListener("submit", onThreadSubmit);
+  $("error").addEventListener("click", onErrorClick);
+  $("composer").addEventListener("submit", onComposerSubmit);
+  $("input").addEventListener("keydown", onComposerKey);
+  $("stop").addEventListener("click", stop);
+  window.addEventListener("hashchange", route);
+  if (!auth.key) return showSignIn();
+  $("app").hidden = false;
+  render();
+  loadConversations();
+  route();
+}
+
+boot();

@@ -1,0 +1,75 @@
+// One streamed reply: its SSE events applied to a message, its cursor kept for resuming.
+//
+// The cursor and the text shown so far are kept in sessionStorage under the
+// reply's id while it streams, so a reload can resume with Last-Event-ID and
+// keep what was already on screen; they are dropped when the reply ends (and
+// on sign-out). Nothing is kept for a finished reply.
+
+import { readEvents } from "./sse.js";
+import { statusOf } from "./tree.js";
+
+const PREFIX = "parley.reply.";
+
+export const cursors = {
+  get(replyId) {
+    try {
+      return JSON.parse(sessionStorage.getItem(PREFIX + replyId));
+    } catch {
+      return null;
+    }
+  },
+  put(replyId, cursor, text) {
+    if (cursor) sessionStorage.setItem(PREFIX + replyId, JSON.stringify({ cursor, text }));
+  },
+  drop(replyId) {
+    sessionStorage.removeItem(PREFIX + replyId);
+  },
+  clear() {
+    for (const key of Object.keys(sessionStorage)) if (key.startsWith(PREFIX)) sessionStorage.removeItem(key);
+  },
+};
+
+/** The stream ended without `done` or `error` (a dropped connection). */
+export class StreamCut extends Error {}
+
+/** The reply ended with an `error` event. */
+export class ReplyFailed extends Error {
+  constructor(data) {
+    super(data.message || "The reply failed.");
+    this.code = data.code;
+    this.retryAfter = data.retry_after ?? null;
+  }
+}
+
+/**
+ * Reads `response` to its end. `hooks.head(data)` returns the reply message to
+ * write into (called on the `message` event; for a resume the reply is passed
+ * as `reply` and may see no `message` event); `hooks.changed(reply)` after
+ * each delta and at the end. Resolves with the `done` data; throws ReplyFailed
+ * or StreamCut.
+ */
+export async function follow(response, hooks, reply = null) {
+  for await (const { event, data, id } of readEvents(response)) {
+    if (event === "message") {
+      reply = hooks.head(data);
+      cursors.put(reply.id, id, reply.content);
+    } else if (event === "delta" && reply) {
+      reply.content += data.text;
+      cursors.put(reply.id, id, reply.content);
+      hooks.changed(reply);
+    } else if (event === "done" && reply) {
+      reply.status = statusOf(data.finish_reason);
+      reply.finish_reason = data.finish_reason;
+      cursors.drop(reply.id);
+      hooks.changed(reply);
+      return data;
+    } else if (event === "error" && reply) {
+      reply.status = data.code === "rejected" ? "rejected" : "failed";
+      reply.finish_reason = data.code;
+      cursors.drop(reply.id);
+      hooks.changed(reply);
+      throw new ReplyFailed(data);
+    }
+  }
+  throw new StreamCut("The connection to the reply was lost.");
+}

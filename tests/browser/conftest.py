@@ -1,0 +1,125 @@
+"""The web client in a real headless Chromium against the whole real stack.
+
+The stack is parley/isolated.py's (every service a process, on this run's own
+topics and keyspace) with a synthetic engine slow enough that a reply takes
+several seconds, so a test can stop it or reload the page while it streams.
+Chromium comes from Debian (tests/browser/install.sh); Playwright only drives it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from parley import isolated
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / ".data" / "screenshots"
+
+#: ~150 tokens at 15 tokens/s: each reply streams for about ten seconds.
+BROWSER_ENV = {
+    "PARLEY_ENGINE_BACKEND": "synthetic",
+    "PARLEY_ENGINE_TTFT_MS": "100",
+    "PARLEY_ENGINE_TOKENS_PER_S": "15",
+    "PARLEY_CONTEXT_MAX_TOKENS": "150",
+}
+
+#: Generous: a reply takes ~10 s, more on a loaded two-core machine.
+WAIT_MS = 90_000
+
+
+class WebStack:
+    """The running stack, a user's API key, and an HTTP client of the API as that user."""
+
+    def __init__(self, inner: isolated.IsolatedStack) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.user_id, self.key = inner.create_user("browser-user", "plus")
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30)
+
+    def conversation(self, conversation_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/conversations/{conversation_id}")
+        response.raise_for_status()
+        return response.json()
+
+    def settled(self, conversation_id: str, reply_id: str, timeout: float = 60) -> dict[str, Any]:
+        """The stored reply once it has finished."""
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = next((m for m in self.conversation(conversation_id)["messages"] if m["id"] == reply_id), None)
+            if reply is not None and reply["status"] not in (None, "streaming"):
+                return reply
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reply {reply_id} still not finished after {timeout} s: {reply}")
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def web_stack(infra, tmp_path_factory) -> Iterator[WebStack]:
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "web")
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("web-stack-logs"), BROWSER_ENV)
+    stack = WebStack(inner)
+    try:
+        yield stack
+    finally:
+        stack.http.close()
+        inner.stop()
+        isolated.drop(kafka, cassandra)
+
+
+# Module scope, not session: Playwright's sync API runs an event loop on this thread for as
+# long as it is open, and the asyncio tests of later modules need the thread's loop back.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `bash tests/browser/install.sh` (installs Debian's chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=WAIT_MS)
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def context(browser) -> Iterator[Any]:
+    """A fresh profile per test: nothing in localStorage or sessionStorage."""
+    ctx = browser.new_context(viewport={"width": 1200, "height": 800})
+    ctx.set_default_timeout(WAIT_MS)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
+@pytest.fixture
+def page(context) -> Any:
+    return context.new_page()
+
+
+@pytest.fixture
+def shoot() -> Callable[[Any, str], None]:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def take(page: Any, name: str) -> None:
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+    return take

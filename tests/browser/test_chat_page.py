@@ -1,0 +1,186 @@
+"""The web client end to end: a real Chromium, the real gateway, Kafka, Cassandra, worker and
+(synthetic, slow) engine. Each test signs in with a fresh browser profile."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from playwright.sync_api import Route, expect
+
+from tests.browser.chat import Chat, words
+from tests.browser.conftest import WAIT_MS
+
+
+def signed_in_chat(page, web_stack) -> Chat:
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat.signed_in()
+    return chat
+
+
+def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None:
+    chat = Chat(page, web_stack.url).open()
+    chat.sign_in("not-a-key")
+    expect(page.get_by_role("alert").filter(has_text="not accepted")).to_be_visible()
+    chat.sign_in(web_stack.key)
+    chat.signed_in()
+
+    question = "Hello <b>there</b>, **friend**"
+    chat.send(question)
+    reply = chat.streaming_reply()
+    expect(chat.users.last.locator(".body")).to_have_text(question)  # the user's text, literally
+    assert chat.users.last.locator("b, strong").count() == 0
+    expect(reply.locator(".body")).to_have_attribute("aria-busy", "true")
+    live_region = reply.locator(".body").element_handle()
+    shoot(page, "01-streaming")
+
+    first = len(chat.text(reply))
+    page.wait_for_function(
+        "([id, n]) => document.querySelector(`article[data-id=\"${id}\"] .body`).innerText.length > n",
+        arg=[reply.get_attribute("data-id"), first],
+        timeout=WAIT_MS,
+    )
+    chat.finished(reply)
+    expect(reply.locator(".body")).to_have_attribute("aria-busy", "false")
+    # The same live-region node went quiet (so a screen reader reads it), not a new one put in its place.
+    assert live_region.evaluate("b => b.isConnected && b.getAttribute('aria-busy')") == "false"
+    expect(page.get_by_role("button", name="Send")).to_be_visible()
+    shoot(page, "02-done")
+
+    cid, reply_id = chat.conversation_id(), reply.get_attribute("data-id")
+    stored = web_stack.settled(cid, reply_id)
+    assert words(chat.final_text(reply_id)) == words(stored["content"])
+    expect(page.get_by_role("link", name=re.compile("Hello"))).to_have_attribute("aria-current", "page")
+
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_label("API key")).to_be_visible()
+    assert page.evaluate("localStorage.getItem('parley.apiKey')") is None
+
+
+def test_stop_keeps_the_partial_reply(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    chat.send("Please write a long answer that I will stop")
+    reply = chat.streaming_reply()
+    reply_id = reply.get_attribute("data-id")
+    page.get_by_role("button", name="Stop").click()
+
+    chat.finished(reply, "cancelled")
+    expect(reply.get_by_text("Stopped")).to_be_visible()
+    shown = chat.final_text(reply_id)
+    assert words(shown), "the partial text stays"
+    shoot(page, "03-stopped")
+
+    stored = web_stack.settled(chat.conversation_id(), reply_id)
+    assert stored["status"] == "cancelled" and stored["finish_reason"] == "cancelled"
+    assert words(shown) == words(stored["content"])
+
+
+def test_a_reload_mid_reply_resumes_it_to_the_end(page, context, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    chat.send("Tell me a story that takes a while")
+    reply_id = chat.streaming_reply().get_attribute("data-id")
+    resumes: dict[str, list[dict[str, str]]] = {"reloaded": [], "new tab": []}
+    page.on("request", lambda r: "/stream" in r.url and resumes["reloaded"].append(r.headers))
+
+    # A second tab has no cursor for the reply: it replays it from the start.
+    other = Chat(context.new_page(), web_stack.url)
+    other.page.on("request", lambda r: "/stream" in r.url and resumes["new tab"].append(r.headers))
+    other.page.goto(page.url)
+    page.reload()  # this tab kept the cursor and the text so far: it continues after them
+
+    for tab in (chat, other):
+        expect(tab.reply(reply_id)).to_have_attribute("data-status", "streaming")
+    for tab in (chat, other):
+        tab.finished(tab.reply(reply_id))
+    shoot(page, "04-resumed-after-reload")
+
+    assert resumes["reloaded"] and "last-event-id" in resumes["reloaded"][0]
+    assert resumes["new tab"] and "last-event-id" not in resumes["new tab"][0]
+    stored = web_stack.settled(chat.conversation_id(), reply_id)
+    assert words(chat.final_text(reply_id)) == words(stored["content"])
+    assert words(other.final_text(reply_id)) == words(stored["content"])
+
+
+def test_edit_makes_a_branch_and_the_switcher_moves_between_them(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    chat.send("What is a tree?")
+    first_reply = chat.streaming_reply()
+    chat.finished(first_reply)
+    first_reply_id = first_reply.get_attribute("data-id")
+
+    question = chat.users.first
+    question.get_by_role("button", name="Edit this message").click()
+    page.get_by_label("Edit your message").fill("What is a graph?")
+    page.get_by_role("button", name="Save and send").click()
+
+    expect(question.locator(".body")).to_have_text("What is a graph?")
+    expect(chat.position(question)).to_have_text("2/2")
+    second_reply = chat.replies.last
+    expect(second_reply).not_to_have_attribute("data-id", first_reply_id)
+    chat.finished(second_reply)
+    shoot(page, "05-edited-branch")
+
+    question.get_by_role("button", name="Previous version").click()
+    expect(question.locator(".body")).to_have_text("What is a tree?")
+    expect(chat.position(question)).to_have_text("1/2")
+    expect(chat.replies.last).to_have_attribute("data-id", first_reply_id)
+    expect(question.get_by_role("button", name="Next version")).to_be_focused()  # focus survives the redraw
+    shoot(page, "06-switched-back")
+
+    cid = chat.conversation_id()
+    deadline = time.monotonic() + 30
+    while web_stack.conversation(cid)["selected_leaf_id"] != first_reply_id:
+        assert time.monotonic() < deadline, "the server never recorded the selected branch"
+        time.sleep(0.2)
+    page.reload()  # the selection is the server's, not the page's
+    expect(chat.users.first.locator(".body")).to_have_text("What is a tree?")
+    expect(chat.position(chat.users.first)).to_have_text("1/2")
+
+
+def test_regenerate_adds_a_sibling_reply(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    chat.send("Name three colours")
+    first = chat.streaming_reply()
+    chat.finished(first)
+    first_id = first.get_attribute("data-id")
+
+    first.get_by_role("button", name="Regenerate this reply").click()
+    second = chat.replies.last
+    expect(second).not_to_have_attribute("data-id", first_id)
+    chat.finished(second)
+    expect(chat.position(second)).to_have_text("2/2")
+    assert chat.users.count() == 1
+    shoot(page, "07-regenerated")
+
+    second.get_by_role("button", name="Previous version").click()
+    expect(chat.replies.last).to_have_attribute("data-id", first_id)
+    expect(chat.position(chat.replies.last)).to_have_text("1/2")
+
+
+def test_an_overloaded_gateway_shows_the_error_and_retry_sends_the_same_message(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    posts: list[dict] = []
+
+    def first_one_overloaded(route: Route) -> None:
+        posts.append(route.request.post_data_json)
+        if len(posts) == 1:
+            body = {"error": {"code": "overloaded", "message": "The service is overloaded; retry shortly.", "retry_after": 2}}
+            route.fulfill(status=503, headers={"Retry-After": "2"}, content_type="application/json", body=json.dumps(body))
+        else:
+            route.continue_()
+
+    page.route("**/v1/conversations/*/messages", first_one_overloaded)
+    chat.send("Are you there?")
+    alert = page.get_by_role("alert").filter(has_text="overloaded")
+    expect(alert).to_be_visible()
+    expect(alert).to_contain_text("2 s")
+    expect(page.get_by_label("Message", exact=True)).to_have_value("Are you there?")  # nothing lost
+    shoot(page, "08-error-with-retry")
+
+    alert.get_by_role("button", name="Retry").click()
+    chat.finished(chat.replies.last)
+    expect(alert).to_be_hidden()
+    assert len(posts) == 2
+    assert posts[1]["client_message_id"] == posts[0]["client_message_id"]
+    assert posts[1]["content"] == posts[0]["content"] == "Are you there?"
