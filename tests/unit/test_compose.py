@@ -28,19 +28,37 @@ def test_services_use_the_official_images_at_the_local_versions() -> None:
 
 
 def test_parley_services_are_wired_with_known_settings() -> None:
-    known = {name for cls in (KafkaSettings, CassandraSettings, LocalInfraSettings) for name, _, _ in describe(cls)}
+    from gateway.settings import GatewaySettings
+    from workers.engine.settings import EngineSettings
+    from workers.settings import WorkerSettings
+
+    settings = (KafkaSettings, CassandraSettings, LocalInfraSettings, GatewaySettings, EngineSettings, WorkerSettings)
+    known = {name for cls in settings for name, _, _ in describe(cls)}
     services = _compose()["services"]
-    wired = [s for s in services.values() if any(k.startswith("PARLEY_") for k in s.get("environment", {}))]
+    wired = [s for s in services.values() if "PARLEY_KAFKA_BOOTSTRAP" in s.get("environment", {})]
     assert wired, "no Parley service in docker-compose.yml"
+    for service in services.values():
+        assert {k for k in service.get("environment", {}) if k.startswith("PARLEY_")} <= known
     for service in wired:
         env = service["environment"]
         assert set(k for k in env if k.startswith("PARLEY_")) <= known
         assert env["PARLEY_KAFKA_BOOTSTRAP"].split(":")[0] == "kafka"
         assert env["PARLEY_CASSANDRA_HOSTS"] == "cassandra"
-        assert set(service["depends_on"]) == {"kafka", "cassandra"}
+        assert {"kafka", "cassandra"} <= set(service["depends_on"])
 
 
 def test_kafka_is_single_node_kraft() -> None:
     env = _compose()["services"]["kafka"]["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+
+def test_every_service_of_the_topology_runs_in_compose() -> None:
+    from parley.topology import SERVICES
+
+    services = _compose()["services"]
+    for service in SERVICES:
+        if service.name.startswith("worker-") and service.name not in services:
+            continue  # pools beyond small share the image; compose runs the small pool's worker
+        assert service.name in services, service.name
+        assert services[service.name]["command"][2:] == list(service.module_args), service.name
