@@ -29,13 +29,21 @@ ENGINE = Service(
     ("workers.engine",),
     health_url="http://127.0.0.1:{engine_port}/health",
 )
-WORKER_SMALL = Service(
-    "worker-small",
-    ("workers", "--pool", "small"),
-    consumes=("chat.inference.small", "chat.control"),
-    produces=("chat.tokens", "chat.events", "chat.usage", "fleet.heartbeats"),
-    group="workers.small",
-)
+def _worker(pool: str) -> Service:
+    # Locally every pool's worker drives the one CPU engine (PARLEY_WORKER_ENGINE_URL); in production each pool
+    # has its own engines, and more workers of a pool join its group.
+    return Service(
+        f"worker-{pool}",
+        ("workers", "--pool", pool),
+        consumes=(f"chat.inference.{pool}", "chat.control"),
+        produces=("chat.tokens", "chat.events", "chat.usage", "fleet.heartbeats"),
+        group=f"workers.{pool}",
+    )
+
+
+WORKER_SMALL = _worker("small")
+WORKER_MEDIUM = _worker("medium")
+WORKER_FRONTIER = _worker("frontier")
 CONTEXT = Service(
     "context",
     ("streams", "context"),
@@ -46,8 +54,9 @@ CONTEXT = Service(
 ROUTER = Service(
     "router",
     ("streams", "router"),
-    consumes=("chat.inference",),
-    produces=("chat.inference.small", "chat.inference.medium", "chat.inference.frontier"),
+    consumes=("chat.inference", "fleet.heartbeats"),  # fleet.heartbeats: read whole, outside the group
+    # chat.events + chat.tokens: only to end a turn it sheds (overloaded) or cannot place (unknown_model)
+    produces=("chat.inference.small", "chat.inference.medium", "chat.inference.frontier", "chat.events", "chat.tokens"),
     group="streams.router",
 )
 MATERIALIZER = Service(
@@ -65,4 +74,6 @@ GATEWAY = Service(
 )
 
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
-SERVICES: tuple[Service, ...] = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
+SERVICES: tuple[Service, ...] = (
+    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, GATEWAY
+)

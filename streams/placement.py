@@ -40,6 +40,7 @@ class Replica:
     id: str
     partitions: tuple[int, ...]
     load: float  # running + queued
+    capacity: float = 0.0  # max_running: admission's denominator
 
 
 @dataclass(frozen=True)

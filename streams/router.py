@@ -1,52 +1,299 @@
-"""Router: place each InferenceRequested on a pool and a partition of its topic.
+"""Router: InferenceRequested on ``chat.inference`` → InferenceRouted on ``chat.inference.<pool>``, or a shed turn.
 
-The policy (``route``) is pure. For now there is one rule: the default pool,
-and a partition sticky per conversation — ``partition_for(conversation_id)``,
-Kafka's own murmur2 — so every turn of a conversation lands on the same
-worker and finds its prefix in that engine's KV cache. The shell (``build_app``)
-consumes ``chat.inference`` and produces InferenceRouted to
-``chat.inference.<pool>`` at exactly that partition.
+Per turn, in this order (each step its own pure module):
+
+1. **Pool** — a model the user selected is respected (an unknown one fails
+   the turn, ``unknown_model``); otherwise ``classify`` scores the newest user
+   message and the context size, and the cheapest pool that clears the bar,
+   has the capabilities the turn needs and holds its tokens serves it. A
+   conversation is sticky to its pool and only ever escalates (``escalate``):
+   leaving a pool throws away the prefix its engines hold.
+2. **Admission** — ``admission.admit`` on the pools' pressure from the fleet
+   view: free turns are downgraded, queued or shed; paid tiers keep a share.
+3. **Placement** — ``placement.Placement`` picks the partition whose worker
+   holds the conversation's prefix, or moves it when that worker is hot or
+   gone; with no live heartbeats for the pool, Kafka's hash of the id.
+
+The conversation → pool map and the homes are kept in memory (bounded LRU) and
+are lost on restart: the next turn is classified afresh (it may de-escalate
+once) and placed anew (one cache move). Nothing else depends on them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 
 import faust
 
+from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
-from schemas.catalog import TOPICS, inference_topic
-from schemas.events import InferenceRequested, InferenceRouted
+from schemas.catalog import TOPICS, inference_topic, topic_name_for
+from schemas.events import Event, GenerationCompleted, InferenceRequested, InferenceRouted, TokenChunk, WorkerHeartbeat
+from streams.admission import AdmissionConfig, Admit, Load, Shed, admit
 from streams.app import decoded, raw_topic
+from streams.classify import RANKS, Thresholds, classify, escalate, features
+from streams.fleet import Fleet, HeartbeatReader, pool_load
+from streams.lru import LRU
+from streams.placement import Placement, PlacementConfig
 from streams.settings import RouterSettings, StreamsSettings
 from streams.shell import dead_letter_current, processor_app, send_event
+
+log = logging.getLogger(__name__)
+
+#: error_code of a turn that names a model no pool serves.
+UNKNOWN_MODEL = "unknown_model"
+#: error_code of a turn whose prompt + max_tokens no configured pool holds.
+CONTEXT_TOO_LONG = "context_too_long"
+#: error_code of a shed turn (the SSE ``error`` event's code).
+OVERLOADED = "overloaded"
+#: InferenceRequested.model values that mean "let the router choose".
+AUTO = frozenset({"", "auto"})
+#: A pool missing from PARLEY_ROUTER_CAPABILITIES is trusted with everything.
+ALL_CAPABILITIES = frozenset({"chat", "code", "math"})
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    model: str
+    context_tokens: int
+    capabilities: frozenset[str]
 
 
 @dataclass(frozen=True)
 class Policy:
-    models: dict[str, str]  # pool → model name it serves
-    default_pool: str
+    pools: dict[str, Pool]  # configured pools, cheapest first
+    default_pool: str  # the floor of a classified turn
     partitions: dict[str, int]  # pool → partitions of chat.inference.<pool>
+    thresholds: Thresholds = Thresholds()
+    admission: AdmissionConfig = AdmissionConfig()
+    placement: PlacementConfig = PlacementConfig()
+    conversations: int = 200_000
+    heartbeat_expiry_s: float = 6.0
+
+    def pool_of_model(self, model: str) -> str | None:
+        """The pool serving ``model`` (a model name, or a pool's own name)."""
+        if model in self.pools:
+            return model
+        return next((p.name for p in self.pools.values() if p.model == model), None)
 
 
 def policy_from(settings: RouterSettings) -> Policy:
+    """The routing policy; a bad setting fails here, at start-up, naming its variable."""
     models = settings.pool_models()
-    partitions = {pool: TOPICS[inference_topic(pool)].partitions for pool in models}
-    return Policy(models=models, default_pool=settings.default_pool, partitions=partitions)
+    contexts, caps = settings.pool_context_tokens(), settings.pool_capabilities()
+    default_context = max(contexts.values(), default=32768)
+    pools = {
+        name: Pool(name, models[name], contexts.get(name, default_context), caps.get(name, ALL_CAPABILITIES))
+        for name in RANKS
+        if name in models
+    }
+    return Policy(
+        pools=pools,
+        default_pool=settings.default_pool,
+        partitions={name: TOPICS[inference_topic(name)].partitions for name in pools},
+        thresholds=Thresholds(medium=settings.medium_score, frontier=settings.frontier_score),
+        admission=AdmissionConfig(
+            busy=settings.busy,
+            queue_limit=settings.queue_limit,
+            paid_limit=settings.paid_limit,
+            retry_after_s=settings.retry_after_s,
+        ),
+        placement=PlacementConfig(
+            balance_abs=settings.balance_abs, balance_rel=settings.balance_rel, max_conversations=settings.conversations
+        ),
+        conversations=settings.conversations,
+        heartbeat_expiry_s=settings.heartbeat_expiry_s,
+    )
 
 
-def route(request: InferenceRequested, policy: Policy) -> InferenceRouted:
-    pool = policy.default_pool
-    return InferenceRouted(
-        conversation_id=request.conversation_id,
-        user_id=request.user_id,
-        trace_id=request.trace_id,
-        request=request,
-        pool=pool,
-        model=policy.models[pool],
-        partition=partition_for(request.conversation_id, policy.partitions[pool]),
-        route_reason="sticky",
+@dataclass(frozen=True)
+class Choice:
+    pool: str
+    reason: str  # user_selected | classifier | sticky | escalated
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: str
+    message: str
+
+
+def newest_user_text(request: InferenceRequested) -> str:
+    return next((m.content for m in reversed(request.messages) if m.role == "user"), "")
+
+
+def choose_pool(request: InferenceRequested, policy: Policy, current: str | None) -> Choice | Refusal:
+    """The pool a turn needs, before admission; ``current`` is the conversation's pool so far."""
+    tokens = request.prompt_tokens + request.max_tokens
+    if (request.model or "") not in AUTO:
+        pool = policy.pool_of_model(str(request.model))
+        if pool is None:
+            served = ", ".join(sorted(p.model for p in policy.pools.values()))
+            return Refusal(UNKNOWN_MODEL, f"model {request.model!r} is not served here; choose one of: {served}")
+        if tokens > policy.pools[pool].context_tokens:
+            return _too_long(tokens, policy)
+        return Choice(pool, "user_selected")
+    f = features(newest_user_text(request), context_tokens=request.prompt_tokens)
+    wanted = escalate(policy.default_pool, classify(f, policy.thresholds))
+    if current in policy.pools:
+        wanted = escalate(current, wanted)
+    needs = {name for name, present in (("code", f.code), ("math", f.math)) if present}
+    pool = _serving(policy, wanted, frozenset(needs), tokens)
+    if pool is None:
+        return _too_long(tokens, policy)
+    if current is None or current not in policy.pools:
+        return Choice(pool, "classifier")
+    return Choice(pool, "escalated" if RANKS.index(pool) > RANKS.index(current) else "sticky")
+
+
+def _serving(policy: Policy, floor: str, needs: frozenset[str], tokens: int) -> str | None:
+    """The cheapest pool at or above ``floor`` that holds ``tokens`` and has ``needs``; if none has them, the
+    cheapest at or above ``floor`` that holds ``tokens``; if ``floor`` is above every such pool, the most capable."""
+    fitting = [p for p in policy.pools.values() if tokens <= p.context_tokens]
+    if not fitting:
+        return None
+    above = [p for p in fitting if RANKS.index(p.name) >= RANKS.index(floor)]
+    capable = [p for p in above if needs <= p.capabilities]
+    return (capable or above or fitting[-1:])[0].name
+
+
+def _too_long(tokens: int, policy: Policy) -> Refusal:
+    most = max(p.context_tokens for p in policy.pools.values())
+    return Refusal(
+        CONTEXT_TOO_LONG,
+        f"the prompt and reply need {tokens} tokens; the largest pool holds {most} (PARLEY_ROUTER_CONTEXT_TOKENS)",
+    )
+
+
+class Router:
+    """The routing state (conversation pools, homes, the fleet) and what to emit per request; no Kafka in here."""
+
+    def __init__(self, policy: Policy, fleet: Fleet | None = None) -> None:
+        self.policy = policy
+        self.fleet = fleet or Fleet(policy.heartbeat_expiry_s)
+        self._pools: LRU[str, str] = LRU(policy.conversations)
+        self._placements = {pool: Placement(policy.placement) for pool in policy.pools}
+
+    def heartbeat(self, beat: WorkerHeartbeat, now: float) -> None:
+        if self.fleet.observe(beat, now) and beat.pool in self._placements:
+            self._placements[beat.pool].heartbeat(beat.worker_id)  # the beat now counts what we placed before it
+
+    def loads(self, now: float, pools: list[str]) -> dict[str, Load]:
+        """Pressure of ``pools``: reported load plus this router's placements since each worker's beat."""
+        out = {}
+        for pool in pools:
+            replicas = self.fleet.replicas(pool, now)
+            load = pool_load(replicas, {r.id: self._placements[pool].load(r) for r in replicas})
+            if load is not None:
+                out[pool] = load
+        return out
+
+    def route(self, request: InferenceRequested, now: float) -> list[Event]:
+        """What to produce for ``request``: its InferenceRouted, or the events that end the turn."""
+        cid = request.conversation_id
+        choice = choose_pool(request, self.policy, self._pools.get(cid))
+        if isinstance(choice, Refusal):
+            return ending(request, "failed", choice.code, choice.message)
+        self._pools.put(cid, choice.pool)
+        # A user-selected model is never swapped for a smaller one; a classified turn may be, to a pool that holds it.
+        tokens = request.prompt_tokens + request.max_tokens
+        candidates = [
+            p.name
+            for p in self.policy.pools.values()
+            if RANKS.index(p.name) <= RANKS.index(choice.pool) and tokens <= p.context_tokens
+        ]
+        if choice.reason == "user_selected":
+            candidates = [choice.pool]
+        decision = admit(request.tier, choice.pool, self.loads(now, candidates), self.policy.admission)
+        if isinstance(decision, Shed):
+            why = {"pool": decision.pool, "tier": request.tier, "why": decision.reason}
+            log.info("turn shed", extra={"conversation_id": cid, "request_id": request.request_id, **why})
+            return shed(request, decision, self.policy.pools[decision.pool].model)
+        return [self._place(request, choice, decision, now)]
+
+    def _place(self, request: InferenceRequested, choice: Choice, admitted: Admit, now: float) -> InferenceRouted:
+        pool = admitted.pool
+        placed = self._placements[pool].place(request.conversation_id, self.fleet.replicas(pool, now))
+        if placed is None:  # no live heartbeat from the pool: Kafka's hash keeps the conversation on one partition
+            partition, replica, where = partition_for(request.conversation_id, self.policy.partitions[pool]), "", "hashed"
+        else:
+            partition, replica, where = placed.partition, placed.replica, placed.reason
+        reason = route_reason(choice.reason, where, downgraded=admitted.downgraded_from is not None)
+        where_to = {"pool": pool, "partition": partition, "replica": replica, "queued": admitted.queued}
+        log.debug("turn routed", extra={"request_id": request.request_id, "route_reason": reason, **where_to})
+        return InferenceRouted(
+            conversation_id=request.conversation_id,
+            user_id=request.user_id,
+            trace_id=request.trace_id,
+            request=request,
+            pool=pool,
+            model=self.policy.pools[pool].model,
+            partition=partition,
+            route_reason=reason,
+            downgraded_from=admitted.downgraded_from,
+        )
+
+
+def route_reason(pool_reason: str, placement_reason: str, *, downgraded: bool) -> str:
+    """One word for InferenceRouted.route_reason: what changed, else why it stayed."""
+    if downgraded:
+        return "downgraded"
+    if pool_reason in ("user_selected", "escalated"):
+        return pool_reason
+    if placement_reason in ("moved_hot", "moved_gone"):
+        return placement_reason
+    if pool_reason == "classifier":  # the conversation's first turn here
+        return "classifier"
+    return placement_reason  # sticky | new (home forgotten) | hashed (no heartbeats)
+
+
+def ending(
+    request: InferenceRequested,
+    finish_reason: str,
+    code: str,
+    message: str,
+    *,
+    retry_after: float | None = None,
+    pool: str = "",
+    model: str = "",
+) -> list[Event]:
+    """End a turn the router will not run: GenerationCompleted first (the log), then the final
+    TokenChunk (the client's SSE ``error``), in the order workers use (DESIGN.md §4)."""
+    common = {"conversation_id": request.conversation_id, "user_id": request.user_id, "trace_id": request.trace_id}
+    return [
+        GenerationCompleted(
+            **common,
+            request_id=request.request_id,
+            parent_id=request.parent_id,
+            attempt=request.attempt,
+            finish_reason=finish_reason,
+            pool=pool,
+            model=model,
+            error_code=code,
+            error_message=message,
+        ),
+        TokenChunk(
+            **common,
+            request_id=request.request_id,
+            attempt=request.attempt,
+            seq=0,
+            finish_reason=finish_reason,
+            error_code=code,
+            error_message=message,
+            retry_after=retry_after,
+        ),
+    ]
+
+
+def shed(request: InferenceRequested, decision: Shed, model: str) -> list[Event]:
+    message = f"the {decision.pool} pool is overloaded; retry in {decision.retry_after_s:g} s"
+    return ending(
+        request, "rejected", OVERLOADED, message, retry_after=decision.retry_after_s, pool=decision.pool, model=model
     )
 
 
@@ -54,15 +301,35 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSe
     policy = policy_from(settings)  # fail at start-up, naming the setting, not on the first event
     app, group = processor_app(streams, kafka, "router")
     source = raw_topic(app, kafka, "chat.inference")
-    sinks = {pool: raw_topic(app, kafka, inference_topic(pool)) for pool in policy.models}
+    names = [inference_topic(pool) for pool in policy.pools] + ["chat.events", "chat.tokens"]
+    sinks = {name: raw_topic(app, kafka, name) for name in names}
+    router = Router(policy)
+
+    @app.task
+    async def heartbeats() -> None:
+        # Every router instance reads every beat (no group), so this runs beside the agent, not as one.
+        reader = await asyncio.to_thread(HeartbeatReader, kafka)
+        try:
+            while True:
+                try:
+                    beats = await asyncio.to_thread(reader.poll, 0.5)
+                except BrokerUnavailable as exc:  # placement falls back to hashing once the beats expire
+                    log.warning("reading fleet.heartbeats failed; retrying", extra={"error": str(exc)})
+                    await asyncio.sleep(1.0)
+                    continue
+                for beat in beats:
+                    router.heartbeat(beat, time.monotonic())
+        finally:
+            reader.close()
 
     @app.agent(source, name="router")
-    async def router(stream: faust.StreamT) -> None:
+    async def route(stream: faust.StreamT) -> None:
         async for event in decoded(app, stream, consumer=group):
             if not isinstance(event, InferenceRequested):
                 await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
                 continue
-            routed = route(event, policy)
-            await send_event(sinks[routed.pool], routed, partition=routed.partition)
+            for out in router.route(event, time.monotonic()):
+                partition = out.partition if isinstance(out, InferenceRouted) else None
+                await send_event(sinks[topic_name_for(out)], out, partition=partition)
 
     return app

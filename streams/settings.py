@@ -34,6 +34,8 @@ class StreamsSettings:
 
 @dataclass(frozen=True)
 class ContextSettings:
+    """The context builder's: prompt layout, token budget, block dropping and summaries."""
+
     system_prompt: str = env(
         "PARLEY_CONTEXT_SYSTEM_PROMPT", "You are a helpful assistant.", "System prompt put first in every prompt"
     )
@@ -51,10 +53,61 @@ class ContextSettings:
         15.0,
         "On a conversation reloaded from Cassandra, how long to wait for the materializer to write the message being answered",
     )
+    tokenizer: str = env(
+        "PARLEY_CONTEXT_TOKENIZER",
+        "bytes",
+        "Tokenizer the budget is counted in, the engine's: bytes (the CPU engine's random model), "
+        "words (its synthetic backend) or a local HuggingFace model directory",
+    )
+    drop_fraction: float = env(
+        "PARLEY_CONTEXT_DROP_FRACTION",
+        0.25,
+        "When the history outgrows the budget, the oldest whole turns are dropped in blocks of at least this share "
+        "of the budget, so the prompt's prefix (the engine's cache) stays stable for many turns between moves",
+    )
+    summary_url: str = env(
+        "PARLEY_CONTEXT_SUMMARY_URL",
+        "http://127.0.0.1:30000",
+        "Engine (SGLang API) of the small pool that summarises dropped turns; empty = no summaries",
+    )
+    summary_tokens: int = env(
+        "PARLEY_CONTEXT_SUMMARY_TOKENS",
+        256,
+        "Tokens reserved in the budget for the summary of dropped turns (the summary is cut to fit)",
+    )
+    summary_timeout_s: float = env(
+        "PARLEY_CONTEXT_SUMMARY_TIMEOUT_S",
+        30.0,
+        "Longest a turn waits for its summary; after that it is built without one",
+    )
+    summary_retry_s: float = env(
+        "PARLEY_CONTEXT_SUMMARY_RETRY_S",
+        30.0,
+        "After the summary engine failed, turns are built without a new summary for this long before it is asked again",
+    )
+    summary_max_steps: int = env(
+        "PARLEY_CONTEXT_SUMMARY_MAX_STEPS",
+        4,
+        "Most blocks summarised (one engine call each) for one turn; older blocks beyond that are left out of the summary",
+    )
 
     def __post_init__(self) -> None:
         if self.budget_tokens <= 0:
             raise ConfigError(f"PARLEY_CONTEXT_BUDGET_TOKENS must be positive, got {self.budget_tokens}")
+        if not 0 < self.drop_fraction <= 1:
+            raise ConfigError(f"PARLEY_CONTEXT_DROP_FRACTION must be in (0, 1], got {self.drop_fraction}")
+        if not 0 < self.summary_tokens < self.budget_tokens // 2:
+            raise ConfigError(
+                "PARLEY_CONTEXT_SUMMARY_TOKENS must be positive and under half of PARLEY_CONTEXT_BUDGET_TOKENS, "
+                f"got {self.summary_tokens} of {self.budget_tokens}"
+            )
+        if self.summary_timeout_s <= 0 or self.summary_retry_s < 0:
+            raise ConfigError(
+                "PARLEY_CONTEXT_SUMMARY_TIMEOUT_S must be positive and PARLEY_CONTEXT_SUMMARY_RETRY_S not negative, "
+                f"got {self.summary_timeout_s} and {self.summary_retry_s}"
+            )
+        if self.summary_max_steps <= 0:
+            raise ConfigError(f"PARLEY_CONTEXT_SUMMARY_MAX_STEPS must be positive, got {self.summary_max_steps}")
         if self.max_tokens <= 0:
             raise ConfigError(f"PARLEY_CONTEXT_MAX_TOKENS must be positive, got {self.max_tokens}")
         if self.cache_conversations <= 0:
@@ -65,27 +118,96 @@ class ContextSettings:
 class RouterSettings:
     pools: str = env(
         "PARLEY_ROUTER_POOLS",
-        "small=Qwen/Qwen2.5-0.5B-Instruct",
+        "small=Qwen/Qwen2.5-0.5B-Instruct,medium=Qwen/Qwen2.5-7B-Instruct,frontier=Qwen/Qwen2.5-72B-Instruct",
         "Pools the router may use and the model each serves: pool=model[,pool=model…]",
     )
     default_pool: str = env("PARLEY_ROUTER_DEFAULT_POOL", "small", "Pool of a turn no rule places elsewhere")
+    context_tokens: str = env(
+        "PARLEY_ROUTER_CONTEXT_TOKENS",
+        "small=32768,medium=32768,frontier=131072",
+        "Context length of each pool's model, pool=tokens[,…]; a turn whose prompt + max_tokens exceeds it goes to a larger pool",
+    )
+    capabilities: str = env(
+        "PARLEY_ROUTER_CAPABILITIES",
+        "small=chat,medium=chat+code+math,frontier=chat+code+math",
+        "What each pool's model is trusted with, pool=cap+cap[,…] (chat, code, math); a turn needing one skips pools without it",
+    )
+    medium_score: float = env("PARLEY_ROUTER_MEDIUM_SCORE", 2.0, "Classifier score at or above which a turn needs medium")
+    frontier_score: float = env(
+        "PARLEY_ROUTER_FRONTIER_SCORE", 3.5, "Classifier score at or above which a turn needs frontier"
+    )
+    conversations: int = env(
+        "PARLEY_ROUTER_CONVERSATIONS",
+        200_000,
+        "Conversations whose pool and home partition are remembered (in memory, LRU; forgotten on restart)",
+    )
+    balance_abs: float = env(
+        "PARLEY_ROUTER_BALANCE_ABS", 4.0, "A home worker is hot when its load exceeds the coolest's by more than this many requests…"
+    )
+    balance_rel: float = env("PARLEY_ROUTER_BALANCE_REL", 1.5, "…and by more than this factor")
+    heartbeat_expiry_s: float = env(
+        "PARLEY_ROUTER_HEARTBEAT_EXPIRY_S",
+        6.0,
+        "A worker not heard from for this long is gone (about 3 × PARLEY_WORKER_HEARTBEAT_S)",
+    )
+    busy: float = env("PARLEY_ROUTER_BUSY", 0.8, "Pool pressure (demand / capacity) above which free turns are downgraded")
+    queue_limit: float = env("PARLEY_ROUTER_QUEUE_LIMIT", 1.25, "Pool pressure beyond which free turns are shed")
+    paid_limit: float = env(
+        "PARLEY_ROUTER_PAID_LIMIT", 2.0, "Pool pressure beyond which paid turns are shed too (their reserved share)"
+    )
+    retry_after_s: float = env("PARLEY_ROUTER_RETRY_AFTER_S", 10.0, "Shortest retry_after told to a shed turn")
+
+    def __post_init__(self) -> None:
+        if self.conversations <= 0:
+            raise ConfigError(f"PARLEY_ROUTER_CONVERSATIONS must be positive, got {self.conversations}")
+        if not 0 < self.medium_score <= self.frontier_score:
+            raise ConfigError("PARLEY_ROUTER_MEDIUM_SCORE must be positive and at most PARLEY_ROUTER_FRONTIER_SCORE")
+        if self.balance_abs < 0 or self.balance_rel < 1:
+            raise ConfigError("PARLEY_ROUTER_BALANCE_ABS must be >= 0 and PARLEY_ROUTER_BALANCE_REL >= 1")
+        if self.heartbeat_expiry_s <= 0:
+            raise ConfigError(f"PARLEY_ROUTER_HEARTBEAT_EXPIRY_S must be positive, got {self.heartbeat_expiry_s}")
+        if not 0 < self.busy <= self.queue_limit <= self.paid_limit:
+            raise ConfigError(
+                "need 0 < PARLEY_ROUTER_BUSY <= PARLEY_ROUTER_QUEUE_LIMIT <= PARLEY_ROUTER_PAID_LIMIT, "
+                f"got {self.busy}, {self.queue_limit}, {self.paid_limit}"
+            )
+
+    @staticmethod
+    def _pool_map(variable: str, raw: str, what: str) -> dict[str, str]:
+        """``pool=value[,pool=value…]`` parsed, every pool checked against the catalog."""
+        out: dict[str, str] = {}
+        for item in filter(None, (p.strip() for p in raw.split(","))):
+            pool, sep, value = item.partition("=")
+            pool, value = pool.strip(), value.strip()
+            if not sep or not value:
+                raise ConfigError(f"{variable}: {item!r} is not pool={what}")
+            if pool not in POOLS:
+                raise ConfigError(f"{variable}: unknown pool {pool!r}; the catalog has {POOLS}")
+            out[pool] = value
+        return out
 
     def pool_models(self) -> dict[str, str]:
         """``pools`` parsed and checked against the topic catalog."""
-        out: dict[str, str] = {}
-        for item in filter(None, (p.strip() for p in self.pools.split(","))):
-            pool, sep, model = item.partition("=")
-            pool, model = pool.strip(), model.strip()
-            if not sep or not model:
-                raise ConfigError(f"PARLEY_ROUTER_POOLS: {item!r} is not pool=model")
-            if pool not in POOLS:
-                raise ConfigError(f"PARLEY_ROUTER_POOLS: unknown pool {pool!r}; the catalog has {POOLS}")
-            out[pool] = model
+        out = self._pool_map("PARLEY_ROUTER_POOLS", self.pools, "model")
         if self.default_pool not in out:
             raise ConfigError(
                 f"PARLEY_ROUTER_DEFAULT_POOL={self.default_pool!r} is not among PARLEY_ROUTER_POOLS ({sorted(out)})"
             )
         return out
+
+    def pool_context_tokens(self) -> dict[str, int]:
+        out = {}
+        for pool, raw in self._pool_map("PARLEY_ROUTER_CONTEXT_TOKENS", self.context_tokens, "tokens").items():
+            if not raw.isdigit() or int(raw) <= 0:
+                raise ConfigError(f"PARLEY_ROUTER_CONTEXT_TOKENS: {pool}={raw!r} is not a positive number of tokens")
+            out[pool] = int(raw)
+        return out
+
+    def pool_capabilities(self) -> dict[str, frozenset[str]]:
+        return {
+            pool: frozenset(c.strip() for c in raw.split("+") if c.strip())
+            for pool, raw in self._pool_map("PARLEY_ROUTER_CAPABILITIES", self.capabilities, "cap+cap").items()
+        }
 
 
 @dataclass(frozen=True)

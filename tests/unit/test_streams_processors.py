@@ -31,7 +31,7 @@ def test_every_processor_builds_its_app_with_its_own_group(tmp_path, monkeypatch
 def test_unknown_processor_and_bad_settings_name_what_to_change(monkeypatch) -> None:
     with pytest.raises(ConfigError, match="choose one of"):
         build("nope")
-    monkeypatch.setenv("PARLEY_ROUTER_DEFAULT_POOL", "frontier")
+    monkeypatch.setenv("PARLEY_ROUTER_DEFAULT_POOL", "huge")
     with pytest.raises(ConfigError, match="PARLEY_ROUTER_DEFAULT_POOL"):
         build("router")
 

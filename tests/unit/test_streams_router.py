@@ -1,4 +1,4 @@
-"""Router policy: one pool for now, a partition sticky per conversation; settings checked at start-up."""
+"""Router policy from settings: the pools, their models, partitions; settings checked at start-up."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from parley.errors import ConfigError
 from parley.partitioning import partition_for
 from schemas.catalog import TOPICS
-from schemas.events import InferenceRequested, PromptMessage
-from streams.router import policy_from, route
+from schemas.events import InferenceRequested, InferenceRouted, PromptMessage
+from streams.router import Router, policy_from
 from streams.settings import RouterSettings
 
 
@@ -25,24 +25,37 @@ def _request(cid: str, n: int = 0) -> InferenceRequested:
     )
 
 
-def test_routes_to_the_default_pool_on_the_conversations_partition() -> None:
-    policy = policy_from(RouterSettings(pools="small=m-small", default_pool="small"))
+def _route(router: Router, req: InferenceRequested) -> InferenceRouted:
+    (out,) = router.route(req, 0.0)
+    assert isinstance(out, InferenceRouted)
+    return out
+
+
+def test_the_default_pools_are_all_three_cheapest_first() -> None:
+    policy = policy_from(RouterSettings())
+    assert list(policy.pools) == ["small", "medium", "frontier"]
+    assert policy.pools["frontier"].context_tokens >= policy.pools["small"].context_tokens
+    assert policy.partitions == {p: TOPICS[f"chat.inference.{p}"].partitions for p in policy.pools}
+
+
+def test_without_heartbeats_routes_on_the_conversations_hashed_partition() -> None:
+    router = Router(policy_from(RouterSettings(pools="small=m-small", default_pool="small")))
     cid = str(uuid.uuid4())
     req = _request(cid)
-    routed = route(req, policy)
+    routed = _route(router, req)
     n = TOPICS["chat.inference.small"].partitions
-    assert (routed.pool, routed.model, routed.route_reason) == ("small", "m-small", "sticky")
+    assert (routed.pool, routed.model, routed.route_reason) == ("small", "m-small", "classifier")
     assert routed.partition == partition_for(cid, n)
     assert routed.request == req and routed.conversation_id == cid and routed.key == cid.encode()
 
 
 def test_same_conversation_same_partition_and_partitions_in_range_and_spread() -> None:
-    policy = policy_from(RouterSettings())
+    router = Router(policy_from(RouterSettings()))
     n = TOPICS["chat.inference.small"].partitions
     seen = set()
     for _ in range(200):
         cid = str(uuid.uuid4())
-        parts = {route(_request(cid, i), policy).partition for i in range(5)}
+        parts = {_route(router, _request(cid, i)).partition for i in range(5)}
         assert len(parts) == 1
         (p,) = parts
         assert 0 <= p < n
@@ -50,19 +63,30 @@ def test_same_conversation_same_partition_and_partitions_in_range_and_spread() -
     assert seen == set(range(n))  # 200 conversations reach every partition
 
 
+def test_the_default_pool_is_the_floor_of_classified_turns() -> None:
+    router = Router(policy_from(RouterSettings(pools="small=a,medium=b", default_pool="medium")))
+    assert _route(router, _request(str(uuid.uuid4()))).pool == "medium"
+
+
 @pytest.mark.parametrize(
-    ("pools", "default", "names"),
+    ("settings", "names"),
     [
-        ("small", "small", "PARLEY_ROUTER_POOLS"),
-        ("tiny=m", "tiny", "PARLEY_ROUTER_POOLS"),
-        ("small=m", "medium", "PARLEY_ROUTER_DEFAULT_POOL"),
+        (dict(pools="small"), "PARLEY_ROUTER_POOLS"),
+        (dict(pools="tiny=m", default_pool="tiny"), "PARLEY_ROUTER_POOLS"),
+        (dict(pools="small=m", default_pool="medium"), "PARLEY_ROUTER_DEFAULT_POOL"),
+        (dict(context_tokens="small=lots"), "PARLEY_ROUTER_CONTEXT_TOKENS"),
+        (dict(capabilities="huge=chat"), "PARLEY_ROUTER_CAPABILITIES"),
+        (dict(busy=1.5, queue_limit=1.25), "PARLEY_ROUTER_BUSY"),
+        (dict(medium_score=4.0, frontier_score=3.0), "PARLEY_ROUTER_MEDIUM_SCORE"),
+        (dict(heartbeat_expiry_s=0.0), "PARLEY_ROUTER_HEARTBEAT_EXPIRY_S"),
     ],
 )
-def test_bad_pool_settings_name_the_variable(pools: str, default: str, names: str) -> None:
+def test_bad_settings_name_the_variable(settings: dict[str, object], names: str) -> None:
     with pytest.raises(ConfigError, match=names):
-        policy_from(RouterSettings(pools=pools, default_pool=default))
+        policy_from(RouterSettings(**settings))  # type: ignore[arg-type]
 
 
 def test_several_pools_parse() -> None:
     s = RouterSettings(pools="small=a, medium=b", default_pool="medium")
     assert s.pool_models() == {"small": "a", "medium": "b"}
+    assert policy_from(s).pool_of_model("b") == "medium" and policy_from(s).pool_of_model("c") is None

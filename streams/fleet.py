@@ -1,0 +1,144 @@
+"""The fleet as the router sees it: ``fleet.heartbeats`` folded into live workers per pool.
+
+Every worker publishes a WorkerHeartbeat every few seconds (partitions of
+``chat.inference.<pool>`` it owns, running, queued, max_running, draining).
+``Fleet`` keeps the newest beat of each worker and answers two questions for a
+pool: which replicas can take new work (for ``placement``) and how loaded the
+pool is (for ``admission``). It is pure: the caller passes the clock.
+
+A worker not heard from for ``expiry_s`` is gone (killed, partitioned away);
+a draining one takes nothing new; one that left says so with a last beat that
+owns no partitions. During a consumer-group rebalance two workers may claim a
+partition for a moment; the fresher beat wins, so a partition that moved is
+just a cache move for the conversations homed on it.
+
+``HeartbeatReader`` is the I/O edge: it reads the compacted topic whole (no
+consumer group: every router instance needs every beat) and skips beats too
+old to matter, so a restarted router starts from what is live.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from parley.consumer import poll_batch
+from parley.errors import BrokerUnavailable
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.catalog import TOPICS
+from schemas.events import WorkerHeartbeat
+from streams.admission import Load
+from streams.placement import Replica
+
+log = logging.getLogger(__name__)
+
+TOPIC = "fleet.heartbeats"
+
+
+@dataclass(frozen=True)
+class Seen:
+    beat: WorkerHeartbeat
+    at: float  # the caller's clock (monotonic seconds) when it arrived
+
+
+class Fleet:
+    def __init__(self, expiry_s: float = 6.0) -> None:
+        self.expiry_s = expiry_s
+        self._workers: dict[str, Seen] = {}
+
+    def observe(self, beat: WorkerHeartbeat, now: float, wall_us: int | None = None) -> bool:
+        """Take a beat; False when it is older than ``expiry_s`` by the producer's clock (a replayed one)."""
+        wall_us = int(time.time() * 1e6) if wall_us is None else wall_us
+        age = (wall_us - beat.occurred_at) / 1e6
+        if age > self.expiry_s:
+            return False
+        known = self._workers.get(beat.worker_id)
+        if known is not None and known.beat.occurred_at > beat.occurred_at:
+            return False
+        # Liveness runs on the caller's clock from arrival: producers' clocks only filter replayed beats.
+        self._workers[beat.worker_id] = Seen(beat, now)
+        return True
+
+    def live(self, now: float) -> list[WorkerHeartbeat]:
+        """Beats of workers heard from within ``expiry_s``; the expired are forgotten."""
+        for worker_id in [w for w, s in self._workers.items() if now - s.at > self.expiry_s]:
+            del self._workers[worker_id]
+        return [s.beat for s in self._workers.values()]
+
+    def replicas(self, pool: str, now: float) -> list[Replica]:
+        """Workers of ``pool`` that take new work, each with the partitions it alone owns now."""
+        beats = [b for b in self.live(now) if b.pool == pool and not b.draining]
+        owner: dict[int, WorkerHeartbeat] = {}
+        for beat in sorted(beats, key=lambda b: b.occurred_at):  # fresher claims overwrite older ones
+            for partition in beat.partitions:
+                owner[partition] = beat
+        return [
+            Replica(
+                id=b.worker_id,
+                partitions=tuple(sorted(p for p, o in owner.items() if o is b)),
+                load=float(b.running + b.queued),
+                capacity=float(b.max_running),
+            )
+            for b in beats
+        ]
+
+    def pools(self, now: float) -> set[str]:
+        return {b.pool for b in self.live(now)}
+
+
+def pool_load(replicas: Iterable[Replica], load_of: dict[str, float] | None = None) -> Load | None:
+    """Demand over capacity of the replicas taking work; None when there are none (nothing to judge by).
+
+    ``load_of`` overrides a replica's reported load (the router adds what it placed since the beat).
+    """
+    taking = [r for r in replicas if r.partitions and r.capacity > 0]
+    if not taking:
+        return None
+    demand = sum((load_of or {}).get(r.id, r.load) for r in taking)
+    return Load(demand=demand, capacity=sum(r.capacity for r in taking))
+
+
+class HeartbeatReader:
+    """Blocking: call ``poll`` from a thread."""
+
+    def __init__(self, kafka: KafkaSettings, timeout_s: float = 10.0) -> None:
+        self.topic = kafka.topic(TOPIC)
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": kafka.bootstrap,
+                # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
+                "group.id": f"parley-router-fleet-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+            }
+        )
+        partitions = range(TOPICS[TOPIC].partitions)
+        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+
+    def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[WorkerHeartbeat]:
+        try:
+            messages = poll_batch(self._consumer, max_records, timeout)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"consume from {self.topic} failed (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
+        out = []
+        for msg in messages:
+            if msg.error() or msg.value() is None:  # a tombstone, or a transient error librdkafka retries
+                continue
+            try:
+                event = codec.decode(msg.value())
+            except codec.CodecError as exc:
+                # Every router reads every beat: N copies in the DLQ would help no one, so log and skip.
+                log.warning("undecodable heartbeat skipped", extra={"offset": msg.offset(), "error": type(exc).__name__})
+                continue
+            if isinstance(event, WorkerHeartbeat):
+                out.append(event)
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,253 @@
+"""Routing on the real stack: cache-aware placement over three CPU-engine workers of one pool, and
+admission control when a pool is driven past capacity. Real processes, broker, database and HTTP.
+
+Each test module starts its own stacks (its own topics and keyspace): the workers and settings differ
+from the shared e2e stack's. No timing assertions; waits have generous deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from parley import isolated
+from parley.client import ParleyClient
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+from parley.supervisor import Child
+from parley.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_MEDIUM, WORKER_SMALL, Service
+from schemas import codec
+from schemas.catalog import TOPICS
+from schemas.events import Event, GenerationCompleted, InferenceRouted, WorkerHeartbeat
+
+DEADLINE = 120.0
+HEARTBEAT_S = 0.5
+EXPIRY_S = 3.0
+PROCESSORS = (CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
+
+
+def read_all(kafka: KafkaSettings, topic: str, done: Callable[[list[Event]], bool], what: str) -> list[Event]:
+    """Every event of ``topic`` from its beginning, read until ``done`` holds (or the deadline fails the test)."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"e2e-routing-{uuid.uuid4().hex[:6]}"})
+    name = kafka.topic(topic)
+    consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS[topic].partitions)])
+    events: list[Event] = []
+    deadline = time.monotonic() + DEADLINE
+    try:
+        while not done(events):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            for msg in consumer.consume(200, 0.5):
+                if not msg.error() and msg.value() is not None:
+                    events.append(codec.decode(msg.value()))
+        return events
+    finally:
+        consumer.close()
+
+
+def wait_for_fleet(kafka: KafkaSettings, workers: dict[str, str]) -> None:
+    """Until every worker (id → pool) beats owning partitions, and each pool's partitions are split among them."""
+
+    def settled(events: list[Event]) -> bool:
+        latest = {e.worker_id: e for e in events if isinstance(e, WorkerHeartbeat) and e.worker_id in workers}
+        if set(latest) != set(workers) or not all(b.partitions for b in latest.values()):
+            return False
+        for pool in set(workers.values()):
+            claims = [p for b in latest.values() if b.pool == pool for p in b.partitions]
+            if sorted(claims) != list(range(TOPICS[f"chat.inference.{pool}"].partitions)):
+                return False
+        return True
+
+    read_all(kafka, "fleet.heartbeats", settled, f"heartbeats of {sorted(workers)} after the rebalance")
+    time.sleep(4 * HEARTBEAT_S)  # not an assertion: lets the router read the same beats
+
+
+@dataclass
+class RoutingStack:
+    inner: isolated.IsolatedStack
+    workers: dict[str, Child]
+
+    def client(self, tier: str = "plus") -> ParleyClient:
+        return ParleyClient(self.inner.url, self.inner.create_user(f"routing-{tier}", tier)[1])
+
+    def routed(self, request_ids: set[str], pool: str = "small") -> dict[str, InferenceRouted]:
+        events = read_all(
+            self.inner.kafka,
+            f"chat.inference.{pool}",
+            lambda es: request_ids <= {e.request.request_id for e in es if isinstance(e, InferenceRouted)},
+            f"InferenceRouted of {len(request_ids)} requests on {pool}",
+        )
+        return {e.request.request_id: e for e in events if isinstance(e, InferenceRouted) and e.request.request_id in request_ids}
+
+    def completed(self, request_ids: set[str]) -> dict[str, GenerationCompleted]:
+        events = read_all(
+            self.inner.kafka,
+            "chat.events",
+            lambda es: request_ids <= {e.request_id for e in es if isinstance(e, GenerationCompleted)},
+            f"GenerationCompleted of {len(request_ids)} requests",
+        )
+        return {e.request_id: e for e in events if isinstance(e, GenerationCompleted) and e.request_id in request_ids}
+
+
+def start_stack(
+    name: str, log_dir: Path, env: dict[str, str], workers: list[tuple[str, Service, dict[str, str]]]
+) -> RoutingStack:
+    """The processors and gateway of the topology, then one synthetic engine and one worker per ``workers`` entry."""
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), name)
+    inner = isolated.start(kafka, cassandra, log_dir, env, services=PROCESSORS)
+    children: dict[str, Child] = {}
+    try:
+        for worker_id, service, extra in workers:
+            port = isolated.free_port()
+            engine = inner.supervisor.start(
+                ENGINE, name=f"engine-{worker_id}", extra_env={"PARLEY_ENGINE_PORT": str(port)}, ports={"engine_port": port}
+            )
+            inner.supervisor.wait_ready(engine)
+            worker_env = {"PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{port}", "PARLEY_WORKER_ID": worker_id, **extra}
+            children[worker_id] = inner.supervisor.start(service, name=worker_id, extra_env=worker_env)
+            inner.supervisor.wait_ready(children[worker_id])
+        wait_for_fleet(kafka, {w: s.module_args[-1] for w, s, _ in workers})
+    except BaseException:
+        inner.stop()
+        isolated.drop(kafka, cassandra)
+        raise
+    return RoutingStack(inner, children)
+
+
+def stop_stack(stack: RoutingStack) -> None:
+    stack.inner.stop()
+    isolated.drop(stack.inner.kafka, stack.inner.cassandra)
+
+
+COMMON_ENV = {
+    "PARLEY_ENGINE_BACKEND": "synthetic",
+    "PARLEY_WORKER_HEARTBEAT_S": str(HEARTBEAT_S),
+    "PARLEY_ROUTER_HEARTBEAT_EXPIRY_S": str(EXPIRY_S),
+}
+
+# ------------------------------------------------------------------ three workers, one pool
+
+
+@pytest.fixture(scope="module")
+def three(infra, tmp_path_factory) -> Iterator[RoutingStack]:
+    env = {
+        **COMMON_ENV,
+        "PARLEY_ENGINE_TTFT_MS": "20",
+        "PARLEY_ENGINE_TOKENS_PER_S": "400",
+        "PARLEY_CONTEXT_MAX_TOKENS": "30",
+        "PARLEY_ROUTER_POOLS": "small=test-small",  # every turn on the one pool the three workers serve
+    }
+    workers = [(f"w{i}", WORKER_SMALL, {}) for i in range(3)]
+    stack = start_stack("routing", tmp_path_factory.mktemp("routing-logs"), env, workers)
+    try:
+        yield stack
+    finally:
+        stop_stack(stack)
+
+
+async def converse(client: ParleyClient, cid: str, texts: list[str]) -> list[tuple[str, dict]]:
+    """(reply id, usage) of each turn, in order."""
+    out = []
+    for text in texts:
+        reply = await client.send(cid, text)
+        assert reply.final is not None and reply.final.event == "done", reply.final
+        out.append((reply.head["reply_id"], reply.final.data["usage"]))
+    return out
+
+
+async def test_a_conversation_stays_on_its_worker_and_moves_when_that_worker_dies(three: RoutingStack) -> None:
+    client = three.client()
+    try:
+        cid = await client.create_conversation("sticky")
+        # A long, unique first message: only the engine that served it can have it cached.
+        opening = f"Conversation {uuid.uuid4().hex}: " + " ".join(f"word{i}" for i in range(60))
+        turns = await converse(client, cid, [opening, "and then?", "go on", "once more"])
+        ids = [rid for rid, _ in turns]
+        routed, done = three.routed(set(ids)), three.completed(set(ids))
+        assert len({routed[r].partition for r in ids}) == 1, "every turn on the conversation's home partition"
+        assert [routed[r].route_reason for r in ids] == ["classifier", "sticky", "sticky", "sticky"]
+        replicas = {done[r].replica for r in ids}
+        assert len(replicas) == 1 and replicas <= set(three.workers), replicas
+        first_prompt = turns[0][1]["prompt_tokens"]
+        for _, usage in turns[1:]:  # the first prompt is found in that engine's prefix cache (all but its tail)
+            assert usage["cached_tokens"] >= 0.9 * first_prompt > 0, (usage, first_prompt)
+
+        (home,) = replicas
+        three.workers[home].process.kill()  # SIGKILL: no goodbye heartbeat; the router notices the silence
+        three.workers[home].process.wait(30)
+        time.sleep(EXPIRY_S + 2 * HEARTBEAT_S)  # not an assertion: the beats of the dead worker expire
+        after = await converse(client, cid, ["still there?", "and now?", "last one"])
+        ids2 = [rid for rid, _ in after]
+        routed2, done2 = three.routed(set(ids2)), three.completed(set(ids2))
+        assert routed2[ids2[0]].route_reason == "moved_gone"
+        assert [routed2[r].route_reason for r in ids2[1:]] == ["sticky", "sticky"]
+        new_replicas = {done2[r].replica for r in ids2}
+        assert len(new_replicas) == 1 and home not in new_replicas
+        assert after[2][1]["cached_tokens"] >= 0.9 * after[1][1]["prompt_tokens"], "the new worker holds it again"
+    finally:
+        await client.close()
+
+
+# ------------------------------------------------------------------ overload
+
+
+@pytest.fixture(scope="module")
+def tight(infra, tmp_path_factory) -> Iterator[RoutingStack]:
+    """small and medium, one worker each running one generation at a time, on a slow engine."""
+    env = {
+        **COMMON_ENV,
+        "PARLEY_ENGINE_TTFT_MS": "300",
+        "PARLEY_ENGINE_TOKENS_PER_S": "10",
+        "PARLEY_CONTEXT_MAX_TOKENS": "30",
+        "PARLEY_WORKER_MAX_CONCURRENCY": "1",
+        "PARLEY_WORKER_MAX_QUEUED": "1",
+        "PARLEY_ROUTER_POOLS": "small=test-small,medium=test-medium",
+        "PARLEY_ROUTER_RETRY_AFTER_S": "3",
+        "PARLEY_ROUTER_PAID_LIMIT": "20",  # enterprise's reserved share: queued, never shed here
+    }
+    workers = [("small-0", WORKER_SMALL, {}), ("medium-0", WORKER_MEDIUM, {})]
+    stack = start_stack("overload", tmp_path_factory.mktemp("overload-logs"), env, workers)
+    try:
+        yield stack
+    finally:
+        stop_stack(stack)
+
+
+HARDISH = "Why does this fail?\n```python\ndef f(x):\n    return x/0\n```"  # the classifier's medium
+
+
+async def test_past_capacity_free_turns_are_downgraded_then_shed_and_enterprise_completes(tight: RoutingStack) -> None:
+    free = [tight.client("free") for _ in range(8)]
+    enterprise = [tight.client("enterprise") for _ in range(2)]
+    try:
+        cids = [await c.create_conversation() for c in free + enterprise]
+        replies = await asyncio.gather(*(c.send(cid, HARDISH) for c, cid in zip(free + enterprise, cids)))
+        free_replies, paid_replies = replies[: len(free)], replies[len(free):]
+
+        for reply in paid_replies:
+            assert reply.final is not None and reply.final.event == "done", reply.final
+        shed = [r for r in free_replies if r.final is not None and r.final.event == "error"]
+        assert shed, "the pool was driven past capacity: some free turns are shed"
+        for reply in shed:
+            assert reply.final.data["code"] == "overloaded" and reply.final.data["retry_after"] >= 3, reply.final.data
+        assert all(r.final.event in ("done", "error") for r in free_replies)
+
+        ids = {r.head["reply_id"] for r in replies}
+        outcome = tight.completed(ids)
+        rejected = [outcome[r.head["reply_id"]] for r in shed]
+        assert all((c.finish_reason, c.error_code) == ("rejected", "overloaded") for c in rejected)
+        served_free = {r.head["reply_id"] for r in free_replies} - {c.request_id for c in rejected}
+        down = [e for e in tight.routed(served_free & {i for i, c in outcome.items() if c.pool == "small"}, "small").values()]
+        assert down and all((e.downgraded_from, e.route_reason) == ("medium", "downgraded") for e in down)
+        # Downgrading comes first: a free turn is shed only once the smaller pool is busy too.
+        assert min(e.occurred_at for e in down) < min(c.occurred_at for c in rejected)
+        for reply in paid_replies:
+            assert outcome[reply.head["reply_id"]].pool == "medium", "paid turns are not downgraded"
+    finally:
+        for c in free + enterprise:
+            await c.close()
