@@ -28,12 +28,15 @@ from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import Services, services
 from gateway.settings import GatewaySettings
+from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from parley.cassandra import connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
-from parley.settings import CassandraSettings, KafkaSettings
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+from streams.router import policy_from
+from streams.settings import RouterSettings
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +125,10 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         producer = EventProducer(kafka)
         tokens = TokenStreams(kafka)
         tokens.start()
-        svc = Services(settings, store, producer, tokens, Authenticator(store, settings.auth_cache_s), session)
+        policy = policy_from(from_env(RouterSettings))  # the router's thresholds: one verdict, two places
+        pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)
+        pressure.start()
+        svc = Services(settings, store, producer, tokens, Authenticator(store, settings.auth_cache_s), session, pressure)
         app.state.services = svc
         app.state.draining = False
         try:
@@ -131,6 +137,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
             for task in list(svc.background):
                 task.cancel()
             tokens.close()
+            pressure.close()
             producer.close(5)
             session.cluster.shutdown()
 

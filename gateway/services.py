@@ -30,6 +30,7 @@ class Services:
     tokens: TokenStreams
     auth: Authenticator
     session: Any
+    pressure: Any  # gateway.pressure.PoolPressure: refuse what the router would shed
     background: set[asyncio.Task] = field(default_factory=set)  # abandonment watches
 
     def spawn(self, coro: Any) -> None:
@@ -50,6 +51,16 @@ class Services:
                 code="log_unavailable",
                 retry_after=self.settings.retry_after_s,
             ) from exc
+
+    def admit_tier(self, tier: str) -> None:
+        """503 + Retry-After now when the router would shed this turn anyway: nothing is appended."""
+        shed = self.pressure.shed(tier)
+        if shed is not None:
+            raise ServiceUnavailable(
+                "Parley is overloaded right now; retry after the indicated time",
+                code="overloaded",
+                retry_after=shed.retry_after_s,
+            )
 
     async def owned(self, user: Principal, conversation_id: str) -> Conversation:
         conversation = await self.store.conversation(conversation_id)

@@ -35,6 +35,7 @@ async def start_reply(
     svc: Services, events: list[ConversationEvent], request: GenerationRequested, user_message_id: str
 ) -> Response:
     """Append ``events`` (the last is ``request``, its token_offset to be filled) and stream the reply."""
+    svc.admit_tier(request.tier)
     partition = svc.tokens.partition_of(request.conversation_id)
     try:
         noted = await svc.tokens.note_end(partition)
