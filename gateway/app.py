@@ -23,7 +23,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway import conversations, messages
+from gateway import conversations, memory, messages
 from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import Services, services
@@ -111,6 +111,9 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}", conversations.get_conversation, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
+    Route("/v1/memory", memory.get_memory, methods=["GET"]),
+    Route("/v1/memory", memory.put_memory, methods=["PUT"]),
+    Route("/v1/memory", memory.delete_memory, methods=["DELETE"]),
     Route("/v1/messages/{message_id}/stop", messages.stop, methods=["POST"]),
     Route("/v1/messages/{message_id}/regenerate", messages.regenerate, methods=["POST"]),
     Route("/v1/messages/{message_id}/stream", messages.stream, methods=["GET"]),

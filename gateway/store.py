@@ -15,8 +15,8 @@ from cassandra import DriverException
 from cassandra.cluster import NoHostAvailable, ResponseFuture, Session
 
 from parley.errors import StoreUnavailable
-from schemas.events import ConversationEvent
-from streams import projection, tree
+from schemas.events import ConversationEvent, MemoryUpdated
+from streams import memory, projection, tree
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,14 @@ class Store:
         timestamps, so the two writes are one), for what a client must read back at once."""
         for write in projection.writes_for(tree.empty(event.conversation_id), event):
             await self._run(projection.cql(write.shape).replace("UPDATE ", "UPDATE {ks}.", 1), write.values)
+
+    async def write_memory(self, event: MemoryUpdated) -> None:
+        for statement in memory.writes_for(event):
+            await self._run(statement.cql, statement.values)
+
+    async def memory(self, user_id: str) -> list[dict[str, str]]:
+        rows = await self._run("SELECT fact_id, text FROM {ks}.user_memory WHERE user_id = ?", (user_id,))
+        return [{"id": str(r.fact_id), "text": r.text} for r in rows]
 
     async def conversation(self, conversation_id: str) -> Conversation | None:
         cid = _uuid(conversation_id)

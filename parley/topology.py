@@ -62,7 +62,7 @@ ROUTER = Service(
 MATERIALIZER = Service(
     "materializer",
     ("streams", "materializer"),
-    consumes=("chat.events", "chat.tokens"),  # chat.tokens: checkpoints of replies still streaming
+    consumes=("chat.events", "chat.tokens", "user.memory"),  # chat.tokens: checkpoints of replies still streaming
     group="streams.materializer",
 )
 GATEWAY = Service(

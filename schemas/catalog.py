@@ -84,6 +84,14 @@ _MAIN: tuple[Topic, ...] = (
         extra={"segment.ms": str(HOUR_MS), "min.cleanable.dirty.ratio": "0.1"},
     ),
     Topic(
+        "user.memory",
+        "user_id",
+        (ev.MemoryUpdated,),
+        partitions=6,
+        retention_ms=FOREVER,
+        compacted=True,  # each update is the whole memory: the latest per user is all that matters
+    ),
+    Topic(
         "docs.events",
         "document_id",
         (ev.DocumentUploaded, ev.DocumentPagesExtracted, ev.DocumentIndexed, ev.DocumentFailed),

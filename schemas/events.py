@@ -336,6 +336,28 @@ class DocumentFailed(DocumentEvent):
     error_message: str = doc("Human-readable cause", default="")
 
 
+# ------------------------------------------------------------------ user.memory
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryFact:
+    """One thing the user asked Parley to remember."""
+
+    fact_id: str = doc("uuid5 of the user and the text: the same fact keeps its id")
+    text: str = doc("The fact (never logged)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryUpdated(Event):
+    """The user's whole memory after a change (a snapshot: the compacted topic keeps the latest).
+    gateway → context builder (prompts), materializer (user_memory)."""
+
+    key_field: ClassVar[str] = "user_id"
+
+    user_id: str = doc("Whose memory; the Kafka key")
+    facts: list[MemoryFact] = doc("Every fact, in the order they are rendered into prompts", default_factory=list)
+
+
 # ------------------------------------------------------------------------ *.dlq
 
 
@@ -380,6 +402,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DocumentPagesExtracted,
         DocumentIndexed,
         DocumentFailed,
+        MemoryUpdated,
         DeadLetter,
     )
 }

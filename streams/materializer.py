@@ -143,6 +143,12 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: MaterializerS
             except (ValueError, TypeError) as exc:
                 await dead_letter_current(app, stream, group, exc)
 
+    @app.agent(raw_topic(app, kafka, "user.memory"), name="memory")
+    async def project_memory(stream: faust.StreamT) -> None:
+        async for event in decoded(app, stream, consumer=group):
+            if isinstance(event, ev.MemoryUpdated):
+                await retrying("writing a user's memory", lambda e=event: store.write_memory(e), cfg.retry_max_s)
+
     @app.timer(interval=cfg.checkpoint_tick_s, name="checkpoints.flush")
     async def flush_due() -> None:
         await checkpoints.flush()

@@ -23,6 +23,8 @@ from cassandra.query import PreparedStatement
 from parley.cassandra import connect
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
+from schemas.events import MemoryUpdated
+from streams import memory
 from streams.checkpoint import StoredReply
 from streams.projection import EPOCH, Write, cql
 from streams.tree import FINAL_STATUSES, Conversation, Message, frozen_messages
@@ -146,6 +148,11 @@ class Store:
     async def write(self, writes: list[Write]) -> None:
         """Execute ``writes`` (concurrently: they commute, each carrying its own timestamp)."""
         await asyncio.gather(*(self._run(w.shape, cql(w.shape), w.values) for w in writes))
+
+    async def write_memory(self, event: MemoryUpdated) -> None:
+        """A user's memory snapshot replaces their rows (streams/memory.py)."""
+        for statement in memory.writes_for(event):
+            await self._run(statement.cql, statement.cql.replace("{ks}.", ""), statement.values)
 
     def close(self) -> None:
         if self._session is not None:

@@ -1,0 +1,56 @@
+"""User memory through the whole stack: PUT, GET, DELETE, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from parley.cassandra import connect
+from parley.kafka import EventProducer
+from schemas.events import MemoryUpdated
+from streams.memory import fact
+
+
+async def test_memory_is_replaced_read_back_and_cleared(stack) -> None:
+    client = stack.client()
+    http = client._http
+    try:
+        r = await http.put("/v1/memory", json={"facts": ["I prefer metric units", "My name is Ada", "I prefer metric units"]})
+        assert r.status_code == 200
+        assert [f["text"] for f in r.json()["facts"]] == ["I prefer metric units", "My name is Ada"]
+        got = (await http.get("/v1/memory")).json()["facts"]
+        assert [f["text"] for f in got] == ["I prefer metric units", "My name is Ada"]  # the order given
+
+        other = stack.client(stack.new_key())
+        assert (await other._http.get("/v1/memory")).json()["facts"] == []  # per user
+        await other.close()
+
+        assert (await http.put("/v1/memory", json={"facts": "not a list"})).status_code == 422
+        assert (await http.put("/v1/memory", json={"facts": ["x" * 600]})).status_code == 413
+        assert (await http.put("/v1/memory", json={"facts": [""]})).status_code == 422
+
+        assert (await http.delete("/v1/memory")).json() == {"facts": []}
+        assert (await http.get("/v1/memory")).json()["facts"] == []
+    finally:
+        await client.close()
+
+
+async def test_the_materializer_projects_memory_from_the_log(stack) -> None:
+    """A snapshot appended to user.memory (not through the gateway) lands in user_memory."""
+    user_id = f"u_log_{uuid.uuid4().hex[:8]}"
+    producer = EventProducer(stack.kafka)
+    try:
+        producer.produce_sync(MemoryUpdated(user_id=user_id, facts=[fact(user_id, "Remember the log")]))
+    finally:
+        producer.close()
+    session = connect(stack.cassandra, stack.cassandra.keyspace)
+    try:
+        deadline = time.monotonic() + 60
+        rows: list = []
+        while not rows and time.monotonic() < deadline:
+            rows = session.execute("SELECT text FROM user_memory WHERE user_id = %s", (user_id,)).all()
+            await asyncio.sleep(0.3)
+        assert [r.text for r in rows] == ["Remember the log"]
+    finally:
+        session.cluster.shutdown()
