@@ -16,9 +16,9 @@ from parley.cassandra import connect
 from parley.kafka import admin
 from parley.migrate import migrate
 from parley.settings import CassandraSettings, KafkaSettings
-from parley.supervisor import Supervisor
+from parley.supervisor import Child, Supervisor
 from parley.topics import ensure_topics
-from parley.topology import SERVICES, Service
+from parley.topology import ENGINE, SERVICES, Service
 from parley.users import create_user
 
 
@@ -91,6 +91,19 @@ def start(
         supervisor,
         connect(cassandra, cassandra.keyspace),
     )
+
+
+def add_worker(stack: IsolatedStack, worker: Service, worker_id: str, extra_env: dict[str, str] | None = None) -> tuple[Child, Child]:
+    """One more engine (on a free port) and a worker driving it: a replica of ``worker``'s pool."""
+    port = free_port()
+    engine = stack.supervisor.start(
+        ENGINE, name=f"engine-{worker_id}", extra_env={"PARLEY_ENGINE_PORT": str(port)}, ports={"engine_port": port}
+    )
+    stack.supervisor.wait_ready(engine)
+    env = {"PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{port}", "PARLEY_WORKER_ID": worker_id, **(extra_env or {})}
+    child = stack.supervisor.start(worker, name=worker_id, extra_env=env)
+    stack.supervisor.wait_ready(child)
+    return engine, child
 
 
 def drop(kafka: KafkaSettings, cassandra: CassandraSettings) -> None:

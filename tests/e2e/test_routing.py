@@ -21,7 +21,7 @@ from parley import isolated
 from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.supervisor import Child
-from parley.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_MEDIUM, WORKER_SMALL, Service
+from parley.topology import CONTEXT, GATEWAY, MATERIALIZER, ROUTER, WORKER_MEDIUM, WORKER_SMALL, Service
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import Event, GenerationCompleted, InferenceRouted, WorkerHeartbeat
@@ -103,14 +103,7 @@ def start_stack(
     children: dict[str, Child] = {}
     try:
         for worker_id, service, extra in workers:
-            port = isolated.free_port()
-            engine = inner.supervisor.start(
-                ENGINE, name=f"engine-{worker_id}", extra_env={"PARLEY_ENGINE_PORT": str(port)}, ports={"engine_port": port}
-            )
-            inner.supervisor.wait_ready(engine)
-            worker_env = {"PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{port}", "PARLEY_WORKER_ID": worker_id, **extra}
-            children[worker_id] = inner.supervisor.start(service, name=worker_id, extra_env=worker_env)
-            inner.supervisor.wait_ready(children[worker_id])
+            _, children[worker_id] = isolated.add_worker(inner, service, worker_id, extra)
         wait_for_fleet(kafka, {w: s.module_args[-1] for w, s, _ in workers})
     except BaseException:
         inner.stop()
