@@ -6,6 +6,16 @@ user message being answered (``streams.prompt``). A conversation it has not
 seen since start-up (or forgot, the cache being bounded) is reloaded from the
 materialized Cassandra rows first.
 
+Once a branch outgrows the token budget, the window over it moves by blocks
+of old turns, and a summary of what it dropped takes their place
+(``streams.summary``). The builder writes that summary once, asking the small
+pool's engine (``streams.summary_engine``) for it on the turn that moves the
+window, and appends it as SummaryWritten to ``chat.events``; it folds
+SummaryWritten events back into its state (and finds them in the
+``summaries`` table after a restart) so later turns reuse it. Without a summary
+(the engine down or slow) the turn is still built: the dropped turns are simply
+left out.
+
 Duplicates: a retried POST appends its GenerationRequested again; a request id
 already requested or answered is skipped, so one turn generates once. Across
 a restart the guarantee is at-least-once (see ``store.state_from_rows``).
@@ -15,21 +25,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Protocol
 
 import faust
 
+from parley.errors import Unavailable
 from parley.settings import KafkaSettings
 from schemas import events as ev
 from schemas.catalog import topic_name_for
 from streams.app import decoded, raw_topic
+from streams import summary
+from streams.context_tokens import TokenCounter
 from streams.lru import LRU
-from streams.prompt import build_prompt
+from streams.prompt import Layout, Prompt, Window, choose_window, render
 from streams.settings import ContextSettings, StreamsSettings
+from streams.memory import MemoryReader
 from streams.shell import dead_letter_current, processor_app, send_event
 from streams.store import Store, retrying
+from streams.summary import Summary, from_event, with_summary
+from streams.summary_engine import Summariser, SummaryUnavailable
+from streams.summary_store import SummaryRows
 from streams.tree import FOLD, Conversation, apply, branch
+from workers.sglang import SGLangClient
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +59,20 @@ log = logging.getLogger(__name__)
 CONTEXT_UNAVAILABLE = "context_unavailable"
 
 
-def plan(state: Conversation, request: ev.GenerationRequested, cfg: ContextSettings) -> ev.InferenceRequested | None:
-    """The InferenceRequested for ``request``; None when it was already requested or answered."""
-    if state.seen_request(request.request_id):
-        return None
-    prompt = build_prompt(cfg.system_prompt, branch(state, request.parent_id), cfg.budget_tokens)
+def layout(cfg: ContextSettings, *, summaries: bool, memory: Sequence[str] = ()) -> Layout:
+    """The prompt layout the settings describe (``memory``: the user's facts, in the order given)."""
+    return Layout(
+        system_prompt=cfg.system_prompt,
+        budget_tokens=cfg.budget_tokens,
+        block_tokens=max(1, math.ceil(cfg.drop_fraction * cfg.budget_tokens)),
+        summary_tokens=cfg.summary_tokens if summaries else 0,
+        memory=tuple(memory),
+    )
+
+
+def inference_request(
+    state: Conversation, request: ev.GenerationRequested, prompt: Prompt, cfg: ContextSettings
+) -> ev.InferenceRequested:
     return ev.InferenceRequested(
         conversation_id=request.conversation_id,
         user_id=request.user_id,
@@ -89,51 +120,137 @@ class ConversationLoader(Protocol):
     async def load(self, conversation_id: str) -> Conversation: ...
 
 
-class ContextBuilder:
-    """The per-conversation states and what to emit for each event (no Kafka in here)."""
+class SummaryLoader(Protocol):
+    async def summaries(self, conversation_id: str) -> list[Summary]: ...
 
-    def __init__(self, cfg: ContextSettings, store: ConversationLoader, *, retry_max_s: float = 30.0) -> None:
+
+@dataclass(frozen=True)
+class Known:
+    """What the builder holds of one conversation: its tree and the summaries written for it."""
+
+    conversation: Conversation
+    summaries: Mapping[str, Summary] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class ContextBuilder:
+    """The per-conversation states and what to emit for each event (no Kafka in here).
+
+    ``summariser`` None: no summaries are written (turns beyond the budget are
+    only dropped); ``stored`` None: none are loaded for a conversation seen cold.
+    """
+
+    def __init__(
+        self,
+        cfg: ContextSettings,
+        store: ConversationLoader,
+        *,
+        stored: SummaryLoader | None = None,
+        summariser: Summariser | None = None,
+        counter: TokenCounter | None = None,
+        retry_max_s: float = 30.0,
+        memory: Callable[[str], Sequence[str]] | None = None,
+    ) -> None:
         self.cfg = cfg
+        self._memory = memory or (lambda user_id: ())
         self._store = store
-        self._states: LRU[str, Conversation] = LRU(cfg.cache_conversations)
+        self._stored = stored
+        self._summariser = summariser
+        self._counter = counter or TokenCounter.from_spec(cfg.tokenizer)
+        self._states: LRU[str, Known] = LRU(cfg.cache_conversations)
         self._retry_max_s = retry_max_s
 
-    async def _load(self, conversation_id: str) -> Conversation:
-        return await retrying("loading a conversation", lambda: self._store.load(conversation_id), self._retry_max_s)
+    async def _load(self, conversation_id: str) -> Known:
+        state = await retrying("loading a conversation", lambda: self._store.load(conversation_id), self._retry_max_s)
+        known: Mapping[str, Summary] = MappingProxyType({})
+        if self._stored is not None:
+            rows = await retrying(
+                "loading summaries", lambda: self._stored.summaries(conversation_id), self._retry_max_s  # type: ignore[union-attr]
+            )
+            for s in rows:
+                known = with_summary(known, s)
+        return Known(state, known)
 
-    async def _wait_for_parent(self, state: Conversation, parent_id: str) -> Conversation:
+    async def _wait_for_parent(self, known: Known, parent_id: str) -> Known:
         # Reloaded at this very event: the materializer may not have written the
         # user message yet (it runs beside us, on the same log). Give it time.
         deadline = time.monotonic() + self.cfg.parent_wait_s
         pause = 0.1
-        while parent_id not in state.messages and time.monotonic() < deadline:
+        while parent_id not in known.conversation.messages and time.monotonic() < deadline:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)
-            state = await self._load(state.conversation_id)
-        return state
+            known = await self._load(known.conversation.conversation_id)
+        return known
 
     async def handle(self, event: ev.Event) -> list[ev.Event]:
-        if type(event) not in FOLD:
+        if type(event) not in FOLD and not isinstance(event, ev.SummaryWritten):
             return []
         cid = str(getattr(event, "conversation_id"))
-        state = self._states.get(cid)
-        cold = state is None
-        if state is None:
-            state = await self._load(cid)
+        known = self._states.get(cid)
+        cold = known is None
+        if known is None:
+            known = await self._load(cid)
+        if isinstance(event, ev.SummaryWritten):
+            self._states.put(cid, replace(known, summaries=with_summary(known.summaries, from_event(event))))
+            return []
         out: list[ev.Event] = []
-        if isinstance(event, ev.GenerationRequested) and not state.seen_request(event.request_id):
-            if cold and event.parent_id not in state.messages:
-                state = await self._wait_for_parent(state, event.parent_id)
-            request = plan(state, event, self.cfg) if event.parent_id in state.messages else None
-            if request is not None:
-                out.append(request)
+        if isinstance(event, ev.GenerationRequested) and not known.conversation.seen_request(event.request_id):
+            if cold and event.parent_id not in known.conversation.messages:
+                known = await self._wait_for_parent(known, event.parent_id)
+            if event.parent_id in known.conversation.messages:
+                written, prompt = await self.prompt_for(known, event, memory=self._memory(event.user_id))
+                for w in written:
+                    known = replace(known, summaries=with_summary(known.summaries, from_event(w)))
+                out.extend(written)
+                out.append(inference_request(known.conversation, event, prompt, self.cfg))
             else:
                 log.error(
                     "generation asked for an unknown message; failing it",
                     extra={"conversation_id": cid, "request_id": event.request_id},
                 )
                 out.extend(failed(event))
-        self._states.put(cid, apply(state, event))
+        self._states.put(cid, replace(known, conversation=apply(known.conversation, event)))
+        return out
+
+    async def prompt_for(
+        self, known: Known, request: ev.GenerationRequested, memory: Sequence[str] = ()
+    ) -> tuple[list[ev.SummaryWritten], Prompt]:
+        """The prompt answering ``request``, and the summaries written for it (none on most turns)."""
+        shape = layout(self.cfg, summaries=self._summariser is not None, memory=memory)
+        window = choose_window(branch(known.conversation, request.parent_id), shape, self._counter)
+        if not window.boundary:
+            return [], render(window, shape, self._counter)
+        wanted = summary.plan(window, known.summaries, self.cfg.summary_max_steps)
+        written = await self._summarise(request, window, wanted, shape) if wanted.steps else []
+        current = from_event(written[-1]) if written else wanted.previous
+        if current is not None and current.through_message_id != window.through_id:
+            current = None  # the engine failed part way: no summary reaches the window's start
+        return written, render(window, shape, self._counter, current.content if current else None)
+
+    async def _summarise(
+        self, request: ev.GenerationRequested, window: Window, wanted: summary.Plan, shape: Layout
+    ) -> list[ev.SummaryWritten]:
+        """Fold each missing block into the summary, one engine call each; stop at the first failure."""
+        if self._summariser is None or not self._summariser.ready():
+            return []
+        limit = summary.text_budget(self._counter, shape.summary_tokens)
+        previous, out = wanted.previous, []
+        for start, end in wanted.steps:
+            block = window.usable[start:end]
+            prompt = summary.request_text(previous.content if previous else None, block)
+            try:
+                text, model = await self._summariser.write(prompt, limit)
+            except SummaryUnavailable as exc:
+                # Never the text: only where and why. The turn goes on without the summary.
+                log.warning(
+                    "no summary for this turn: %s",
+                    exc,
+                    extra={"conversation_id": request.conversation_id, "request_id": request.request_id},
+                )
+                break
+            text = summary.clip(text, self._counter, limit)
+            event = summary.written(request, previous, block, text, self._counter.segment(text), model)
+            out.append(event)
+            previous = from_event(event)
         return out
 
 
@@ -141,7 +258,21 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: ContextSettin
     app, group = processor_app(streams, kafka, "context")
     source = raw_topic(app, kafka, "chat.events")
     sinks = {name: raw_topic(app, kafka, name) for name in ("chat.inference", "chat.tokens", "chat.events")}
-    builder = ContextBuilder(cfg, store)
+    summariser = None
+    if cfg.summary_url:
+        engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
+        summariser = Summariser(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
+    memories = MemoryReader(kafka)
+    builder = ContextBuilder(cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of)
+
+    @app.task
+    async def follow_memory() -> None:
+        # The compacted user.memory topic, read whole into memory: a prompt never waits on Cassandra for it.
+        while True:
+            try:
+                await asyncio.to_thread(memories.poll, 0.5)
+            except Unavailable:
+                await asyncio.sleep(1.0)
 
     @app.agent(source, name="context")
     async def context(stream: faust.StreamT) -> None:

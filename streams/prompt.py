@@ -1,69 +1,171 @@
-"""Prompt building: a branch of the tree → the messages a model sees.
+"""Prompt building: a branch of the tree → the messages a model sees, cache-safe.
 
-Pure: the context builder hands it the branch that ends at the user message
-being answered and gets back the prompt, newest turns kept first under the
-token budget, in chronological order. Tokens are estimated from characters
-(about four per token for English text) until an engine tokenizer is wired
-in; the estimate only has to be good enough to stay under the budget.
+Pure. The layout is fixed, from what changes least to what changes most, so a
+change invalidates as little of the engine's prefix cache as possible::
+
+    system prompt → user memory → summary of dropped turns → recent turns
+
+Everything renders deterministically (no clock, no set order): turn k+1's
+prompt, rendered by ``workers.chat_template``, begins with turn k's prompt and
+its reply, byte for byte, except when the window over the history moves.
+
+The window moves in blocks. Block boundaries are turn starts fixed by the
+history itself: from one boundary the next is the first user message after at
+least ``block_tokens`` of older messages. A later turn never moves an earlier
+boundary (old messages do not change), so the window's start, the smallest
+boundary whose tail fits the budget, only ever steps forward, and by a block
+at a time: the prefix holds for many turns between moves instead of breaking
+on every turn as dropping one turn at a time would.
+
+Counts are the engine's tokens of the rendered text (``streams.context_tokens``).
+The summary's tokens are reserved (``summary_tokens``) rather than taken from
+its text, so where the window sits never depends on what a model wrote.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from schemas.events import PromptMessage
+from streams.context_tokens import TokenCounter
 from streams.tree import Message
+from workers.chat_template import render_message, render_prompt
 
-CHARS_PER_TOKEN = 4
-#: Chat templates wrap every message in a few tokens of framing (role markers, separators).
-MESSAGE_OVERHEAD_TOKENS = 4
-
-
-def estimate_tokens(text: str) -> int:
-    return -(-len(text) // CHARS_PER_TOKEN)  # ceil: never under-count a short message
+MEMORY_HEADER = "What you know about the user:\n"
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 
 
-def message_tokens(role: str, content: str) -> int:
-    return estimate_tokens(content) + MESSAGE_OVERHEAD_TOKENS
+@dataclass(frozen=True)
+class Layout:
+    """What a prompt is built with besides the branch."""
+
+    system_prompt: str
+    budget_tokens: int
+    #: Least tokens of history one move of the window drops.
+    block_tokens: int
+    #: Tokens kept for the summary message once turns are dropped (0: summaries are off).
+    summary_tokens: int = 0
+    #: Facts about the user, rendered in this order.
+    memory: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Window:
+    """The part of a branch a prompt shows."""
+
+    #: The branch's messages that carry text, oldest first.
+    usable: tuple[Message, ...]
+    #: Block boundaries up to the chosen one (indexes into ``usable``; the first is 0).
+    bounds: tuple[int, ...]
+    #: First message shown; at ``bounds[-1]`` unless even that tail is over the budget.
+    start: int
+
+    @property
+    def boundary(self) -> int:
+        """Messages before this index are what a summary should stand in for."""
+        return self.bounds[-1]
+
+    @property
+    def through_id(self) -> str | None:
+        """Last message a summary of the dropped part covers; None when nothing is dropped."""
+        return self.usable[self.boundary - 1].message_id if self.boundary else None
 
 
 @dataclass(frozen=True)
 class Prompt:
     messages: list[PromptMessage]
+    #: The rendered prompt's length in the engine's tokens.
     prompt_tokens: int
-    #: Messages of the branch left out because the budget ran out (oldest ones).
+    #: Messages of the branch left out (the oldest ones).
     dropped: int
+    #: Whether the summary message is in ``messages``.
+    summarised: bool = False
 
 
-def _usable(m: Message) -> bool:
+def usable(branch: Sequence[Message]) -> list[Message]:
     # A failed or rejected reply carries no text worth showing the model; a
     # cancelled one keeps the partial text the user saw.
-    return bool(m.content) and m.role in ("user", "assistant", "system")
+    return [m for m in branch if m.content and m.role in ("user", "assistant", "system")]
 
 
-def build_prompt(system_prompt: str, branch: Sequence[Message], budget_tokens: int) -> Prompt:
-    """The prompt for the turn that ends ``branch``.
+def head(layout: Layout) -> list[PromptMessage]:
+    out = []
+    if layout.system_prompt:
+        out.append(PromptMessage(role="system", content=layout.system_prompt))
+    if layout.memory:
+        out.append(PromptMessage(role="system", content=MEMORY_HEADER + "\n".join(f"- {f}" for f in layout.memory)))
+    return out
 
-    The system prompt comes first and always counts. Then the branch is walked
-    from its newest message back while the next one still fits; the walk stops
-    at the first that does not, so the prompt is always a contiguous tail of
-    the conversation. The newest message (the question being answered) is kept
-    even when it alone exceeds the budget: answering without it would be
-    wrong, and the estimate says so in ``prompt_tokens`` for admission to act on.
+
+def summary_message(text: str) -> PromptMessage:
+    return PromptMessage(role="system", content=SUMMARY_HEADER + text)
+
+
+def as_prompt_message(m: Message) -> PromptMessage:
+    return PromptMessage(role=m.role, content=m.content)
+
+
+def boundaries(msgs: Sequence[Message], costs: Sequence[int], block_tokens: int) -> list[int]:
+    """Where the window may start: 0, then each user message that closes a block of ≥ ``block_tokens``.
+
+    The last message (the question) may be a boundary: everything before it is then dropped.
     """
-    head: list[PromptMessage] = []
-    used = 0
-    if system_prompt:
-        head.append(PromptMessage(role="system", content=system_prompt))
-        used += message_tokens("system", system_prompt)
-    usable = [m for m in branch if _usable(m)]
-    kept: list[PromptMessage] = []
-    for i, m in enumerate(reversed(usable)):
-        cost = message_tokens(m.role, m.content)
-        if i > 0 and used + cost > budget_tokens:
-            break
-        kept.append(PromptMessage(role=m.role, content=m.content))
-        used += cost
-    kept.reverse()
-    return Prompt(messages=head + kept, prompt_tokens=used, dropped=len(usable) - len(kept))
+    out = [0]
+    held = 0
+    for i in range(1, len(msgs)):
+        held += costs[i - 1]
+        if msgs[i].role == "user" and held >= block_tokens:
+            out.append(i)
+            held = 0
+    return out
+
+
+def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCounter) -> Window:
+    """The window for the turn that ends ``branch``: the first boundary whose tail fits the budget."""
+    msgs = tuple(usable(branch))
+    costs = [counter.segment(render_message(as_prompt_message(m))) for m in msgs]
+    tail = list(accumulate(reversed(costs), initial=0))[::-1]  # tail[i] = tokens of msgs[i:]
+    base = counter.overhead + sum(counter.segment(render_message(h)) for h in head(layout)) + counter.segment(render_prompt([]))
+    bounds = boundaries(msgs, costs, layout.block_tokens)
+
+    def need(start: int, summarised_from: int) -> int:
+        return base + (layout.summary_tokens if summarised_from else 0) + tail[start]
+
+    for i, b in enumerate(bounds):
+        if need(b, b) <= layout.budget_tokens:
+            return Window(msgs, tuple(bounds[: i + 1]), b)
+    # Even the last block's tail is over the budget (a very long message): show the
+    # longest tail that fits, always keeping the question, whatever it costs.
+    b = bounds[-1]
+    start = b
+    while start < len(msgs) - 1 and need(start, b) > layout.budget_tokens:
+        start += 1
+    return Window(msgs, tuple(bounds), start)
+
+
+def render(window: Window, layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:
+    """The prompt showing ``window``, with ``summary`` standing in for what it drops (when there is one).
+
+    The result is counted whole; in the rare case it is over the budget though
+    its pieces fit (a tokenizer merging across them, a summary longer than its
+    reservation) more of the oldest messages go, the question always staying.
+    """
+    top = head(layout)
+    summarised = bool(summary) and window.boundary > 0
+    if summarised:
+        top.append(summary_message(summary or ""))
+    start = window.start
+    while True:
+        messages = top + [as_prompt_message(m) for m in window.usable[start:]]
+        tokens = counter.count(render_prompt(messages))
+        if tokens <= layout.budget_tokens or start >= len(window.usable) - 1:
+            return Prompt(messages, tokens, start, summarised)
+        start += 1
+
+
+def build_prompt(branch: Sequence[Message], layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:
+    """``render(choose_window(...))``: the prompt when the summary (if any) is already known."""
+    return render(choose_window(branch, layout, counter), layout, counter, summary)
+

@@ -54,3 +54,25 @@ async def test_the_materializer_projects_memory_from_the_log(stack) -> None:
         assert [r.text for r in rows] == ["Remember the log"]
     finally:
         session.cluster.shutdown()
+
+
+async def test_memory_is_rendered_into_prompts_in_order(stack) -> None:
+    from tests.e2e.test_chat_turn import _prompts
+
+    key = stack.new_key("plus")
+    client = stack.client(key)
+    try:
+        await client._http.put("/v1/memory", json={"facts": ["I live in Lisbon", "I am vegetarian"]})
+        cid = await client.create_conversation()
+        deadline = time.monotonic() + 30
+        while True:  # the context builder follows user.memory; give it a moment to see the update
+            reply = await client.send(cid, "Suggest a dinner place")
+            prompt = next(p for p in _prompts(stack, {cid})[cid] if p.request_id == reply.head["reply_id"])
+            text = "\n".join(m.content for m in prompt.messages)
+            if "Lisbon" in text or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert text.index("I live in Lisbon") < text.index("I am vegetarian")
+        assert prompt.messages[-1].content == "Suggest a dinner place"
+    finally:
+        await client.close()

@@ -225,7 +225,7 @@ def test_turns_become_routed_prompts_once_and_replies_feed_the_next_turn(stack: 
             assert (req.conversation_id, req.parent_id, req.max_tokens) == (cid, m.message_id, 512)
             [(partition, r)] = _of(ev.InferenceRouted, routed.events(), g.request_id)
             assert partition == r.partition == partition_for(cid, n)
-            assert (r.pool, r.route_reason, r.request) == ("small", "sticky", req)
+            assert (r.pool, r.route_reason, r.request) == ("small", "classifier", req)  # a first turn: placed by the classifier (no heartbeats: hashed)
 
         # A retried POST repeats the turn; the reply completes; the next turn follows.
         cid, m1, g1 = convs[0]
@@ -316,7 +316,7 @@ def _rich_conversation(user: str) -> tuple[str, list[ev.Event]]:
     m2, g2 = _turn(cid, user, 2, g1.request_id)
     m2b, g2b = _turn(cid, user, 3, g1.request_id)  # an edit: a sibling of m2
     return cid, [
-        ev.ConversationCreated(conversation_id=cid, user_id=user, title="draft", model="m-user"),
+        ev.ConversationCreated(conversation_id=cid, user_id=user, title="draft", model="small"),
         m1, g1, _completed(g1, "answer one"),
         m2, g2, _completed(g2, "half an ans", "cancelled"),
         replace(m1, event_id=ev.new_event_id(), occurred_at=ev.now_us()),  # a retried POST
@@ -340,7 +340,7 @@ def test_materializer_rows_and_replay_into_an_empty_keyspace_rebuilds_them(stack
     cid, events = convs[0]
     g1, g2, g2b = events[2], events[5], events[10]
     conv = session.execute(f"SELECT title, selected_leaf_id, user_id, model FROM {ks}.conversations WHERE conversation_id = %s", (uuid.UUID(cid),)).one()
-    assert (conv.title, str(conv.selected_leaf_id), conv.user_id, conv.model) == ("final title", g2.request_id, user, "m-user")
+    assert (conv.title, str(conv.selected_leaf_id), conv.user_id, conv.model) == ("final title", g2.request_id, user, "small")
     listed = [(r.title, r.conversation_id) for r in session.execute(f"SELECT title, conversation_id FROM {ks}.conversations_by_user WHERE user_id = %s", (user,))]
     assert sorted(listed, key=repr) == sorted([("final title", c) for c in mine], key=repr)
     msgs = {str(r.message_id): r for r in session.execute(f"SELECT * FROM {ks}.messages WHERE conversation_id = %s", (uuid.UUID(cid),))}

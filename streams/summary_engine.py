@@ -1,0 +1,68 @@
+"""The summariser: asks the small pool's engine for a summary, within a deadline.
+
+The context builder calls it at most once per window move of a branch (the
+result is stored and reused), inline, because the turn that moves the window
+is the one that needs the summary. It never fails a turn: every engine error
+becomes ``SummaryUnavailable``, the builder leaves the summary out, and for
+``retry_s`` after a failure it does not ask again, so an engine outage costs
+one timeout, not one per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from workers.chat_template import STOP
+from workers.engine_api import EngineClient, EngineError, GenerateRequest
+
+
+class SummaryUnavailable(Exception):
+    """The engine could not write a summary now (down, too slow, refused, or wrote nothing)."""
+
+
+class Summariser:
+    def __init__(self, engine: EngineClient, *, timeout_s: float, retry_s: float) -> None:
+        self._engine = engine
+        self._timeout_s = timeout_s
+        self._retry_s = retry_s
+        self._failed_at: float | None = None
+        self._model: str | None = None
+
+    def ready(self) -> bool:
+        """False while the last failure is recent: the turn goes on without a new summary."""
+        return self._failed_at is None or time.monotonic() - self._failed_at >= self._retry_s
+
+    async def write(self, prompt: str, max_tokens: int) -> tuple[str, str]:
+        """(summary text, model that wrote it) for the rendered ``prompt``; raises SummaryUnavailable."""
+        try:
+            text = await asyncio.wait_for(self._generate(prompt, max_tokens), self._timeout_s)
+        except (EngineError, asyncio.TimeoutError, SummaryUnavailable) as exc:
+            self._failed_at = time.monotonic()
+            what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
+            raise SummaryUnavailable(f"summary engine {what}") from exc
+        self._failed_at = None
+        return text, self._model or ""
+
+    async def _generate(self, prompt: str, max_tokens: int) -> str:
+        if self._model is None:
+            self._model = (await self._engine.model_info()).model
+        # Greedy: the summary is written once and read on many turns; no reason to sample.
+        request = GenerateRequest(
+            rid=f"summary-{uuid.uuid4().hex}", text=prompt, max_new_tokens=max_tokens, temperature=0.0, stop=STOP
+        )
+        parts: list[str] = []
+        async for delta in self._engine.generate(request):
+            parts.append(delta.text)
+            if delta.finish_reason is not None and delta.finish_reason not in ("stop", "length"):
+                raise SummaryUnavailable(f"generation ended {delta.finish_reason}: {delta.error or ''}")
+        text = "".join(parts).strip()
+        if not text:
+            raise SummaryUnavailable("the engine wrote an empty summary")
+        return text
+
+    async def close(self) -> None:
+        close = getattr(self._engine, "close", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,56 @@
+"""Summaries as the materializer stored them (``summaries`` table): what a context
+builder that has not seen a conversation's SummaryWritten events (a restart, an
+evicted conversation) starts from.
+
+Reads go through the processor's ``Store`` session; driver errors become
+``StoreUnavailable``, which the builder retries like any other load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from cassandra import DriverException, RequestExecutionException
+from cassandra.cluster import NoHostAvailable
+
+from parley.errors import StoreUnavailable
+from streams.store import Store
+from streams.summary import Summary
+
+_SELECT = (
+    "SELECT summary_id, through_message_id, covered_message_ids, content, tokens, model "
+    "FROM summaries WHERE conversation_id = %s"
+)
+_ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
+
+
+def summaries_from_rows(rows: Iterable[Any]) -> list[Summary]:
+    """Rows (anything with the selected attributes) → summaries; a row the projection left incomplete is skipped."""
+    out = []
+    for r in rows:
+        if r.through_message_id is None or not r.covered_message_ids or r.content is None:
+            continue
+        covered = tuple(str(m) for m in r.covered_message_ids)
+        out.append(Summary(r.summary_id, str(r.through_message_id), covered, r.content, r.tokens or 0, r.model or ""))
+    return out
+
+
+class SummaryRows:
+    """Loads a conversation's summaries from Cassandra."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def summaries(self, conversation_id: str) -> list[Summary]:
+        cid = uuid.UUID(conversation_id)
+        try:
+            session = await self._store.session()
+            loop = asyncio.get_running_loop()
+            # The driver's synchronous execute, off the event loop: one small partition read.
+            rows = await loop.run_in_executor(None, lambda: list(session.execute(_SELECT, (cid,))))
+        except _ERRORS as exc:
+            raise StoreUnavailable(f"reading summaries from Cassandra failed: {type(exc).__name__}: {exc}") from exc
+        return summaries_from_rows(rows)
