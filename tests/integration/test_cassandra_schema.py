@@ -26,6 +26,7 @@ TABLES = {
     "documents",
     "document_chunks",
     "reply_readers",
+    "user_memory",
 }
 
 
