@@ -204,7 +204,9 @@ class InferenceRouted(ConversationEvent):
     pool: str = doc("small | medium | frontier")
     model: str = doc("Model name of the pool")
     partition: int = doc("Partition of chat.inference.<pool> the router chose")
-    route_reason: str = doc("Why: sticky, classifier, user_selected, escalated, cache, least_loaded", default="")
+    route_reason: str = doc(
+        "Why: classifier, sticky, new, hashed, user_selected, escalated, moved_hot, moved_gone, downgraded", default=""
+    )
     downgraded_from: str | None = doc("Pool the turn would have used before admission downgraded it", default=None)
 
 
