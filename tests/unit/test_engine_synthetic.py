@@ -65,3 +65,14 @@ async def test_stop_and_abort() -> None:
     last = [p async for p in stream][-1]
     assert last.finish_reason == protocol.finish_abort() and len(last.output_ids) < 1000
     await b.stop()
+
+
+async def test_the_next_turn_finds_the_previous_reply_cached_too() -> None:
+    """A radix cache holds prompt and reply: the next turn (prompt + reply + more) hits all of it."""
+    b = backend()
+    await b.start()
+    prompt = "<|im_start|>user\nFirst question?<|im_end|>\n<|im_start|>assistant\n"
+    reply = (await finish(b, "a", prompt, 8))[-1].text
+    follow = prompt + reply + "<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n"
+    second = (await finish(b, "b", follow, 4))[-1]
+    assert second.cached_tokens >= len(WordTokenizer().pieces(prompt + reply)) - 1

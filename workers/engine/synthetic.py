@@ -165,6 +165,8 @@ class SyntheticBackend:
             if admitted:
                 self._slots.release()
                 self._running.pop(rid, None)
-                self._cache.insert([*prompt, *reply[:done]])
+                # What the cache holds is the text the engine has seen, prompt and reply, as the next
+                # prompt will tokenize it (the reply's first word follows the prompt's last characters).
+                self._cache.insert(self._tok.pieces(state.request.text + "".join(reply[:done])))
             self._tasks.pop(rid, None)
             log.debug("request finished", extra={"rid": rid, "completion_tokens": done})
