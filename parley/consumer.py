@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -30,6 +30,8 @@ from schemas.catalog import dlq_name
 from schemas.events import DeadLetter, Event
 
 log = logging.getLogger(__name__)
+
+E = TypeVar("E", bound=Event)
 
 #: Larger records are dead-lettered unread: no legitimate event comes near it
 #: (the gateway caps message text far lower), and the broker refuses 1 MiB.
@@ -47,6 +49,30 @@ def poll_batch(consumer: Consumer, max_records: int, timeout: float) -> list[Mes
     if first is None:
         return []
     return [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
+
+def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: float, what: str) -> tuple[list[E], int]:
+    """For readers outside any group that every instance runs (heartbeats, memory, cancels): the
+    decoded events of ``kind`` in a batch, and how many records were skipped as undecodable. Every
+    instance reads the same records, so a bad one is logged and skipped, not dead-lettered N times."""
+    try:
+        messages = poll_batch(consumer, max_records, timeout)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"consume ({what}) failed (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
+    out: list[E] = []
+    skipped = 0
+    for msg in messages:
+        if msg.error() or msg.value() is None:  # a tombstone, or a transient error librdkafka retries
+            continue
+        try:
+            event = codec.decode(msg.value())
+        except codec.CodecError as exc:
+            skipped += 1
+            log.warning(f"undecodable {what} record skipped", extra={"offset": msg.offset(), "error": type(exc).__name__})
+            continue
+        if isinstance(event, kind):
+            out.append(event)
+    return out, skipped
 
 
 class EventTooLarge(codec.CodecError):

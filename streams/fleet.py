@@ -19,24 +19,20 @@ old to matter, so a restarted router starts from what is live.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley.consumer import poll_batch
-from parley.errors import BrokerUnavailable
+from parley.consumer import read_events
 from parley.settings import KafkaSettings
-from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import WorkerHeartbeat
 from streams.admission import Load
 from streams.placement import Replica
 
-log = logging.getLogger(__name__)
 
 TOPIC = "fleet.heartbeats"
 
@@ -122,23 +118,7 @@ class HeartbeatReader:
         self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
 
     def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[WorkerHeartbeat]:
-        try:
-            messages = poll_batch(self._consumer, max_records, timeout)
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"consume from {self.topic} failed (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
-        out = []
-        for msg in messages:
-            if msg.error() or msg.value() is None:  # a tombstone, or a transient error librdkafka retries
-                continue
-            try:
-                event = codec.decode(msg.value())
-            except codec.CodecError as exc:
-                # Every router reads every beat: N copies in the DLQ would help no one, so log and skip.
-                log.warning("undecodable heartbeat skipped", extra={"offset": msg.offset(), "error": type(exc).__name__})
-                continue
-            if isinstance(event, WorkerHeartbeat):
-                out.append(event)
-        return out
+        return read_events(self._consumer, WorkerHeartbeat, max_records, timeout, "heartbeat")[0]
 
     def close(self) -> None:
         self._consumer.close()

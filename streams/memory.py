@@ -8,23 +8,19 @@ a newer delete shadows every older fact whenever it is written.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley.consumer import poll_batch
-from parley.errors import BrokerUnavailable
+from parley.consumer import read_events
 from parley.ids import NS
 from parley.settings import KafkaSettings
-from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import MemoryFact, MemoryUpdated
 from streams.projection import to_time
 
-log = logging.getLogger(__name__)
 
 TOPIC = "user.memory"
 MAX_FACTS = 50
@@ -74,23 +70,12 @@ class MemoryReader:
         )
 
     def poll(self, timeout: float = 0.5) -> int:
-        try:
-            messages = poll_batch(self._consumer, 500, timeout)
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"consume from {self.topic} failed: {exc}") from exc
-        for msg in messages:
-            if msg.error() or msg.value() is None:
-                continue
-            try:
-                event = codec.decode(msg.value())
-            except codec.CodecError as exc:
-                log.warning("undecodable memory record skipped", extra={"offset": msg.offset(), "error": type(exc).__name__})
-                continue
-            if isinstance(event, MemoryUpdated):
-                known = self.facts.get(event.user_id)
-                if known is None or known[0] <= event.occurred_at:
-                    self.facts[event.user_id] = (event.occurred_at, [f.text for f in event.facts])
-        return len(messages)
+        events, _ = read_events(self._consumer, MemoryUpdated, 500, timeout, "memory")
+        for event in events:
+            known = self.facts.get(event.user_id)
+            if known is None or known[0] <= event.occurred_at:
+                self.facts[event.user_id] = (event.occurred_at, [f.text for f in event.facts])
+        return len(events)
 
     def of(self, user_id: str) -> list[str]:
         return list(self.facts.get(user_id, (0, []))[1])

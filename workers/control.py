@@ -12,19 +12,16 @@ every worker reads the same record, and N copies in the DLQ would help no one.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from parley.consumer import poll_batch
+from parley.consumer import read_events
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
-from schemas import codec
 from schemas.events import GenerationCancelRequested
 
-log = logging.getLogger(__name__)
 
 TOPIC = "chat.control"
 
@@ -75,27 +72,9 @@ class ControlListener:
         return [TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in found]
 
     def poll(self, timeout: float = 0.2, max_records: int = 500) -> list[GenerationCancelRequested]:
-        try:
-            messages = poll_batch(self._consumer, max_records, timeout)
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"consume from {self.topic} failed: {exc}") from exc
-        out = []
-        for msg in messages:
-            if msg.error():
-                log.warning("control consumer error", extra={"error": msg.error().str()})
-                continue
-            try:
-                event = codec.decode(msg.value())
-            except codec.CodecError as exc:
-                self.skipped += 1
-                log.warning(
-                    "undecodable control record skipped",
-                    extra={"partition": msg.partition(), "offset": msg.offset(), "error": type(exc).__name__},
-                )
-                continue
-            if isinstance(event, GenerationCancelRequested):
-                out.append(event)
-        return out
+        events, skipped = read_events(self._consumer, GenerationCancelRequested, max_records, timeout, "control")
+        self.skipped += skipped
+        return events
 
     def close(self) -> None:
         self._consumer.close()
