@@ -1,5 +1,14 @@
-"""Run every benchmark: `make bench` (each prints its figure next to an in-process baseline)."""
+"""`make bench`: every benchmark, each printing its figure next to a baseline measured in the same run.
 
-from bench import codec
+codec and router_sim are in-process; pipeline and router_stack start isolated stacks on the
+running Kafka and Cassandra (a few minutes in all).
+"""
 
-codec.main()
+import sys
+
+from bench import codec, pipeline, router_sim, router_stack
+
+for name, module in (("codec", codec), ("router_sim", router_sim), ("pipeline", pipeline), ("router_stack", router_stack)):
+    print(f"\n== bench.{name}", flush=True)
+    sys.argv = [f"bench.{name}"]
+    module.main()
