@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from parley import isolated
@@ -42,35 +43,40 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def through_stack(client: ParleyClient, cid: str, text: str) -> tuple[float, list[float]]:
+async def _timed(texts: AsyncIterator[str]) -> tuple[float, list[float]]:
+    """(TTFT, gaps between text pieces) of a stream of text pieces, from the call on."""
     began = time.perf_counter()
-    first, last, gaps = None, None, []
-    async for event in client.stream_message(cid, text):
-        if event.event == "delta":
-            now = time.perf_counter()
-            if first is None:
-                first = now - began
-            else:
-                gaps.append(now - last)
-            last = now
-    assert first is not None, "no delta came back"
+    first, last, gaps = None, 0.0, []
+    async for _ in texts:
+        now = time.perf_counter()
+        if first is None:
+            first = now - began
+        else:
+            gaps.append(now - last)
+        last = now
+    assert first is not None, "no text came back"
     return first, gaps
 
 
-async def direct(engine, text: str) -> tuple[float, list[float]]:
-    began = time.perf_counter()
-    first, last, gaps = None, None, []
+async def _stack_texts(client: ParleyClient, cid: str, text: str) -> AsyncIterator[str]:
+    async for event in client.stream_message(cid, text):
+        if event.event == "delta":
+            yield event.data["text"]
+
+
+async def _engine_texts(engine, text: str) -> AsyncIterator[str]:
     request = GenerateRequest(rid=uuid.uuid4().hex, text=text, max_new_tokens=TOKENS)
     async for delta in engine.generate(request):
         if delta.text:
-            now = time.perf_counter()
-            if first is None:
-                first = now - began
-            else:
-                gaps.append(now - last)
-            last = now
-    assert first is not None, "the engine returned no text"
-    return first, gaps
+            yield delta.text
+
+
+def through_stack(client: ParleyClient, cid: str, text: str):
+    return _timed(_stack_texts(client, cid, text))
+
+
+def direct(engine, text: str):
+    return _timed(_engine_texts(engine, text))
 
 
 async def measure(stack: isolated.IsolatedStack, turns: int) -> dict[str, tuple[list[float], list[float]]]:
