@@ -13,6 +13,8 @@ import sys
 import time
 
 import typer
+
+from parley.ops_cli import app as ops_app
 from rich.console import Console
 from rich.table import Table
 
@@ -28,6 +30,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(schemas_app, name="schemas")
 users_app = typer.Typer(help="Users and API keys.")
 app.add_typer(users_app, name="users")
+app.add_typer(ops_app, name="ops")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -267,6 +270,10 @@ def run_cmd() -> None:
     out.print(table)
     out.print(f"Parley is up: [bold]http://127.0.0.1:{ports['gateway_port']}/[/]  (Ctrl-C stops the services; `make stop` stops Kafka and Cassandra)")
     while not stopping:
+        for child in [c for c in supervisor.children if c.process.poll() == 0]:
+            # Exit 0 is a finished drain (`parley ops drain`): the rest keeps serving.
+            err.print(f"{child.service.name} (pid {child.process.pid}) drained and exited; the others keep serving")
+            supervisor.children.remove(child)
         dead = [c for c in supervisor.children if c.process.poll() is not None]
         if dead:
             err.print(f"[red]{dead[0].service.name} exited with {dead[0].process.returncode}; stopping everything[/]")

@@ -65,6 +65,8 @@ class Supervisor:
                 start_new_session=True,  # Ctrl-C reaches us; we stop children in order
             )
         child = Child(service, process, log, url)
+        # `parley ops drain NAME` finds the process by this file.
+        pid_file(self.log_dir, name).write_text(f"{process.pid}\n")
         self.children.append(child)
         return child
 
@@ -109,6 +111,10 @@ class Supervisor:
         for child in reversed(self.children):  # the gateway first: stop taking traffic, then the rest
             self.stop(child, timeout)
         self.children.clear()
+
+
+def pid_file(log_dir: Path, name: str) -> Path:
+    return log_dir / f"{name}.pid"
 
 
 def _answers(url: str) -> bool:

@@ -1,0 +1,164 @@
+"""What an operator asks the cluster: consumer lag, group membership, topic drift.
+
+The questions are answered with Kafka's admin API (no consumer joins any
+group, so asking never triggers a rebalance). The folds from admin answers to
+rows are plain functions, unit-tested without a broker; ``parley ops`` (in
+``parley/ops_cli.py``) renders them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from parley.errors import BrokerUnavailable
+from parley.settings import KafkaSettings
+from schemas.catalog import TOPICS
+
+#: Admin calls answer in milliseconds on a healthy broker; this bounds a sick one.
+ADMIN_TIMEOUT_S = 10.0
+
+Partition = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(frozen=True)
+class LagRow:
+    group: str
+    topic: str
+    partition: int
+    committed: int | None  # None: the group never committed on this partition
+    end: int
+
+    @property
+    def lag(self) -> int:
+        """Records not yet done: with no commit, the whole partition (the group starts at earliest)."""
+        return self.end - (self.committed if self.committed is not None else 0)
+
+
+@dataclass(frozen=True)
+class Member:
+    client_id: str
+    host: str
+    partitions: tuple[Partition, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    group: str
+    state: str
+    members: tuple[Member, ...] = field(default_factory=tuple)
+
+
+def lag_rows(group: str, committed: Mapping[Partition, int | None], ends: Mapping[Partition, int]) -> list[LagRow]:
+    """One row per partition the group reads: its commit against the partition's end (pure)."""
+    rows = [LagRow(group, topic, p, committed.get((topic, p)), end) for (topic, p), end in ends.items()]
+    return sorted(rows, key=lambda r: (r.topic, r.partition))
+
+
+def total_lag(rows: Iterable[LagRow]) -> dict[str, int]:
+    """Lag summed per group (pure)."""
+    totals: dict[str, int] = {}
+    for r in rows:
+        totals[r.group] = totals.get(r.group, 0) + r.lag
+    return totals
+
+
+def in_namespace(topic: str, prefix: str) -> bool:
+    """A topic of this deployment: the catalog's name under this deployment's prefix (pure)."""
+    return topic.startswith(prefix) and topic[len(prefix):] in TOPICS
+
+
+def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "") -> list[str]:
+    """The groups of this deployment's topology (pure): other stacks on the cluster are left out.
+
+    Processor groups carry ``PARLEY_STREAMS_GROUP_PREFIX``; worker groups are ``workers.<pool>``.
+    """
+    from parley.topology import SERVICES
+
+    names = {s.group for s in SERVICES if s.group}
+    ours = {streams_group_prefix + n if n.startswith("streams.") else n for n in names}
+    return sorted(g for g in ids if g in ours)
+
+
+def retention(configs: Mapping[str, str]) -> str:
+    """A topic's retention in an operator's words (pure)."""
+    if "compact" in configs.get("cleanup.policy", ""):
+        return "compacted"
+    ms = int(configs.get("retention.ms", "604800000"))  # Kafka's default: 7 d
+    if ms < 0:
+        return "forever"
+    return f"{ms / 86_400_000:g} d" if ms >= 86_400_000 else f"{ms / 3_600_000:g} h"
+
+
+class Ops:
+    """The admin-API edge. Kafka errors become ``BrokerUnavailable`` with the address in the message."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+        self._admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+
+    def _wait(self, fut, what: str):  # type: ignore[no-untyped-def]
+        try:
+            return fut.result(timeout=ADMIN_TIMEOUT_S)
+        except (KafkaException, TimeoutError) as exc:
+            raise BrokerUnavailable(f"{what} failed at {self.kafka.bootstrap}: {exc}") from exc
+
+    def group_ids(self) -> list[str]:
+        listed = self._wait(self._admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S), "listing groups")
+        return sorted(g.group_id for g in listed.valid)
+
+    def committed(self, group: str) -> dict[Partition, int | None]:
+        futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        answer = self._wait(futures[group], f"reading the offsets of {group}")
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in answer.topic_partitions}
+
+    def end_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
+        if not request:
+            return {}
+        futures = self._admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
+        return {(tp.topic, tp.partition): self._wait(f, "reading end offsets").offset for tp, f in futures.items()}
+
+    def partitions_of(self, topics: Iterable[str]) -> list[Partition]:
+        metadata = self._admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics
+        return [(t, p) for t in topics if t in metadata for p in metadata[t].partitions]
+
+    def groups(self, ids: list[str] | None = None) -> list[Group]:
+        ids = self.group_ids() if ids is None else ids
+        if not ids:
+            return []
+        out = []
+        for gid, fut in self._admin.describe_consumer_groups(ids, request_timeout=ADMIN_TIMEOUT_S).items():
+            d = self._wait(fut, f"describing {gid}")
+            members = tuple(
+                Member(
+                    m.client_id,
+                    m.host,
+                    tuple(sorted((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions if m.assignment else []))),
+                )
+                for m in d.members
+            )
+            out.append(Group(gid, str(d.state).rsplit(".", 1)[-1].lower(), members))
+        return sorted(out, key=lambda g: g.group)
+
+    def our_groups(self, streams_group_prefix: str = "") -> list[str]:
+        return deployment_groups(self.group_ids(), streams_group_prefix)
+
+    def lag(self, groups: list[str]) -> list[LagRow]:
+        """Lag of the named groups on the topics of this deployment's prefix."""
+        prefix = self.kafka.topic_prefix
+        rows: list[LagRow] = []
+        described = {g.group: g for g in self.groups(groups)}
+        for gid in groups:
+            committed = {tp: o for tp, o in self.committed(gid).items() if in_namespace(tp[0], prefix)}
+            # Partitions assigned to live members count too: a group that never committed still lags.
+            assigned = {tp for m in described[gid].members for tp in m.partitions} if gid in described else set()
+            topics = {t for t, _ in committed} | {t for t, _ in assigned if in_namespace(t, prefix)}
+            if not topics:
+                continue
+            ends = self.end_offsets(self.partitions_of(sorted(topics)))
+            rows.extend(lag_rows(gid, committed, ends))
+        return rows
