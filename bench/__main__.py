@@ -6,9 +6,9 @@ running Kafka and Cassandra (a few minutes in all).
 
 import sys
 
-from bench import codec, pipeline, router_sim, router_stack
+from bench import codec, pipeline, replay, router_sim, router_stack
 
-for name, module in (("codec", codec), ("router_sim", router_sim), ("pipeline", pipeline), ("router_stack", router_stack)):
+for name, module in (("codec", codec), ("router_sim", router_sim), ("pipeline", pipeline), ("router_stack", router_stack), ("replay", replay)):
     print(f"\n== bench.{name}", flush=True)
     sys.argv = [f"bench.{name}"]
     module.main()

@@ -20,17 +20,20 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway import conversations, memory, messages
+from gateway import conversations, memory, messages, telemetry, usage
 from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import Services, services
-from gateway.settings import GatewaySettings
+from gateway.quotas import Quotas, QuotaStore
+from gateway.settings import GatewaySettings, QuotaSettings
 from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
+from gateway.tracing import TraceMiddleware
 from parley.cassandra import connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
@@ -54,9 +57,11 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready: reading tokens, Kafka answering, not draining. (Cassandra down is not unready: posting works.)"""
     svc = services(request)
-    ready = svc.tokens.healthy and not request.app.state.draining
-    return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+    checks = {"tokens": svc.tokens.healthy, "kafka": svc.broker_up, "draining": request.app.state.draining or svc.drain.draining}
+    ready = checks["tokens"] and checks["kafka"] and not checks["draining"]
+    return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 
 
 async def metrics(request: Request) -> Response:
@@ -95,6 +100,33 @@ async def _internal(request: Request, exc: Exception) -> Response:
     return ApiError("internal error", code="internal", status=500).response()
 
 
+# ------------------------------------------------------------------ background
+
+
+#: A metadata request slower than this counts as Kafka not answering.
+BROKER_PROBE_TIMEOUT_S = 3.0
+
+
+async def watch_broker(svc: Services) -> None:
+    """Keep ``svc.broker_up`` current: readiness, and an immediate 503 instead of a doomed append."""
+    while True:
+        up = await asyncio.to_thread(svc.producer.reachable, "chat.events", BROKER_PROBE_TIMEOUT_S)
+        if up != svc.broker_up:
+            (log.info if up else log.warning)("kafka reachable" if up else "kafka unreachable")
+        svc.broker_up = up
+        await asyncio.sleep(svc.settings.broker_probe_s)
+
+
+async def drain(app: Starlette) -> int:
+    """SIGTERM: unready and refusing new streams now; live streams until PARLEY_GATEWAY_DRAIN_S, then cut.
+
+    Returns how many streams were cut; the caller then lets the server shut down.
+    """
+    app.state.draining = True
+    svc: Services = app.state.services
+    return await svc.drain.run(svc.settings.drain_s)
+
+
 # ------------------------------------------------------------------ app
 
 
@@ -111,6 +143,8 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}", conversations.get_conversation, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
+    Route("/v1/usage", usage.get_usage, methods=["GET"]),
+    Route("/v1/telemetry", telemetry.post_telemetry, methods=["POST"]),
     Route("/v1/memory", memory.get_memory, methods=["GET"]),
     Route("/v1/memory", memory.put_memory, methods=["PUT"]),
     Route("/v1/memory", memory.delete_memory, methods=["DELETE"]),
@@ -125,15 +159,20 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = await asyncio.to_thread(connect, cassandra)
         store = Store(session, cassandra.keyspace)
-        producer = EventProducer(kafka)
+        # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not
+        # land much later: librdkafka gives it up at about the same time.
+        producer = EventProducer(kafka, **{"delivery.timeout.ms": int(settings.append_timeout_s * 1000) + 1000})
         tokens = TokenStreams(kafka)
         tokens.start()
         policy = policy_from(from_env(RouterSettings))  # the router's thresholds: one verdict, two places
         pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)
         pressure.start()
-        svc = Services(settings, store, producer, tokens, Authenticator(store, settings.auth_cache_s), session, pressure)
+        auth = Authenticator(store, settings.auth_cache_s, settings.auth_stale_s)
+        svc = Services(settings, store, producer, tokens, auth, session, pressure)
         app.state.services = svc
+        svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(session, cassandra.keyspace))
         app.state.draining = False
+        svc.spawn(watch_broker(svc))
         try:
             yield
         finally:
@@ -147,5 +186,6 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     return Starlette(
         routes=ROUTES,
         lifespan=lifespan,
+        middleware=[Middleware(TraceMiddleware, routes=ROUTES)],
         exception_handlers={HTTPException: _http_error, ApiError: _api_error, Unavailable: _unavailable, Exception: _internal},
     )

@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from gateway.errors import Unauthorized
 from gateway.store import Store
+from parley.errors import Unavailable
 from parley.users import hash_key
 
 
@@ -19,9 +20,14 @@ class Principal:
 
 
 class Authenticator:
-    def __init__(self, store: Store, cache_s: float) -> None:
+    """Keys are looked up in Cassandra and cached for ``cache_s``. While Cassandra is down, a key
+    verified within ``stale_s`` keeps working, so users mid-conversation can go on posting; other
+    keys get the store's 503."""
+
+    def __init__(self, store: Store, cache_s: float, stale_s: float = 0.0) -> None:
         self._store = store
         self._cache_s = cache_s
+        self._stale_s = stale_s
         self._cache: dict[str, tuple[float, Principal | None]] = {}
 
     async def __call__(self, request: Request) -> Principal:
@@ -33,7 +39,12 @@ class Authenticator:
         now = time.monotonic()
         hit = self._cache.get(digest)
         if hit is None or now - hit[0] > self._cache_s:
-            found = await self._store.user_for_key(digest)
+            try:
+                found = await self._store.user_for_key(digest)
+            except Unavailable:
+                if hit is None or hit[1] is None or now - hit[0] > self._stale_s:
+                    raise
+                return hit[1]  # kept with its old time: the next request asks Cassandra again
             hit = (now, Principal(*found) if found else None)
             if len(self._cache) > 10_000:
                 self._cache.clear()

@@ -32,7 +32,7 @@ async def create_conversation(request: Request) -> Response:
         trace_id=trace_id(request),
     )
     await svc.append(event)
-    await svc.store.write_through(event)
+    await svc.write_through(event)
     created = datetime.fromtimestamp(event.occurred_at / 1e6, tz=timezone.utc)
     body_out = {"id": event.conversation_id, "title": event.title, "model": event.model, "created_at": created.isoformat()}
     return JSONResponse(body_out, status_code=201)
@@ -83,8 +83,9 @@ async def post_message(request: Request) -> Response:
     model = string(body, "model", max_chars=ID_MAX, required=False)
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     model = None if model is MISSING else model
-    conversation = await svc.owned(user, request.path_params["conversation_id"])
-    messages = await svc.store.messages(conversation.id)
+    # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).
+    conversation = await svc.owned(user, request.path_params["conversation_id"], cached_ok=True)
+    messages = await svc.messages_for_posting(conversation)
     known = {m.id for m in messages}
 
     if parent_id is MISSING:  # continue the selected branch
@@ -101,6 +102,7 @@ async def post_message(request: Request) -> Response:
     existing = next((m for m in messages if m.id == reply_id), None)
     if existing is not None:  # a retried POST: the same reply, not a second one
         return turns.resume(svc, conversation.id, user.user_id, user_message_id, existing, None)
+    await svc.quotas.check(user, reply_id)  # 429 before anything is appended (gateway/quotas.py)
 
     common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
     posted = MessagePosted(
@@ -132,5 +134,5 @@ async def select_leaf(request: Request) -> Response:
         raise Unprocessable("`leaf_id` is not a message of this conversation", code="unknown_message")
     event = LeafSelected(conversation_id=conversation.id, user_id=user.user_id, leaf_id=leaf_id, trace_id=trace_id(request))
     await svc.append(event)
-    await svc.store.write_through(event)
+    await svc.write_through(event)
     return JSONResponse({"id": conversation.id, "selected_leaf_id": leaf_id})

@@ -57,6 +57,7 @@ async def regenerate(request: Request) -> Response:
     existing = await svc.store.message(conversation_id, reply_id)
     if existing is not None:  # a retried regenerate
         return turns.resume(svc, conversation_id, user.user_id, message.parent_id, existing, None)
+    await svc.quotas.check(user, reply_id)  # 429 before anything is appended (gateway/quotas.py)
     requested = GenerationRequested(
         conversation_id=conversation_id,
         user_id=user.user_id,

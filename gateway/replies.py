@@ -1,5 +1,10 @@
 """A reply as SSE events (DESIGN.md §7): ``message``, ``delta``…, then ``done`` or ``error``.
 
+When a worker died mid-reply another one resumes it as a new attempt (workers/recovery.py);
+its first chunk says how many characters of the reply it keeps (``offset_chars``), so the
+stream says ``restarted {message_id, attempt, offset_chars}``: the client keeps that many
+characters (code points) of what it shows and appends the deltas that follow.
+
 Every event carries an ``id:`` cursor ``partition:offset`` of ``chat.tokens``;
 the ``message`` event's cursor is the position just before the reply's first
 possible chunk, so resuming from any cursor continues exactly after it.
@@ -8,11 +13,13 @@ possible chunk, so resuming from any cursor continues exactly after it.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.store import Message
-from gateway.tokens import Stream, TokenStreams
+from gateway.tokens import Chunk, Stream, TokenStreams
+from parley.metrics import GATEWAY_TTFT
 from schemas.events import TokenChunk
 
 FINISHED = {"complete", "cancelled", "failed", "rejected"}
@@ -38,8 +45,14 @@ def _usage(chunk: TokenChunk) -> dict[str, int]:
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "cached_tokens": u.cached_tokens}
 
 
-async def live(tokens: TokenStreams, stream: Stream, head: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-    """``head`` events, then the reply's chunks as they arrive, until its last chunk."""
+async def live(
+    tokens: TokenStreams, stream: Stream, head: list[dict[str, Any]], since: float | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """``head`` events, then the reply's chunks as they arrive, until its last chunk.
+
+    ``since`` (monotonic, when the POST arrived) makes the first delta an observation of the
+    gateway-side TTFT.
+    """
     attempt = 0
     try:
         for event in head:
@@ -49,8 +62,13 @@ async def live(tokens: TokenStreams, stream: Stream, head: list[dict[str, Any]])
             ev = chunk.event
             if ev.attempt < attempt:
                 continue  # a superseded attempt's late chunk
+            if ev.attempt > attempt:
+                yield restarted(chunk)
             attempt = ev.attempt
             if ev.text:
+                if since is not None:
+                    GATEWAY_TTFT.observe(time.monotonic() - since)
+                    since = None
                 yield sse("delta", {"text": ev.text}, chunk.cursor)
             if ev.finish_reason is not None:
                 if ev.finish_reason in ("failed", "rejected"):
@@ -70,6 +88,18 @@ async def live(tokens: TokenStreams, stream: Stream, head: list[dict[str, Any]])
                 return
     finally:
         tokens.close_stream(stream)
+
+
+def restarted(chunk: Chunk) -> dict[str, Any]:
+    """The notice that ``chunk`` begins a new attempt.
+
+    Its cursor is the position just before the chunk: a client that resumes from it reads the
+    chunk again and gets this notice again (truncating twice to the same length is harmless),
+    so the notice can never be separated from the text that follows it.
+    """
+    ev = chunk.event
+    data = {"message_id": ev.request_id, "attempt": ev.attempt, "offset_chars": ev.offset_chars}
+    return sse("restarted", data, f"{chunk.partition}:{chunk.offset - 1}")
 
 
 def stored(reply: Message, head: list[dict[str, Any]], cursor: str) -> list[dict[str, Any]]:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 
 from gateway.auth import Authenticator, Principal
+from gateway.drain import Drain
 from gateway.errors import NotFound, ServiceUnavailable
+from gateway.recent import Recent
+from gateway.tracing import trace_for
+from parley.metrics import ADMISSION
 from gateway.settings import GatewaySettings
-from gateway.store import Conversation, Store
+from gateway.store import Conversation, Message, Store
 from gateway.tokens import TokenStreams
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
@@ -32,41 +35,97 @@ class Services:
     session: Any
     pressure: Any  # gateway.pressure.PoolPressure: refuse what the router would shed
     background: set[asyncio.Task] = field(default_factory=set)  # abandonment watches
+    quotas: Any = None  # gateway.quotas.Quotas: tokens/day and requests/minute per tier, set by the app's lifespan
+    drain: Drain = field(default_factory=Drain)  # SIGTERM: readiness off, new streams refused, live ones cut at a deadline
+    recent: Recent = field(default_factory=Recent)  # what posting needs while Cassandra is down
+    broker_up: bool = True  # the last probe of Kafka answered (gateway/app.py watch_broker)
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
+    def log_unavailable(self) -> ServiceUnavailable:
+        return ServiceUnavailable(
+            "the event log is not accepting writes right now; retry shortly",
+            code="log_unavailable",
+            retry_after=self.settings.retry_after_s,
+        )
+
+    def admit_stream(self, *, appends: bool) -> None:
+        """503 + Retry-After for a new stream when this process is leaving, or (``appends``: a new
+        turn) cannot reach Kafka."""
+        if self.drain.draining:
+            raise ServiceUnavailable(
+                "this gateway is shutting down; retry on another one", code="gateway_draining", retry_after=self.settings.retry_after_s
+            )
+        if appends and not self.broker_up:
+            raise self.log_unavailable()
+
     async def append(self, *events: Event) -> None:
-        """Append events (same key → same partition, in order) and wait for the broker's acknowledgement."""
+        """Append events (same key → same partition, in order) and wait for the broker's acknowledgement.
+
+        The wait is bounded (PARLEY_GATEWAY_APPEND_TIMEOUT_S): a 503 then means "not known to be
+        appended"; librdkafka may still deliver it, and a retry with the same ids is a no-op.
+        """
+        if not self.broker_up:
+            raise self.log_unavailable()
         try:
             await asyncio.wait_for(
                 asyncio.gather(*(self.producer.send(e) for e in events)), timeout=self.settings.append_timeout_s
             )
         except (Unavailable, asyncio.TimeoutError) as exc:
             log.warning("append failed", extra={"error": type(exc).__name__})
-            raise ServiceUnavailable(
-                "the event log is not accepting writes right now; retry shortly",
-                code="log_unavailable",
-                retry_after=self.settings.retry_after_s,
-            ) from exc
+            raise self.log_unavailable() from exc
+
+    async def write_through(self, *events: Event) -> None:
+        """Write appended events' rows now (read-your-writes), best effort: the materializer writes
+        the same rows from the log, so a Cassandra outage only delays them."""
+        for event in events:
+            self.recent.appended(event)
+            try:
+                await self.store.write_through(event)  # type: ignore[arg-type]
+            except Unavailable as exc:
+                log.warning("write-through skipped; the materializer will write it", extra={"error": type(exc).__name__})
 
     def admit_tier(self, tier: str) -> None:
         """503 + Retry-After now when the router would shed this turn anyway: nothing is appended."""
         shed = self.pressure.shed(tier)
         if shed is not None:
+            ADMISSION.labels("gateway", shed.pool, tier, "shed").inc()
             raise ServiceUnavailable(
                 "Parley is overloaded right now; retry after the indicated time",
                 code="overloaded",
                 retry_after=shed.retry_after_s,
             )
 
-    async def owned(self, user: Principal, conversation_id: str) -> Conversation:
-        conversation = await self.store.conversation(conversation_id)
+    async def owned(self, user: Principal, conversation_id: str, *, cached_ok: bool = False) -> Conversation:
+        """The user's conversation, else 404. ``cached_ok``: while Cassandra is down, one this
+        process served recently will do (its owner never changes)."""
+        try:
+            conversation = await self.store.conversation(conversation_id)
+        except Unavailable:
+            conversation = self.recent.conversation(conversation_id) if cached_ok else None
+            if conversation is None:
+                raise
+        else:
+            if conversation is not None:
+                self.recent.saw(conversation)
         if conversation is None or conversation.user_id != user.user_id:
             raise NotFound("no such conversation")  # another user's conversation is indistinguishable from none
         return conversation
+
+    async def messages_for_posting(self, conversation: Conversation) -> list[Message]:
+        """The conversation's messages; while Cassandra is down, as this process last knew them."""
+        try:
+            messages = await self.store.messages(conversation.id)
+        except Unavailable:
+            cached = self.recent.messages(conversation.id)
+            if cached is None:
+                raise
+            return cached
+        self.recent.saw(conversation, messages)
+        return messages
 
 
 def services(request: Request) -> Services:
@@ -74,4 +133,6 @@ def services(request: Request) -> Services:
 
 
 def trace_id(request: Request) -> str:
-    return request.headers.get("x-request-id", "") or uuid.uuid4().hex
+    """The request's trace id, chosen once by gateway.tracing.TraceMiddleware."""
+    return getattr(request.state, "trace_id", "") or trace_for(request.headers.get("x-request-id"))
+

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from parley.errors import ConfigError
 from parley.settings import env
 
 
@@ -22,3 +23,45 @@ class GatewaySettings:
         "PARLEY_GATEWAY_ABANDON_GRACE_S", 60.0, "A reply nobody reads for this long is cancelled (reason abandoned)"
     )
     retry_after_s: int = env("PARLEY_GATEWAY_RETRY_AFTER_S", 5, "Retry-After sent with 503 when Kafka is unavailable")
+    auth_stale_s: float = env(
+        "PARLEY_GATEWAY_AUTH_STALE_S",
+        3600.0,
+        "While Cassandra is down, a key verified within this many seconds keeps working (a revocation waits as long)",
+    )
+    broker_probe_s: float = env(
+        "PARLEY_GATEWAY_BROKER_PROBE_S", 2.0, "Seconds between checks that Kafka answers (readiness, fast 503s)"
+    )
+    drain_s: float = env(
+        "PARLEY_GATEWAY_DRAIN_S",
+        20.0,
+        "On SIGTERM, how long replies in flight may finish before their streams are told to resume elsewhere",
+    )
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    """Quotas per tier (gateway/quotas.py); 0 means unlimited. Tokens are prompt + completion, per UTC day."""
+
+    free_tokens_per_day: int = env("PARLEY_QUOTA_FREE_TOKENS_PER_DAY", 100_000, "Tokens a free user may use per UTC day")
+    free_requests_per_minute: int = env(
+        "PARLEY_QUOTA_FREE_REQUESTS_PER_MINUTE", 20, "Generations a free user may start per minute"
+    )
+    plus_tokens_per_day: int = env("PARLEY_QUOTA_PLUS_TOKENS_PER_DAY", 2_000_000, "Tokens a plus user may use per UTC day")
+    plus_requests_per_minute: int = env(
+        "PARLEY_QUOTA_PLUS_REQUESTS_PER_MINUTE", 300, "Generations a plus user may start per minute"
+    )
+    enterprise_tokens_per_day: int = env(
+        "PARLEY_QUOTA_ENTERPRISE_TOKENS_PER_DAY", 0, "Tokens an enterprise user may use per UTC day"
+    )
+    enterprise_requests_per_minute: int = env(
+        "PARLEY_QUOTA_ENTERPRISE_REQUESTS_PER_MINUTE", 0, "Generations an enterprise user may start per minute"
+    )
+    timeout_s: float = env(
+        "PARLEY_QUOTA_TIMEOUT_S", 1.0, "Longest a quota check waits for Cassandra; after that the request goes through"
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0 or (f.name == "timeout_s" and value == 0):
+                raise ConfigError(f"{f.metadata['env']} must be {'positive' if f.name == 'timeout_s' else '>= 0'}, got {value}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
+from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge
 from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
@@ -195,6 +196,8 @@ class TokenStreams:
 
     def _dispatch(self, partition: int, offset: int, value: bytes | None) -> None:
         try:
+            if value is not None and len(value) > DEFAULT_MAX_EVENT_BYTES:  # what the DLQ gets is never streamed
+                raise EventTooLarge(f"record of {len(value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             event = codec.decode(value)
         except codec.CodecError as exc:
             # The producers' consumers dead-letter it; a gateway only skips it.

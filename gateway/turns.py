@@ -11,7 +11,9 @@ generation is cancelled with reason ``abandoned``.
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -21,6 +23,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response
 
 from gateway import replies
+from gateway.drain import is_cut, until_cut
 from gateway.errors import BadRequest, ServiceUnavailable
 from gateway.services import Services
 from gateway.store import Message
@@ -35,12 +38,16 @@ async def start_reply(
     svc: Services, events: list[ConversationEvent], request: GenerationRequested, user_message_id: str
 ) -> Response:
     """Append ``events`` (the last is ``request``, its token_offset to be filled) and stream the reply."""
+    arrived = time.monotonic()
+    svc.admit_stream(appends=True)
     svc.admit_tier(request.tier)
     partition = svc.tokens.partition_of(request.conversation_id)
     try:
-        noted = await svc.tokens.note_end(partition)
-    except Unavailable as exc:
-        raise ServiceUnavailable("the token stream is unavailable; retry shortly", retry_after=svc.settings.retry_after_s) from exc
+        noted = await asyncio.wait_for(svc.tokens.note_end(partition), svc.settings.append_timeout_s)
+    except (Unavailable, asyncio.TimeoutError) as exc:
+        raise ServiceUnavailable(
+            "the token stream is unavailable; retry shortly", code="log_unavailable", retry_after=svc.settings.retry_after_s
+        ) from exc
     stream = svc.tokens.open(request.request_id, partition, noted)
     events = [*events[:-1], replace(request, token_offset=noted)]
     try:
@@ -48,22 +55,26 @@ async def start_reply(
     except BaseException:
         svc.tokens.close_stream(stream)
         raise
-    for event in events:
-        await svc.store.write_through(event)
+    await svc.write_through(*events)
     head = [replies.message_event(request.conversation_id, user_message_id, request.request_id, f"{partition}:{noted - 1}")]
-    return sse(svc, read_live(svc, stream, head, request.conversation_id, request.user_id))
+    return sse(svc, read_live(svc, stream, head, request.conversation_id, request.user_id, since=arrived))
+
+
+_CURSOR = re.compile(r"([0-9]{1,9}):(-1|[0-9]{1,18})")
 
 
 def parse_cursor(value: str | None, partition: int) -> int | None:
     """The offset after a ``partition:offset`` cursor; None without one; 400 when it is not ours."""
     if value is None or value == "":
         return None
-    p, _, o = value.partition(":")
-    if not (p.isdigit() and (o.isdigit() or (o.startswith("-") and o[1:].isdigit()))):
+    # ASCII digits only (str.isdigit takes "²", which int() refuses), and an offset a Kafka
+    # position can hold: anything else is not a cursor this API sent.
+    found = _CURSOR.fullmatch(value)
+    if found is None:
         raise BadRequest("`Last-Event-ID` is not a cursor this API sent (`partition:offset`)", code="bad_cursor")
-    if int(p) != partition:
+    if int(found[1]) != partition:
         raise BadRequest("`Last-Event-ID` belongs to another conversation", code="bad_cursor")
-    return int(o) + 1
+    return int(found[2]) + 1
 
 
 def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: Message, after: str | None) -> Response:
@@ -75,26 +86,39 @@ def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: s
     partition = svc.tokens.partition_of(conversation_id)
     offset = parse_cursor(after, partition)
     if offset is not None:
+        svc.admit_stream(appends=False)
         return sse(svc, read_live(svc, svc.tokens.open(reply.id, partition, offset), [], conversation_id, user_id))
     start = reply.stream_offset if reply.stream_offset is not None and reply.stream_offset >= 0 else 0
     cursor = f"{partition}:{start - 1}"
     head = [replies.message_event(conversation_id, user_message_id, reply.id, cursor)]
     if reply.status in replies.FINISHED:
         return sse(svc, _iterate(replies.stored(reply, head, cursor)))
+    svc.admit_stream(appends=False)
     return sse(svc, read_live(svc, svc.tokens.open(reply.id, partition, start), head, conversation_id, user_id))
 
 
 async def read_live(
-    svc: Services, stream: Stream, head: list[dict[str, Any]], conversation_id: str, user_id: str
+    svc: Services,
+    stream: Stream,
+    head: list[dict[str, Any]],
+    conversation_id: str,
+    user_id: str,
+    since: float | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """The live reply, touching its reader mark; an early end starts an abandonment watch."""
+    """The live reply, touching its reader mark; an early end starts an abandonment watch.
+
+    A drain past its deadline ends it with a ``gateway_draining`` error: the reply goes on, and
+    the client resumes it on another gateway (nobody resuming it is an abandonment as any other).
+    """
     finished = False
     toucher = asyncio.create_task(_touch(svc, stream.request_id))
     try:
-        async for event in replies.live(svc.tokens, stream, head):
-            yield event
-            if event["event"] in ("done", "error"):
-                finished = True
+        with svc.drain.stream():
+            events = until_cut(replies.live(svc.tokens, stream, head, since), svc.drain, svc.settings.retry_after_s)
+            async for event in events:
+                yield event
+                if event["event"] in ("done", "error") and not is_cut(event):
+                    finished = True
     finally:
         toucher.cancel()
         if not finished:

@@ -15,7 +15,7 @@ MISSING = object()
 
 async def json_body(request: Request, max_bytes: int, *, required: bool = True) -> dict[str, Any]:
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"request body over {max_bytes} bytes")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = bytearray()
@@ -37,6 +37,10 @@ async def json_body(request: Request, max_bytes: int, *, required: bool = True) 
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise BadRequest("malformed JSON: a number too long to read") from None
+    except RecursionError:  # `[[[[…` nested deeper than the parser's stack
+        raise BadRequest("malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise Unprocessable("the body must be a JSON object")
     return data

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
-from cassandra.policies import DCAwareRoundRobinPolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
 
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
+
+#: Longest pause between attempts to reach a node that went down.
+RECONNECT_MAX_S = 5.0
 
 
 def connect(settings: CassandraSettings, keyspace: str | None = None, connect_timeout: float = 5.0) -> Session:
@@ -21,6 +24,9 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
         },
         connect_timeout=connect_timeout,
         protocol_version=5,
+        # The driver's default backs off to 10 minutes between reconnection attempts: after an
+        # outage of a minute, clients would stay down for minutes more. Cap it at a few seconds.
+        reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=RECONNECT_MAX_S),
     )
     try:
         return cluster.connect(keyspace)

@@ -37,9 +37,17 @@ def _ask() -> str | None:
 
 async def _turn(client: ParleyClient, conversation_id: str, text: str) -> None:
     sys.stdout.write("parley> ")
+    shown = ""
     async for event in client.stream_message(conversation_id, text):
         if event.event == "delta":
+            shown += event.data["text"]
             sys.stdout.write(event.data["text"])
+            sys.stdout.flush()
+        elif event.event == "restarted":
+            # A terminal cannot take text back: say so and write the reply again from what is kept.
+            shown = shown[: int(event.data.get("offset_chars", 0))]
+            print("\n(the worker was replaced; the reply continues)", file=sys.stderr)
+            sys.stdout.write("parley> " + shown)
             sys.stdout.flush()
         elif event.event == "done":
             usage = event.data.get("usage", {})

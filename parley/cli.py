@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from parley import errors
+from parley.analysts.cli import app as analysts_app
 from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, describe, from_env
 
 app = typer.Typer(help="Parley: chat serving, event-sourced on Kafka.", no_args_is_help=True)
@@ -30,6 +31,10 @@ app.add_typer(db_app, name="db")
 app.add_typer(schemas_app, name="schemas")
 users_app = typer.Typer(help="Users and API keys.")
 app.add_typer(users_app, name="users")
+app.add_typer(analysts_app)  # no name: replay, report, counterfactual, archive, rebuild are top-level commands
+from parley.audit_cli import audit_cmd  # noqa: E402  (its module holds the rendering)
+
+app.command("audit")(audit_cmd)
 app.add_typer(ops_app, name="ops")
 
 out = Console()
@@ -233,7 +238,7 @@ def worker_cmd(ctx: typer.Context) -> None:
 
 @app.command("streams", context_settings=PASS_THROUGH)
 def streams_cmd(ctx: typer.Context) -> None:
-    """Run a stream processor: `parley streams context|router|materializer`."""
+    """Run a stream processor: `parley streams context|router|materializer|usage`."""
     _exec_module("streams", ctx.args)
 
 

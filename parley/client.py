@@ -31,7 +31,11 @@ class Reply:
 
     @property
     def text(self) -> str:
-        return "".join(e.data.get("text", "") for e in self.events if e.event == "delta")
+        return reply_text(self.events)
+
+    @property
+    def restarts(self) -> list[SseEvent]:
+        return [e for e in self.events if e.event == "restarted"]
 
     @property
     def final(self) -> SseEvent | None:
@@ -40,6 +44,21 @@ class Reply:
     @property
     def head(self) -> dict[str, Any]:
         return next((e.data for e in self.events if e.event == "message"), {})
+
+
+def reply_text(events: list[SseEvent]) -> str:
+    """The reply as a reader shows it: deltas appended; ``restarted`` keeps the first ``offset_chars``.
+
+    A worker that died mid-reply is replaced by one that continues from the text
+    recorded so far (``offset_chars`` characters, never more than was streamed).
+    """
+    text = ""
+    for e in events:
+        if e.event == "delta":
+            text += e.data.get("text", "")
+        elif e.event == "restarted":
+            text = text[: int(e.data.get("offset_chars", 0))]
+    return text
 
 
 class ApiError(Exception):
@@ -102,13 +121,15 @@ class ParleyClient:
         client_message_id: str | None = None,
         parent_id: str | None | object = ...,
         model: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> AsyncIterator[SseEvent]:
         body: dict[str, Any] = {"content": content, "client_message_id": client_message_id or uuid.uuid4().hex}
         if parent_id is not ...:
             body["parent_id"] = parent_id
         if model:
             body["model"] = model
-        async with self._http.stream("POST", f"/v1/conversations/{conversation_id}/messages", json=body) as response:
+        path = f"/v1/conversations/{conversation_id}/messages"
+        async with self._http.stream("POST", path, json=body, headers=headers) as response:
             if response.status_code >= 400:
                 await response.aread()
                 raise ApiError(response.status_code, _body(response), response.headers)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from parley.errors import BrokerUnavailable
+from parley.metrics import DEAD_LETTERS
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
 from schemas import codec
@@ -65,10 +66,15 @@ def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: fl
         if msg.error() or msg.value() is None:  # a tombstone, or a transient error librdkafka retries
             continue
         try:
+            if len(msg.value()) > DEFAULT_MAX_EVENT_BYTES:  # as EventConsumer: never read, whatever it holds
+                raise EventTooLarge(f"record of {len(msg.value())} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             event = codec.decode(msg.value())
         except codec.CodecError as exc:
             skipped += 1
-            log.warning(f"undecodable {what} record skipped", extra={"offset": msg.offset(), "error": type(exc).__name__})
+            log.warning(
+                f"undecodable {what} record skipped",
+                extra={"partition": msg.partition(), "offset": msg.offset(), "error": type(exc).__name__},
+            )
             continue
         if isinstance(event, kind):
             out.append(event)
@@ -188,6 +194,7 @@ class EventConsumer:
         # Wait for the DLQ ack before moving past the record: nothing is lost.
         self._producer.produce_sync(letter, topic=dlq_name(msg.topic()))
         self.dead_lettered += 1
+        DEAD_LETTERS.labels(msg.topic(), self.group).inc()
         log.warning(
             "dead-lettered a record",
             extra={

@@ -7,7 +7,6 @@ started the way `parley run` starts it.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,16 +15,10 @@ from parley.cassandra import connect
 from parley.kafka import admin
 from parley.migrate import migrate
 from parley.settings import CassandraSettings, KafkaSettings
-from parley.supervisor import Child, Supervisor
+from parley.supervisor import Child, Supervisor, free_port
 from parley.topics import ensure_topics
 from parley.topology import ENGINE, SERVICES, Service
 from parley.users import create_user
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -69,6 +62,8 @@ def start(
     base = {
         "PARLEY_KAFKA_BOOTSTRAP": kafka.bootstrap,
         "PARLEY_TOPIC_PREFIX": kafka.topic_prefix,
+        # Groups of their own too: a member of another stack's group would rebalance this one's.
+        "PARLEY_STREAMS_GROUP_PREFIX": kafka.topic_prefix,
         "PARLEY_CASSANDRA_HOSTS": cassandra.hosts,
         "PARLEY_CASSANDRA_PORT": str(cassandra.port),
         "PARLEY_KEYSPACE": cassandra.keyspace,

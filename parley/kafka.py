@@ -32,8 +32,9 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         "compression.type": "lz4",
         # Java-compatible key hashing, so every service agrees where a key lands (parley/partitioning.py).
         "partitioner": "murmur2_random",
-        # Keep retrying through a broker restart; delivery fails only after this.
-        "delivery.timeout.ms": 30_000,
+        # Keep retrying through a broker restart (or a rolling upgrade); delivery fails only after this.
+        # Idempotence keeps the retries from duplicating or reordering anything.
+        "delivery.timeout.ms": 120_000,
     }
     config.update(overrides)
     return config
@@ -123,7 +124,7 @@ class EventProducer:
         return await fut
 
     def produce_sync(
-        self, event: Event, *, topic: str | None = None, partition: int | None = None, timeout: float = 35.0
+        self, event: Event, *, topic: str | None = None, partition: int | None = None, timeout: float = 125.0
     ) -> Delivered:
         result: list[Delivered | Exception] = []
         ready = threading.Event()
@@ -138,6 +139,20 @@ class EventProducer:
         if isinstance(result[0], Exception):
             raise result[0]
         return result[0]
+
+    def reachable(self, name: str, timeout: float = 2.0) -> bool:
+        """Whether a broker answers a metadata request for catalog topic ``name`` now (blocks up to ``timeout``).
+
+        librdkafka reports a lost broker but never its return, so this asks; it is one small
+        request, cheap enough to repeat every few seconds from a thread.
+        """
+        topic = self._settings.topic(name)
+        try:
+            metadata = self._producer.list_topics(topic, timeout=timeout)
+        except KafkaException:
+            return False
+        found = metadata.topics.get(topic)
+        return bool(metadata.brokers) and found is not None and found.error is None
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for queued events; returns how many are still undelivered."""

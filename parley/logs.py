@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+
+#: The trace id of the request or event being handled: every log line made meanwhile carries it.
+TRACE_ID: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="")
+
+
+def trace_context(trace_id: str) -> contextvars.Context:
+    """A context for ``asyncio.create_task(..., context=)``: the task's log lines carry ``trace_id``."""
+    ctx = contextvars.copy_context()
+    ctx.run(TRACE_ID.set, trace_id)
+    return ctx
+
+
+@contextlib.contextmanager
+def traced(trace_id: str) -> Iterator[None]:
+    """Log lines inside carry ``trace_id`` (from the HTTP request, then every event that follows it)."""
+    token = TRACE_ID.set(trace_id)
+    try:
+        yield
+    finally:
+        TRACE_ID.reset(token)
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
 
@@ -24,6 +47,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if trace := TRACE_ID.get():
+            out["trace_id"] = trace
         out.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)

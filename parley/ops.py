@@ -40,6 +40,7 @@ class LagRow:
 
 @dataclass(frozen=True)
 class Member:
+    member_id: str
     client_id: str
     host: str
     partitions: tuple[Partition, ...]
@@ -71,15 +72,15 @@ def in_namespace(topic: str, prefix: str) -> bool:
     return topic.startswith(prefix) and topic[len(prefix):] in TOPICS
 
 
-def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "") -> list[str]:
+def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_prefix: str = "") -> list[str]:
     """The groups of this deployment's topology (pure): other stacks on the cluster are left out.
 
-    Processor groups carry ``PARLEY_STREAMS_GROUP_PREFIX``; worker groups are ``workers.<pool>``.
+    Processor groups carry ``PARLEY_STREAMS_GROUP_PREFIX``; worker groups the topic prefix.
     """
     from parley.topology import SERVICES
 
     names = {s.group for s in SERVICES if s.group}
-    ours = {streams_group_prefix + n if n.startswith("streams.") else n for n in names}
+    ours = {(streams_group_prefix if n.startswith("streams.") else topic_prefix) + n for n in names}
     return sorted(g for g in ids if g in ours)
 
 
@@ -135,6 +136,7 @@ class Ops:
             d = self._wait(fut, f"describing {gid}")
             members = tuple(
                 Member(
+                    m.member_id,
                     m.client_id,
                     m.host,
                     tuple(sorted((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions if m.assignment else []))),
@@ -145,7 +147,7 @@ class Ops:
         return sorted(out, key=lambda g: g.group)
 
     def our_groups(self, streams_group_prefix: str = "") -> list[str]:
-        return deployment_groups(self.group_ids(), streams_group_prefix)
+        return deployment_groups(self.group_ids(), streams_group_prefix, self.kafka.topic_prefix)
 
     def lag(self, groups: list[str]) -> list[LagRow]:
         """Lag of the named groups on the topics of this deployment's prefix."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ class Child:
     process: subprocess.Popen
     log: Path
     health_url: str | None
+    metrics_url: str | None = None
 
 
 class Supervisor:
@@ -55,16 +57,22 @@ class Supervisor:
             # Something else already serves there; its health answer would be taken for ours.
             raise StartFailed(f"{name}: {url} already answers: another process holds its port (change the PARLEY_*_PORT setting or stop it)")
         log = self.log_dir / f"{name}.log"
+        env = {**self.env, **(extra_env or {})}
+        if service.own_metrics:
+            metrics_url = url.rsplit("/", 1)[0] + "/metrics" if url else None
+        else:  # a port of its own for prometheus-client's server (parley.metrics.serve_from_env)
+            env.setdefault("PARLEY_METRICS_PORT", str(free_port()))
+            metrics_url = f"http://127.0.0.1:{env['PARLEY_METRICS_PORT']}/metrics"
         with open(log, "ab") as out:
             process = subprocess.Popen(
                 service.argv(),
-                env={**self.env, **(extra_env or {})},
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us; we stop children in order
             )
-        child = Child(service, process, log, url)
+        child = Child(service, process, log, url, metrics_url)
         # `parley ops drain NAME` finds the process by this file.
         pid_file(self.log_dir, name).write_text(f"{process.pid}\n")
         self.children.append(child)
@@ -111,6 +119,12 @@ class Supervisor:
         for child in reversed(self.children):  # the gateway first: stop taking traffic, then the rest
             self.stop(child, timeout)
         self.children.clear()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def pid_file(log_dir: Path, name: str) -> Path:

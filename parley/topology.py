@@ -19,6 +19,8 @@ class Service:
     produces: tuple[str, ...] = ()
     group: str | None = None  # consumer group; scale by starting more of it
     health_url: str | None = None  # answered 200 once ready ({port} filled from settings)
+    own_metrics: bool = False  # serves /metrics beside health_url; others get PARLEY_METRICS_PORT
+
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", *self.module_args]
@@ -65,15 +67,22 @@ MATERIALIZER = Service(
     consumes=("chat.events", "chat.tokens", "user.memory"),  # chat.tokens: checkpoints of replies still streaming
     group="streams.materializer",
 )
+USAGE = Service(
+    "usage",
+    ("streams", "usage"),
+    consumes=("chat.usage",),  # folded into usage_by_request, which quotas and GET /v1/usage sum
+    group="streams.usage",
+)
 GATEWAY = Service(
     "gateway",
     ("gateway",),
     consumes=("chat.tokens",),
     produces=("chat.events",),
     health_url="http://127.0.0.1:{gateway_port}/readyz",
+    own_metrics=True,
 )
 
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
-    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, GATEWAY
+    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY
 )

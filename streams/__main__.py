@@ -1,4 +1,4 @@
-"""``python -m streams {context,router,materializer} [faust worker args]``.
+"""``python -m streams {context,router,materializer,usage} [faust worker args]``.
 
 With no faust arguments the processor runs as ``worker -l warn`` (web server off).
 """

@@ -17,6 +17,8 @@ from typing import Any
 import faust
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
+from parley.logs import TRACE_ID
+from parley.metrics import DEAD_LETTERS
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.catalog import dlq_name
@@ -57,8 +59,10 @@ async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> Async
                 raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             event = codec.decode(record.value)
         except codec.CodecError as exc:
+            TRACE_ID.set("")
             await dead_letter(app, record, consumer, exc)
             continue
+        TRACE_ID.set(event.trace_id)  # the agent's log lines about this event carry its request's trace id
         yield event
 
 
@@ -75,6 +79,7 @@ async def dead_letter(app: faust.App, record: faust.EventT, consumer: str, error
         consumer=consumer,
     )
     await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None)
+    DEAD_LETTERS.labels(msg.topic, consumer).inc()
     log.warning(
         "dead-lettered a record",
         extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type, "error": letter.error},

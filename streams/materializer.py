@@ -148,6 +148,8 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: MaterializerS
         async for event in decoded(app, stream, consumer=group):
             if isinstance(event, ev.MemoryUpdated):
                 await retrying("writing a user's memory", lambda e=event: store.write_memory(e), cfg.retry_max_s)
+            else:  # another event type has no business on user.memory: not dropped silently
+                await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
 
     @app.timer(interval=cfg.checkpoint_tick_s, name="checkpoints.flush")
     async def flush_due() -> None:

@@ -13,7 +13,7 @@ import faust
 
 from parley.errors import ConfigError
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings
+from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings, UsageSettings
 
 
 DEFAULT_ARGS = ("worker", "-l", "warn")
@@ -59,11 +59,20 @@ def _materializer() -> faust.App:
     )
 
 
+def _usage() -> faust.App:
+    from streams import usage
+
+    return usage.build_app(
+        from_env(StreamsSettings), from_env(KafkaSettings), from_env(UsageSettings), usage.UsageStore(from_env(CassandraSettings))
+    )
+
+
 #: The processors, by the name the command line uses.
 PROCESSORS: dict[str, Callable[[], faust.App]] = {
     "context": _context,
     "router": _router,
     "materializer": _materializer,
+    "usage": _usage,
 }
 
 
@@ -77,6 +86,10 @@ def build(processor: str) -> faust.App:
 
 def run(processor: str, argv: Sequence[str] = ()) -> None:
     """Run ``processor`` as a faust worker until stopped (faust's CLI handles signals)."""
+    from parley import metrics
+
     app = build(processor)
+    if metrics.serve_from_env(f"streams.{processor}") is not None:
+        metrics.register_lag(from_env(KafkaSettings), [from_env(StreamsSettings).group(processor)])
     sys.argv = [f"streams {processor}", *worker_args(argv)]
     app.main()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import faust
 
 from parley.errors import BrokerUnavailable
+from parley.metrics import ADMISSION, ROUTES
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS, inference_topic, topic_name_for
@@ -297,6 +298,17 @@ def shed(request: InferenceRequested, decision: Shed, model: str) -> list[Event]
     )
 
 
+def count_verdicts(request: InferenceRequested, outs: list[Event]) -> None:
+    """Routing and admission counters (parley/metrics.py) for one request's outcome."""
+    for out in outs:
+        if isinstance(out, InferenceRouted):
+            ROUTES.labels(out.pool, out.route_reason).inc()
+            verdict = "downgraded" if out.downgraded_from else "admitted"
+            ADMISSION.labels("router", out.downgraded_from or out.pool, request.tier, verdict).inc()
+        elif isinstance(out, GenerationCompleted) and out.finish_reason == "rejected":
+            ADMISSION.labels("router", out.pool or "-", request.tier, out.error_code or "rejected").inc()
+
+
 def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSettings) -> faust.App:
     policy = policy_from(settings)  # fail at start-up, naming the setting, not on the first event
     app, group = processor_app(streams, kafka, "router")
@@ -328,7 +340,9 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSe
             if not isinstance(event, InferenceRequested):
                 await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
                 continue
-            for out in router.route(event, time.monotonic()):
+            outs = router.route(event, time.monotonic())
+            count_verdicts(event, outs)
+            for out in outs:
                 partition = out.partition if isinstance(out, InferenceRouted) else None
                 await send_event(sinks[topic_name_for(out)], out, partition=partition)
 

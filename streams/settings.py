@@ -27,6 +27,12 @@ class StreamsSettings:
         "",
         "Prefix of every processor's consumer group; a new prefix re-reads the topics from the start (replay)",
     )
+    session_timeout_s: float = env(
+        "PARLEY_STREAMS_SESSION_TIMEOUT_S",
+        15.0,
+        "How long a processor that died without leaving its group keeps its partitions before the group moves them "
+        "(Kafka's session timeout; at least the broker's group.min.session.timeout.ms, 6 s by default)",
+    )
 
     def group(self, processor: str) -> str:
         return f"{self.group_prefix}streams.{processor}"
@@ -254,3 +260,16 @@ class MaterializerSettings:
     def checkpoint_tick_s(self) -> float:
         """Timer period: text due ``min`` after a write is taken within half the slack to ``max``, the other half left for writing it."""
         return (self.checkpoint_max_s - self.checkpoint_min_s) / 2
+
+
+@dataclass(frozen=True)
+class UsageSettings:
+    """The usage processor's (streams/usage.py)."""
+
+    retry_max_s: float = env(
+        "PARLEY_USAGE_RETRY_MAX_S", 30.0, "Longest pause between retries of a failed Cassandra write of a usage row"
+    )
+
+    def __post_init__(self) -> None:
+        if self.retry_max_s <= 0:
+            raise ConfigError(f"PARLEY_USAGE_RETRY_MAX_S must be positive, got {self.retry_max_s}")

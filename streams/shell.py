@@ -26,7 +26,17 @@ def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str
     group = streams.group(processor)
     datadir = streams.datadir / group
     datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
-    return make_app(group, kafka, datadir=str(datadir)), group
+    # After a crash (no LeaveGroup) its partitions stay with the dead member until the session times out:
+    # faust's 60 s default would stall every conversation of those partitions for a minute.
+    session = streams.session_timeout_s
+    app = make_app(
+        group,
+        kafka,
+        datadir=str(datadir),
+        broker_session_timeout=session,
+        broker_heartbeat_interval=min(3.0, session / 3),
+    )
+    return app, group
 
 
 async def send_event(topic: faust.TopicT, event: Event, *, partition: int | None = None) -> None:

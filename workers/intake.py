@@ -10,6 +10,12 @@ passes a request that is still running.
 On revocation the callback asks the event loop to abandon that partition's
 jobs and waits for it, then commits the watermark: the new owner starts at
 the first unfinished request. Nothing of a revoked partition is stored after.
+
+On assignment it notes each partition's end offset: a record below it was
+already there, so a previous owner may have started (or even finished) it;
+``poll`` marks those ``inherited`` and the scheduler looks them up
+(workers/recovery.py) before generating. Records appended later cannot have
+been seen by anyone else and go straight through.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -35,6 +42,16 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 #: How long a revocation waits for the event loop to stop that partition's jobs.
 REVOKE_TIMEOUT_S = 30.0
+#: How long asking a newly assigned partition's end offset may take (inside the rebalance callback).
+END_OFFSET_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A record this member now holds."""
+
+    delivery: Delivery
+    inherited: bool  # it was in the partition when assigned: a previous owner may have started it
 
 
 class _GroupConsumer(EventConsumer):
@@ -52,8 +69,9 @@ class _GroupConsumer(EventConsumer):
         topic: str,
         producer: EventProducer,
         callbacks: dict[str, Callable[[Consumer, list[TopicPartition]], None]],
+        overrides: dict[str, Any],
     ) -> None:
-        super().__init__(settings, group, [topic], producer)
+        super().__init__(settings, group, [topic], producer, **overrides)
         self.topic = settings.topic(topic)
         self.dead: list[tuple[int, int]] = []
         # EventConsumer.__init__ subscribed without callbacks; subscribing again before the first poll replaces it.
@@ -68,6 +86,12 @@ class _GroupConsumer(EventConsumer):
     def commit_positions(self, positions: dict[int, int]) -> None:
         tps = [TopicPartition(self.topic, p, pos) for p, pos in positions.items()]
         self._consumer.commit(offsets=tps, asynchronous=False)
+
+    def end_offset(self, partition: int) -> int:
+        _, high = self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, partition), timeout=END_OFFSET_TIMEOUT_S, cached=False
+        )
+        return int(high)
 
     def pause_all(self) -> None:
         assigned = self._consumer.assignment()
@@ -88,6 +112,7 @@ class Intake:
         group: str,
         producer: EventProducer,
         on_revoked: Callable[[list[int]], Awaitable[Any]],
+        session_timeout_ms: int | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._on_revoked = on_revoked
@@ -97,12 +122,20 @@ class Intake:
         self._owned: set[int] = set()
         self._tracker = OffsetTracker()  # touched only on the intake thread
         self._paused = False
+        #: partition → its end offset when assigned (None: unknown, asked again on the next record)
+        self._ends: dict[int, int | None] = {}  # touched only on the intake thread
+        overrides: dict[str, Any] = {}
+        if session_timeout_ms is not None:
+            # How soon a member that died (no goodbye) loses its partitions; heartbeats a third of it.
+            overrides["session.timeout.ms"] = session_timeout_ms
+            overrides["heartbeat.interval.ms"] = max(100, session_timeout_ms // 3)
         self._consumer = _GroupConsumer(
             kafka,
             group,
             inference_topic(pool),
             producer,
             {"on_assign": self._assigned, "on_revoke": self._revoked, "on_lost": self._lost},
+            overrides,
         )
 
     # ------------------------------------------------------------ event-loop side
@@ -117,7 +150,7 @@ class Intake:
         with self._lock:
             self._finished.append((partition, offset))
 
-    async def poll(self, max_records: int, accepting: bool) -> list[Delivery]:
+    async def poll(self, max_records: int, accepting: bool) -> list[Taken]:
         return await self._loop.run_in_executor(self._executor, self._poll, max(1, max_records), accepting)
 
     async def close(self) -> None:
@@ -127,7 +160,7 @@ class Intake:
 
     # ------------------------------------------------------------ intake thread
 
-    def _poll(self, max_records: int, accepting: bool) -> list[Delivery]:
+    def _poll(self, max_records: int, accepting: bool) -> list[Taken]:
         self._apply_finished()
         if accepting:
             if self._paused:
@@ -140,7 +173,7 @@ class Intake:
         deliveries = self._consumer.poll(timeout=POLL_S, max_records=max_records)
         return self._register(deliveries)
 
-    def _register(self, deliveries: list[Delivery]) -> list[Delivery]:
+    def _register(self, deliveries: list[Delivery]) -> list[Taken]:
         """Start what was polled in offset order; dead-lettered records finish at once."""
         with self._lock:
             owned = set(self._owned)
@@ -159,7 +192,20 @@ class Intake:
             taken.add((partition, offset))
         for partition, offset in sorted(dead & taken):
             self._finish(partition, offset)
-        return [d for d in deliveries if (d.partition, d.offset) in taken]
+        return [Taken(d, self._inherited(d.partition, d.offset)) for d in deliveries if (d.partition, d.offset) in taken]
+
+    def _inherited(self, partition: int, offset: int) -> bool:
+        end = self._ends.get(partition)
+        if end is None:
+            end = self._ends[partition] = self._end_offset(partition)
+        return end is None or offset < end  # unknown: look it up, the safe side
+
+    def _end_offset(self, partition: int) -> int | None:
+        try:
+            return self._consumer.end_offset(partition)
+        except KafkaException as exc:
+            log.warning("end offset of an assigned partition unknown", extra={"partition": partition, "error": str(exc)})
+            return None
 
     def _apply_finished(self) -> None:
         with self._lock:
@@ -183,6 +229,7 @@ class Intake:
             self._owned.update(ps)
         for p in ps:
             self._tracker.drop(p)  # a fresh start: the committed offset is where this owner begins
+            self._ends[p] = self._end_offset(p)
         log.info("partitions assigned", extra={"partitions": ps})
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -217,6 +264,7 @@ class Intake:
             self._owned.difference_update(partitions)
         for p in partitions:
             self._tracker.drop(p)
+            self._ends.pop(p, None)
 
     def _close(self) -> None:
         self._apply_finished()

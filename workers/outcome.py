@@ -33,6 +33,25 @@ class Outcome:
             return replace(self, finish_reason="cancelled", error_code=None, error_message=None)
         return self  # it finished on its own before the abort landed
 
+    def resumed(self, earlier_tokens: int) -> Outcome:
+        """The usage of a resumed attempt counted over the whole reply.
+
+        The engine counts the earlier attempts' text (``resume_text``, rendered
+        into the prompt) as prompt tokens and only the new text as completion;
+        the earlier text was generated, never billed (its attempt died before its
+        usage was recorded), so it moves from prompt to completion.
+        """
+        if earlier_tokens <= 0:
+            return self
+        u = self.usage
+        prompt = max(0, u.prompt_tokens - earlier_tokens)
+        usage = Usage(
+            prompt_tokens=prompt,
+            cached_tokens=min(u.cached_tokens, prompt),
+            completion_tokens=u.completion_tokens + earlier_tokens,
+        )
+        return replace(self, usage=usage)
+
 
 def from_engine_finish(reason: str, error: str | None) -> tuple[str, str | None, str | None]:
     """(finish_reason, error_code, error_message) for the finish_reason of an engine's last delta."""

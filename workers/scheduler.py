@@ -7,11 +7,17 @@ acknowledged, which is when the shell may move the commit watermark.
 
 A job's life::
 
-    accept ──▶ queued ──(a slot frees)──▶ running ──▶ closing events acked ──▶ on_finished
+    accept ──(inherited: recover)──▶ queued ──(a slot frees)──▶ running ──▶ closing events acked ──▶ on_finished
                  │                          │
                cancel: closed as            cancel: engine.abort(rid); the stream ends
                cancelled, no engine         as cancelled (or is cut after abort_grace_s)
     abandon (partition revoked, drain deadline): stopped, no events, no on_finished
+
+An *inherited* record (already in its partition when this worker was assigned
+it: a previous owner may have started it) is first looked up with
+``recover`` (workers/recovery.py): finished ones close at once (producing only
+closing events the previous owner did not get out), partial ones are queued as
+the next attempt continuing from the text so far, fresh ones as they came.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, replace
 
 from parley.errors import BrokerUnavailable
 from parley.ids import engine_rid
+from parley.logs import trace_context
 from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers.cancels import CancelMemory
 from workers.chat_template import STOP, render_prompt
@@ -32,8 +39,10 @@ from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.generation import Generation
 from workers.outcome import Outcome, terminal_events
+from workers.recovery import Finished, Resume, Verdict
 from workers.settings import WorkerSettings
 from workers.sink import EventSink
+from workers.telemetry import record_load, record_outcome
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,7 @@ class Job:
     generation: Generation | None = None  # set once the engine was asked
     task: asyncio.Task[None] | None = None
     cut_timer: asyncio.TimerHandle | None = None
+    resume_tokens: int = 0  # tokens of the resume text, counted into the completion's usage
 
     @property
     def request_id(self) -> str:
@@ -75,6 +85,7 @@ class Scheduler:
         model: str = "",
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        recover: Callable[[InferenceRouted], Awaitable[Verdict]] | None = None,
     ) -> None:
         self._settings = settings
         self._engine = engine
@@ -82,6 +93,7 @@ class Scheduler:
         self._on_finished = on_finished
         self._clock = clock
         self._wall = wall
+        self._recover = recover
         #: Model the engine serves (from model_info); the shell refreshes it.
         self.model = model
         self._jobs: dict[tuple[int, int], Job] = {}
@@ -119,11 +131,20 @@ class Scheduler:
 
     # ------------------------------------------------------------ intake
 
-    def accept(self, routed: InferenceRouted, partition: int, offset: int) -> None:
+    def accept(self, routed: InferenceRouted, partition: int, offset: int, *, inherited: bool = False) -> None:
+        """Take a record; ``inherited``: a previous owner of the partition may have started it."""
         if self._draining:
             return  # not started, so never finished: the next owner of the partition takes it
         job = Job(routed, partition, offset, engine_rid(routed.request.request_id, routed.request.attempt))
         self._jobs[(partition, offset)] = job
+        if inherited and self._recover is not None:
+            job.task = asyncio.create_task(
+                self._recovered(job), name=f"recovery {job.rid}", context=trace_context(job.routed.trace_id)
+            )
+            return
+        self._admit(job)
+
+    def _admit(self, job: Job) -> None:
         job.cancel_reason = self._cancels.reason(job.request_id, self._clock())
         if job.cancel_reason is not None:
             log.info("request was cancelled before it arrived", extra=job.ids)
@@ -210,6 +231,7 @@ class Scheduler:
         await asyncio.gather(*self._background, return_exceptions=True)
 
     def heartbeat(self, *, partitions: list[int], load: EngineLoad | None) -> WorkerHeartbeat:
+        record_load(pool=self._settings.pool, worker=self._settings.worker_id, queued=len(self._queue), running=self._running)
         return WorkerHeartbeat(
             worker_id=self._settings.worker_id,
             pool=self._settings.pool,
@@ -225,6 +247,49 @@ class Scheduler:
 
     # ------------------------------------------------------------ a job's life
 
+    async def _recovered(self, job: Job) -> None:
+        """Look up what earlier attempts did, then close, resume or queue ``job``."""
+        assert self._recover is not None
+        delay = 0.5
+        while True:
+            try:
+                found = await self._recover(job.routed)
+                break
+            except asyncio.CancelledError:
+                raise  # abandoned
+            except BrokerUnavailable as exc:  # nothing could be produced either: wait for the broker
+                log.warning("redelivered request not looked up; retrying", extra=job.ids | {"error": str(exc)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            except Exception:
+                # A bug: start over visibly (a new attempt from nothing) rather than hold the partition.
+                log.exception("redelivered request could not be looked up; restarting it", extra=job.ids)
+                found = Resume(attempt=job.routed.request.attempt + 1, text="", tokens=0)
+                break
+        job.task = None
+        if isinstance(found, Finished):
+            try:
+                for event in found.missing:
+                    await self._deliver(event, job)
+            except Exception:  # a bug, as in _run: let the record go rather than hold back the commits
+                log.exception("could not resend the closing events of a finished request", extra=job.ids)
+            log.info("redelivered request had finished; not generated again", extra=job.ids | {"resent": len(found.missing)})
+            if self._jobs.pop((job.partition, job.offset), None) is not None:
+                self.finished_count += 1
+                self._on_finished(job.partition, job.offset)
+            return
+        if isinstance(found, Resume):
+            request = replace(job.routed.request, attempt=found.attempt, resume_text=found.text)
+            job.routed = replace(job.routed, request=request)
+            job.rid = engine_rid(request.request_id, request.attempt)
+            job.resume_tokens = found.tokens
+            log.info("resuming a redelivered request", extra=job.ids | {"attempt": found.attempt, "offset_chars": len(found.text)})
+        if self._draining:
+            self._jobs.pop((job.partition, job.offset), None)  # handed back: the next owner looks it up again
+            return
+        if (job.partition, job.offset) in self._jobs:
+            self._admit(job)
+
     def _start_ready(self) -> None:
         while self._queue and self._running < self._settings.max_concurrency and not self._draining:
             self._launch(self._queue.popleft(), engine_slot=True)
@@ -233,7 +298,9 @@ class Scheduler:
         # The slot is taken here, not when the task first runs, so one _start_ready cannot overfill the engine.
         if engine_slot:
             self._running += 1
-        job.task = asyncio.create_task(self._run(job, engine_slot), name=f"generation {job.rid}")
+        job.task = asyncio.create_task(
+            self._run(job, engine_slot), name=f"generation {job.rid}", context=trace_context(job.routed.trace_id)
+        )
 
     async def _run(self, job: Job, engine_slot: bool) -> None:
         finished = False
@@ -244,7 +311,10 @@ class Scheduler:
             else:
                 outcome = Outcome(finish_reason="cancelled")
                 seq, chars, queue_ms = 0, len(job.routed.request.resume_text), self._queue_ms(job)
+            new_tokens = outcome.usage.completion_tokens  # before resumed(): this attempt's own tokens
+            outcome = outcome.resumed(job.resume_tokens)
             model = self.model or self._settings.model_name or job.routed.model
+            record_outcome(outcome, pool=self._settings.pool, model=model, new_tokens=new_tokens)
             for event in terminal_events(
                 job.routed,
                 outcome,
@@ -288,7 +358,7 @@ class Scheduler:
         request = GenerateRequest(
             rid=job.rid,
             text=render_prompt(req.messages, req.resume_text),
-            max_new_tokens=req.max_tokens,
+            max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
             temperature=self._settings.temperature,
             stop=STOP,
         )

@@ -11,6 +11,11 @@ the prompt text change the script::
     [[fail:rejected]]     raise EngineRejected before the first delta
     [[fail:midstream]]    stream half the tokens, then end with finish_reason failed
     [[hold:N]]            after N tokens, wait until ``release()`` or an abort (a deterministic "mid-stream")
+
+A prompt whose assistant message already holds ``tok0 tok1 … tok(K-1) `` (a
+resumed attempt, workers/recovery.py) continues with ``tokK``, as a model
+continuing its own text would: the whole reply is still ``scripted_reply(N)``,
+and it does not hold again.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from workers.engine_api import (
 )
 
 _DIRECTIVE = re.compile(r"\[\[(tokens|step_ms|fail|hold):([a-z0-9]+)\]\]")
+_REPLY_START = "<|im_start|>assistant\n"
+_DONE_TOKENS = re.compile(r"(?:tok\d+ )*")
 DEFAULT_TOKENS = 24
 
 
@@ -63,7 +70,10 @@ class ScriptedEngine:
         if directives.get("fail") == "rejected":
             raise EngineRejected("scripted engine: prompt refused")
         self.requests.append(request)
-        total = min(int(directives.get("tokens", DEFAULT_TOKENS)), request.max_new_tokens)
+        _, reply_start, reply = request.text.rpartition(_REPLY_START)
+        done = _DONE_TOKENS.match(reply) if reply_start else None
+        start = done.group().count("tok") if done else 0  # tokens a resumed attempt continues after
+        total = min(int(directives.get("tokens", DEFAULT_TOKENS)), start + request.max_new_tokens)
         step = int(directives["step_ms"]) / 1000 if "step_ms" in directives else self.step_s
         fail_at = total // 2 if directives.get("fail") == "midstream" else None
         hold_at = int(directives["hold"]) if "hold" in directives else None
@@ -71,23 +81,23 @@ class ScriptedEngine:
         prompt_tokens = max(1, len(request.text) // 4)
         self._running += 1
         try:
-            for i in range(total):
+            for i in range(start, total):
                 if step:
                     await asyncio.sleep(step)
-                if i == hold_at:
+                if i == hold_at and start == 0:  # a resumed attempt runs through: the hold was its predecessor's
                     self.holding.add(request.rid)
                     await _first(self._released.wait(), aborted.wait())
                     self.holding.discard(request.rid)
                 if aborted.is_set():
-                    yield EngineDelta("", i, prompt_tokens, 0, finish_reason="cancelled")
+                    yield EngineDelta("", i - start, prompt_tokens, 0, finish_reason="cancelled")
                     return
                 if i == fail_at:
-                    yield EngineDelta("", i, prompt_tokens, 0, finish_reason="failed", error="scripted failure")
+                    yield EngineDelta("", i - start, prompt_tokens, 0, finish_reason="failed", error="scripted failure")
                     return
                 last = i == total - 1
-                finish = ("length" if total == request.max_new_tokens else "stop") if last else None
-                yield EngineDelta(f"tok{i} ", i + 1, prompt_tokens, 0, finish_reason=finish)
-            if total == 0:
+                finish = ("length" if total == start + request.max_new_tokens else "stop") if last else None
+                yield EngineDelta(f"tok{i} ", i + 1 - start, prompt_tokens, 0, finish_reason=finish)
+            if start >= total:
                 yield EngineDelta("", 0, prompt_tokens, 0, finish_reason="stop")
         finally:
             self._running -= 1

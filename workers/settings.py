@@ -47,6 +47,12 @@ class WorkerSettings:
         5.0,
         "After a cancel, how long the engine may take to end the stream before the worker stops reading it",
     )
+    session_timeout_ms: int = env(
+        "PARLEY_WORKER_SESSION_TIMEOUT_MS",
+        45_000,
+        "Consumer-group session timeout: how long a worker that died without leaving keeps its partitions"
+        " (the broker allows 6000 at the least by default)",
+    )
     cancel_memory_s: float = env(
         "PARLEY_WORKER_CANCEL_MEMORY_S", 60.0, "How long a cancel is remembered for a request that has not arrived yet"
     )
@@ -60,6 +66,8 @@ class WorkerSettings:
             raise ConfigError(f"PARLEY_WORKER_MAX_QUEUED must not be negative, got {self.max_queued}")
         if self.coalesce_ms < 0 or self.coalesce_tokens < 1:
             raise ConfigError("PARLEY_WORKER_COALESCE_MS must be >= 0 and PARLEY_WORKER_COALESCE_TOKENS >= 1")
+        if self.session_timeout_ms < 1000:
+            raise ConfigError(f"PARLEY_WORKER_SESSION_TIMEOUT_MS must be at least 1000, got {self.session_timeout_ms}")
         if self.heartbeat_s <= 0:
             raise ConfigError(f"PARLEY_WORKER_HEARTBEAT_S must be positive, got {self.heartbeat_s}")
         if not self.worker_id:

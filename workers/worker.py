@@ -3,6 +3,7 @@
     chat.inference.<pool> ──Intake (group workers.<pool>)──▶ Scheduler ──engine──▶ chat.tokens,
                                                                                 chat.events, chat.usage
     chat.control (every partition, no group) ──ControlListener──▶ Scheduler.cancel
+    inherited records ──Recovery (chat.tokens, chat.events, chat.usage by timestamp)──▶ skip | resume | fresh
     every heartbeat_s ──▶ fleet.heartbeats
 
 Four loops share one event loop: intake, control, heartbeats, and the wait
@@ -25,6 +26,7 @@ from schemas.events import InferenceRouted
 from workers.control import ControlListener
 from workers.engine_api import EngineClient, EngineLoad
 from workers.intake import Intake
+from workers.recovery import HistoryReader, Recovery
 from workers.scheduler import Scheduler
 from workers.settings import WorkerSettings
 from workers.sink import KafkaSink
@@ -54,12 +56,16 @@ async def run_worker(
         assert intake is not None  # nothing is accepted before the intake exists
         intake.finished(partition, offset)
 
-    scheduler = Scheduler(worker, engine, sink, on_finished=finished)
+    scheduler = Scheduler(worker, engine, sink, on_finished=finished, recover=Recovery(HistoryReader(kafka)))
     scheduler.model = await _model_of(engine, worker)
-    intake = Intake(kafka, worker.pool, worker.group, producer, scheduler.abandon)
+    # Under the topic prefix: stacks sharing a cluster never rebalance each other's workers.
+    group = kafka.topic_prefix + worker.group
+    intake = Intake(
+        kafka, worker.pool, group, producer, scheduler.abandon, session_timeout_ms=worker.session_timeout_ms
+    )
     log.info(
         "worker started",
-        extra={"worker_id": worker.worker_id, "pool": worker.pool, "group": worker.group, "model": scheduler.model},
+        extra={"worker_id": worker.worker_id, "pool": worker.pool, "group": group, "model": scheduler.model},
     )
     closing = asyncio.Event()  # set once drained: the intake and control loops end
     loops = [
@@ -82,6 +88,9 @@ async def run_worker(
     finally:
         closing.set()
         await asyncio.gather(*loops, return_exceptions=True)
+        # Every chunk of what was handed back is on the log before the partitions move: the next
+        # owner's lookup (workers/recovery.py) then resumes after all of it.
+        await asyncio.to_thread(producer.flush, 10.0)
         await intake.close()  # commits what finished and leaves the group, handing partitions over at once
         await asyncio.to_thread(control.close)
         await _send_heartbeat(scheduler, sink, intake=None, load=None)
@@ -97,9 +106,10 @@ async def _intake_loop(intake: Intake, scheduler: Scheduler, stop: asyncio.Event
     # Keeps polling while draining (paused): rebalances are served and finished offsets get stored.
     while not closing.is_set():
         accepting = not stop.is_set() and scheduler.free_slots > 0 and await scheduler.engine_ready()
-        for delivery in await intake.poll(scheduler.free_slots, accepting):
+        for taken in await intake.poll(scheduler.free_slots, accepting):
+            delivery = taken.delivery
             if isinstance(delivery.event, InferenceRouted):
-                scheduler.accept(delivery.event, delivery.partition, delivery.offset)
+                scheduler.accept(delivery.event, delivery.partition, delivery.offset, inherited=taken.inherited)
             else:  # the catalog puts nothing else here; a stray event must not hold back the watermark
                 log.warning(
                     "unexpected event skipped",
@@ -199,6 +209,10 @@ async def serve(worker: WorkerSettings, kafka: KafkaSettings) -> None:
 def main(argv: list[str] | None = None) -> None:
     from parley.logs import setup_logging
 
+    from parley import metrics
+
     setup_logging("worker")
-    args = parse_args(argv)
-    asyncio.run(serve(settings_from(args), from_env(KafkaSettings)))
+    settings, kafka = settings_from(parse_args(argv)), from_env(KafkaSettings)
+    if metrics.serve_from_env("worker") is not None:
+        metrics.register_lag(kafka, [kafka.topic_prefix + settings.group])
+    asyncio.run(serve(settings, kafka))

@@ -75,6 +75,9 @@ export const api = {
   selectLeaf: (id, leafId) => json("PUT", `/v1/conversations/${enc(id)}/leaf`, { leaf_id: leafId }),
   stop: (replyId) => json("POST", `/v1/messages/${enc(replyId)}/stop`),
 
+  /** Our own time to first token (what the user saw); best effort, never shown as an error. */
+  telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),
+
   /** The SSE response of a new message; `parentId` undefined continues the selected branch. */
   postMessage(conversationId, { content, clientMessageId, parentId }, signal) {
     const body = { content, client_message_id: clientMessageId };

@@ -166,6 +166,7 @@ function postAction(conv, content, parentId) {
   const sent = parentId === undefined && shownLeaf !== conv.serverLeafId ? shownLeaf : parentId;
   const parent = parentId === undefined ? shownLeaf : parentId;
   return {
+    measured: true,
     start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent }, signal),
     head(data) {
       put(conv, { id: data.user_message_id, parent_id: parent, role: "user", content, status: "complete" });
@@ -177,6 +178,7 @@ function postAction(conv, content, parentId) {
 function regenerateAction(conv, assistant) {
   const clientMessageId = uuid();
   return {
+    measured: true,
     start: (signal) => api.regenerate(assistant.id, clientMessageId, signal),
     head: (data) => putReply(conv, data.reply_id, data.user_message_id ?? assistant.parent_id),
   };
@@ -218,8 +220,11 @@ async function stream(action) {
   state.error = null;
   render();
   try {
+    const sentAt = performance.now();
     const response = await action.start(controller.signal);
     const hooks = {
+      // Resumes continue a reply already under way: only a new reply's first token is a TTFT.
+      firstToken: action.measured ? () => api.telemetry(Math.round(performance.now() - sentAt)) : null,
       head(data) {
         reply = action.head(data);
         state.active.reply = reply;

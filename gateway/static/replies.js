@@ -45,7 +45,8 @@ export class ReplyFailed extends Error {
  * Reads `response` to its end. `hooks.head(data)` returns the reply message to
  * write into (called on the `message` event; for a resume the reply is passed
  * as `reply` and may see no `message` event); `hooks.changed(reply)` after
- * each delta and at the end. Resolves with the `done` data; throws ReplyFailed
+ * each delta, each `restarted` (the text shown is cut back to where the new
+ * attempt continues) and at the end. Resolves with the `done` data; throws ReplyFailed
  * or StreamCut.
  */
 export async function follow(response, hooks, reply = null) {
@@ -54,7 +55,18 @@ export async function follow(response, hooks, reply = null) {
       reply = hooks.head(data);
       cursors.put(reply.id, id, reply.content);
     } else if (event === "delta" && reply) {
+      if (hooks.firstToken) {
+        hooks.firstToken();
+        hooks.firstToken = null;
+      }
       reply.content += data.text;
+      cursors.put(reply.id, id, reply.content);
+      hooks.changed(reply);
+    } else if (event === "restarted" && reply) {
+      // Another worker took the reply over and continues from `offset_chars` characters (code
+      // points, hence Array.from) of it: keep those, the deltas that follow append to them.
+      reply.content = Array.from(reply.content).slice(0, data.offset_chars).join("");
+      reply.restarted = true;
       cursors.put(reply.id, id, reply.content);
       hooks.changed(reply);
     } else if (event === "done" && reply) {

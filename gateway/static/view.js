@@ -58,7 +58,7 @@ export function messageView(m, ctx) {
 
   const meta = el("div", { class: "meta" });
   if (ctx.siblings.length > 1) meta.append(switcher(m, ctx.siblings, ctx.busy));
-  const label = STATUS_LABEL[m.status];
+  const label = m.restarted && m.status === "streaming" ? "Resumed on another worker…" : STATUS_LABEL[m.status];
   if (label) meta.append(el("span", { class: `status status-${m.status}`, text: label }));
   if (!ctx.editing && !ctx.busy) {
     if (user) meta.append(button("edit", m.id, "Edit", { "aria-label": "Edit this message" }));

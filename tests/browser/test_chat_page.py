@@ -52,6 +52,9 @@ def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None
     stored = web_stack.settled(cid, reply_id)
     assert words(chat.final_text(reply_id)) == words(stored["content"])
     expect(page.get_by_role("link", name=re.compile("Hello"))).to_have_attribute("aria-current", "page")
+    # The page reported its own time to first token (POST /v1/telemetry), kept apart from the server's.
+    metrics = web_stack.http.get("/metrics").text
+    assert re.search(r'^parley_client_ttft_seconds_count\{client="web"\} [1-9]', metrics, re.M), "no client TTFT"
 
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_label("API key")).to_be_visible()

@@ -27,6 +27,8 @@ TABLES = {
     "document_chunks",
     "reply_readers",
     "user_memory",
+    "usage_by_request",
+    "requests_by_minute",
 }
 
 

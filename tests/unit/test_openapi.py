@@ -20,3 +20,43 @@ def test_every_api_route_is_documented_with_its_methods() -> None:
             served.setdefault(route.path, set()).update(m.lower() for m in (route.methods or ()) if m != "HEAD")
     documented = {path: {m for m in ops if m != "parameters"} for path, ops in DOC["paths"].items()}
     assert documented == served
+
+
+def _operations() -> list[tuple[str, str, dict]]:
+    return [
+        (path, method, op)
+        for path, ops in DOC["paths"].items()
+        for method, op in ops.items()
+        if method != "parameters"
+    ]
+
+
+def test_every_operation_documents_the_errors_it_can_answer() -> None:
+    """DESIGN.md §7: 401 without a valid key, 404 for an id that is not the caller's, 400/413/415/422
+    for a body that cannot be read, 503 while a backing service is down."""
+    missing = []
+    for path, method, op in _operations():
+        codes = set(op["responses"])
+        wanted = set()
+        if op.get("security", DOC["security"]):
+            wanted |= {"401", "503"}
+        if "{" in path:
+            wanted.add("404")
+        if "requestBody" in op:
+            wanted |= {"400", "413", "415", "422"}
+        if wanted - codes:
+            missing.append(f"{method.upper()} {path}: {sorted(wanted - codes)}")
+    assert not missing
+
+
+def test_every_error_has_the_error_shape() -> None:
+    """``{"error": {"code", "message", …}}``, as JSON (a response may add fields, as 429 does)."""
+    for path, method, op in _operations():
+        for code, response in op["responses"].items():
+            if not code.startswith(("4", "5")) or path == "/readyz":
+                continue
+            ref = response.get("$ref", "")
+            assert ref.startswith("#/components/responses/"), f"{method.upper()} {path} {code}"
+            schema = DOC["components"]["responses"][ref.rsplit("/", 1)[1]]["content"]["application/json"]["schema"]
+            assert schema["required"] == ["error"]
+            assert {"code", "message"} <= set(schema["properties"]["error"]["required"]), f"{method.upper()} {path} {code}"

@@ -27,6 +27,7 @@ def test_deployment_groups_leave_other_stacks_out():
     ids = ["streams.context", "x-1.streams.context", "workers.small", "random", "streams.router"]
     assert deployment_groups(ids) == ["streams.context", "streams.router", "workers.small"]
     assert deployment_groups(ids, "x-1.") == ["workers.small", "x-1.streams.context"]
+    assert deployment_groups(ids + ["x-1.workers.small"], "x-1.", "x-1.") == ["x-1.streams.context", "x-1.workers.small"]
 
 
 def test_retention_reads_like_an_operator_would_say_it():

@@ -88,5 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from parley import metrics
+
+    metrics.serve_from_env("engine")  # process figures; the engine's own series are SGLang's business
     serve(settings)
     return 0

@@ -1,0 +1,130 @@
+"""`parley rebuild`: the Cassandra projections recreated from the archive and the log, into an empty keyspace.
+
+The same code as the materializer, minus the service: each ``chat.events`` record is folded
+into its conversation (``streams.tree.apply``) and turned into writes by
+``streams.projection.writes_for``; each ``user.memory`` snapshot by ``streams.memory``; the
+writes go through ``streams.store.Store`` as the materializer's do. The keyspace starts
+empty, so the conversations' states start empty too (no reads). Writes carry their event's
+timestamp and commute, so they are sent in concurrent batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from parley.analysts import timeline
+from parley.analysts.digest import PROJECTED
+from parley.analysts.location import Location
+from parley.cassandra import connect
+from parley.errors import ConfigError
+from parley.migrate import migrate
+from parley.settings import CassandraSettings, KafkaSettings
+from schemas import codec
+from schemas import events as ev
+from streams.projection import Write, writes_for
+from streams.store import Store
+from streams.tree import Conversation, apply, empty
+
+log = logging.getLogger(__name__)
+
+TOPICS = ("chat.events", "user.memory")
+BATCH = 256
+IN_FLIGHT = 8
+
+
+class KeyspaceNotEmpty(ConfigError):
+    pass
+
+
+@dataclass
+class RebuildReport:
+    keyspace: str
+    events: int = 0  # records folded (both topics)
+    writes: int = 0
+    invalid: int = 0  # records that do not decode or hold a malformed id: skipped, as the materializer dead-letters them
+    seconds: float = 0.0
+    stats: timeline.TimelineStats = field(default_factory=timeline.TimelineStats)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def prepare(cassandra: CassandraSettings) -> None:
+    """Create and migrate the keyspace; refuse one whose projected tables hold rows."""
+    session = connect(cassandra)
+    try:
+        migrate(session, cassandra.keyspace, cassandra.replication)
+        for table in PROJECTED:
+            if session.execute(f"SELECT * FROM {cassandra.keyspace}.{table} LIMIT 1").one() is not None:
+                raise KeyspaceNotEmpty(
+                    f"keyspace {cassandra.keyspace} already has rows in {table}; rebuild needs an empty one (--keyspace)"
+                )
+    finally:
+        session.cluster.shutdown()
+
+
+async def _run(kafka: KafkaSettings, cassandra: CassandraSettings, location: Location | None, report: RebuildReport,
+               on_batch: Callable[[int], None] | None, on_plan: Callable[[int], None] | None) -> None:
+    store = Store(cassandra)
+    states: dict[str, Conversation] = {}
+    pending: list[Write] = []
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def send(writes: list[Write]) -> None:
+        # Up to IN_FLIGHT batches at once: reading the log goes on while Cassandra takes the last ones.
+        while len(in_flight) >= IN_FLIGHT:
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            in_flight.difference_update(done)
+            for task in done:
+                task.result()
+        in_flight.add(asyncio.create_task(store.write(writes)))
+        report.writes += len(writes)
+
+    try:
+        for raw in timeline.read(kafka, list(TOPICS), location=location, stats=report.stats, on_batch=on_batch, on_plan=on_plan):
+            try:
+                event = codec.decode(raw.value)
+                if isinstance(event, ev.MemoryUpdated):
+                    await store.write_memory(event)
+                    report.events += 1
+                    continue
+                cid = str(getattr(event, "conversation_id", ""))
+                state = states.get(cid) or empty(cid)
+                writes = writes_for(state, event)
+                states[cid] = apply(state, event)
+            except (codec.CodecError, ValueError) as exc:
+                report.invalid += 1
+                log.warning("record skipped", extra={"topic": raw.topic, "offset": raw.offset, "error": type(exc).__name__})
+                continue
+            report.events += 1
+            pending.extend(writes)
+            if len(pending) >= BATCH:
+                await send(pending)
+                pending = []
+        if pending:
+            await send(pending)
+        for task in in_flight:
+            await task
+    finally:
+        store.close()
+
+
+def rebuild(
+    kafka: KafkaSettings,
+    cassandra: CassandraSettings,
+    location: Location | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> RebuildReport:
+    """Project ``chat.events`` and ``user.memory`` (archive, then Kafka) into ``cassandra.keyspace``."""
+    prepare(cassandra)
+    report = RebuildReport(cassandra.keyspace)
+    began = time.perf_counter()
+    asyncio.run(_run(kafka, cassandra, location, report, on_batch, on_plan))
+    report.seconds = time.perf_counter() - began
+    return report

@@ -1,0 +1,249 @@
+"""The turn record: what one generation was, folded from the events of five topics (pure).
+
+A turn is one ``request_id`` (the assistant message id). Its pieces, joined by request id:
+
+============================  =====================  ============================================
+event                         topic                  what it gives the turn
+============================  =====================  ============================================
+MessagePosted                 chat.events            the user message (text, parent, client id)
+GenerationRequested           chat.events            when it was asked for, tier, regenerate or not
+InferenceRequested            chat.inference         the prompt as the context builder built it
+InferenceRouted               chat.inference.<pool>  pool, model, partition, route reason, downgrade
+GenerationCompleted           chat.events            finish reason, error code, reply text, attempt
+UsageRecorded                 chat.usage             tokens (cached too), replica, TTFT, queue, duration
+============================  =====================  ============================================
+
+The fold does not depend on the order records arrive in (topics are read side by side) and
+keeps the first copy of an event delivered twice, so the same log always gives the same turns.
+A shed turn has no InferenceRouted and no UsageRecorded: the router ended it with
+GenerationCompleted ``rejected`` / ``overloaded``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from parley import ids
+from schemas import events as ev
+from schemas.catalog import POOLS
+
+#: The topics a replay reads (catalog names), in the order the docs list them.
+TOPICS: tuple[str, ...] = ("chat.events", "chat.inference", *(f"chat.inference.{p}" for p in POOLS), "chat.usage")
+
+#: The event types the fold uses; a reader may skip every other record undecoded.
+NEEDED: frozenset[str] = frozenset(
+    t.__name__
+    for t in (
+        ev.MessagePosted,
+        ev.GenerationRequested,
+        ev.InferenceRequested,
+        ev.InferenceRouted,
+        ev.GenerationCompleted,
+        ev.UsageRecorded,
+    )
+)
+
+#: error_code of a shed turn (streams.router.OVERLOADED; not imported, to keep faust out of this module).
+OVERLOADED = "overloaded"
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One decoded record and where it lies in the log."""
+
+    topic: str  # catalog name, without the deployment's prefix
+    partition: int
+    offset: int
+    timestamp_ms: int  # the record's Kafka timestamp
+    event: ev.Event
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One generation as the log tells it; every field derives from the events above."""
+
+    request_id: str  # the assistant message id
+    conversation_id: str
+    user_id: str
+    kind: str  # message (answers a fresh post) | regenerate (another reply to an earlier message)
+    tier: str
+    requested_at: int  # µs: GenerationRequested.occurred_at
+    completed_at: int | None  # µs: GenerationCompleted.occurred_at; None while it is still open
+    user_message_id: str
+    user_message: str | None  # its text; None when its MessagePosted lies outside what was read
+    user_parent_id: str | None  # the message the user message follows (an edit shares it with the original)
+    prompt: list[dict[str, str]]  # the built prompt, [{role, content}, …]
+    prompt_tokens_estimate: int  # the context builder's estimate
+    budget_tokens: int
+    max_tokens: int
+    requested_model: str | None  # the model the user named, if any
+    pool: str
+    model: str
+    replica: str
+    partition: int | None  # partition of chat.inference.<pool> the router chose
+    route_reason: str
+    downgraded_from: str | None
+    finish_reason: str | None  # None: no GenerationCompleted yet
+    error_code: str | None
+    attempts: int  # 1 + the highest attempt seen
+    content: str  # the reply text
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cache: str | None  # hit (cached_tokens > 0) | miss | None (never reached an engine)
+    cache_ratio: float | None  # cached / prompt tokens
+    ttft_ms: float | None
+    queue_ms: float | None
+    duration_ms: float | None
+    tokens_per_s: float | None  # completion tokens / duration
+    shed: bool  # rejected as overloaded by admission control
+    downgraded: bool
+
+    def to_record(self) -> dict[str, Any]:
+        # Shallow on purpose (asdict deep-copies): the prompt's dicts are this turn's own.
+        return {name: getattr(self, name) for name in _FIELDS}
+
+
+_FIELDS = tuple(f.name for f in fields(Turn))
+
+
+@dataclass
+class _Parts:
+    requested: ev.GenerationRequested | None = None
+    inference: dict[int, ev.InferenceRequested] = field(default_factory=dict)
+    routed: dict[int, ev.InferenceRouted] = field(default_factory=dict)
+    completed: dict[int, ev.GenerationCompleted] = field(default_factory=dict)
+    usage: dict[int, ev.UsageRecorded] = field(default_factory=dict)
+
+
+def _first(current: Any, new: Any) -> Any:
+    """Of two copies of one fact, the earlier (ties by event id): independent of arrival order."""
+    if current is None or (new.occurred_at, new.event_id) < (current.occurred_at, current.event_id):
+        return new
+    return current
+
+
+class TurnFold:
+    """Folds logged events into turns; ``turns()`` finalises them."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, _Parts] = {}
+        self._posted: dict[str, ev.MessagePosted] = {}
+
+    def _of(self, request_id: str) -> _Parts:
+        parts = self._parts.get(request_id)
+        if parts is None:
+            parts = self._parts[request_id] = _Parts()
+        return parts
+
+    def add(self, event: ev.Event) -> None:
+        if isinstance(event, ev.MessagePosted):
+            self._posted[event.message_id] = _first(self._posted.get(event.message_id), event)
+        elif isinstance(event, ev.GenerationRequested):
+            parts = self._of(event.request_id)
+            parts.requested = _first(parts.requested, event)
+        elif isinstance(event, ev.InferenceRequested):
+            _keep(self._of(event.request_id).inference, event.attempt, event)
+        elif isinstance(event, ev.InferenceRouted):
+            _keep(self._of(event.request.request_id).routed, event.request.attempt, event)
+        elif isinstance(event, ev.GenerationCompleted):
+            _keep(self._of(event.request_id).completed, event.attempt, event)
+        elif isinstance(event, ev.UsageRecorded):
+            _keep(self._of(event.request_id).usage, event.attempt, event)
+
+    def turns(
+        self,
+        since_us: int | None = None,
+        until_us: int | None = None,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+    ) -> list[Turn]:
+        """Turns asked for in [since, until), oldest first (ties by request id)."""
+        out = []
+        for request_id, parts in self._parts.items():
+            req = parts.requested
+            if req is None:  # asked for before what was read
+                continue
+            if since_us is not None and req.occurred_at < since_us:
+                continue
+            if until_us is not None and req.occurred_at >= until_us:
+                continue
+            if conversation_id is not None and req.conversation_id != conversation_id:
+                continue
+            if user_id is not None and req.user_id != user_id:
+                continue
+            out.append(_turn(request_id, req, parts, self._posted.get(req.parent_id)))
+        out.sort(key=lambda t: (t.requested_at, t.request_id))
+        return out
+
+
+def _keep(by_attempt: dict[int, Any], attempt: int, event: Any) -> None:
+    by_attempt[attempt] = _first(by_attempt.get(attempt), event)
+
+
+def fold(events: Iterable[ev.Event], **window: Any) -> list[Turn]:
+    """The turns of ``events`` (see ``TurnFold.turns`` for the window)."""
+    f = TurnFold()
+    for event in events:
+        f.add(event)
+    return f.turns(**window)
+
+
+def kind_of(req: ev.GenerationRequested) -> str:
+    """A post derives the user message id from the same client id as the reply; a regenerate does not."""
+    fresh = ids.user_message_id(req.conversation_id, req.client_message_id) == req.parent_id
+    return "message" if fresh else "regenerate"
+
+
+def _turn(request_id: str, req: ev.GenerationRequested, p: _Parts, posted: ev.MessagePosted | None) -> Turn:
+    attempts = [*p.inference, *p.routed, *p.completed, *p.usage]
+    final = max(p.completed) if p.completed else max(attempts, default=0)
+    done = p.completed.get(final)
+    routed = p.routed.get(final) or (p.routed[max(p.routed)] if p.routed else None)
+    built = routed.request if routed is not None else p.inference.get(final) or (
+        p.inference[max(p.inference)] if p.inference else None
+    )
+    usage_event = p.usage.get(final)
+    counts = usage_event.usage if usage_event is not None else (done.usage if done is not None else ev.Usage())
+    reached_engine = usage_event is not None or (done is not None and counts.prompt_tokens > 0)
+    duration = usage_event.duration_ms if usage_event is not None else None
+    return Turn(
+        request_id=request_id,
+        conversation_id=req.conversation_id,
+        user_id=req.user_id,
+        kind=kind_of(req),
+        tier=req.tier,
+        requested_at=req.occurred_at,
+        completed_at=done.occurred_at if done is not None else None,
+        user_message_id=req.parent_id,
+        user_message=posted.content if posted is not None else None,
+        user_parent_id=posted.parent_id if posted is not None else None,
+        prompt=[{"role": m.role, "content": m.content} for m in built.messages] if built is not None else [],
+        prompt_tokens_estimate=built.prompt_tokens if built is not None else 0,
+        budget_tokens=built.budget_tokens if built is not None else 0,
+        max_tokens=built.max_tokens if built is not None else (req.max_tokens or 0),
+        requested_model=(built.model if built is not None else req.model) or None,
+        pool=(routed.pool if routed else "") or (done.pool if done else "") or (usage_event.pool if usage_event else ""),
+        model=(routed.model if routed else "") or (done.model if done else "") or (usage_event.model if usage_event else ""),
+        replica=(usage_event.replica if usage_event else "") or (done.replica if done else ""),
+        partition=routed.partition if routed is not None else None,
+        route_reason=routed.route_reason if routed is not None else "",
+        downgraded_from=routed.downgraded_from if routed is not None else None,
+        finish_reason=done.finish_reason if done is not None else None,
+        error_code=done.error_code if done is not None else None,
+        attempts=max(attempts, default=0) + 1,
+        content=done.content if done is not None else "",
+        prompt_tokens=counts.prompt_tokens,
+        cached_tokens=counts.cached_tokens,
+        completion_tokens=counts.completion_tokens,
+        cache=("hit" if counts.cached_tokens > 0 else "miss") if reached_engine else None,
+        cache_ratio=round(counts.cached_tokens / counts.prompt_tokens, 6) if reached_engine and counts.prompt_tokens else None,
+        ttft_ms=usage_event.ttft_ms if usage_event is not None else None,
+        queue_ms=usage_event.queue_ms if usage_event is not None else None,
+        duration_ms=duration,
+        tokens_per_s=round(counts.completion_tokens / (duration / 1000), 6) if duration else None,
+        shed=done is not None and done.finish_reason == "rejected" and done.error_code == OVERLOADED,
+        downgraded=routed is not None and routed.downgraded_from is not None,
+    )

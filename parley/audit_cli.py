@@ -1,0 +1,68 @@
+"""``parley audit``: the audit's report as a table; exit 1 on any difference."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from parley import errors
+from parley.audit import Report
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+def render(report: Report, undecodable: int = 0, show: int = 10) -> Table:
+    """Counts, and the first ``show`` differences of each kind."""
+    t = report.turns
+    table = Table("check", "count", title="chat.events ⇄ Cassandra")
+    ok, bad = "[green]{}[/]", "[bold red]{}[/]"
+
+    def row(name: str, n: int, problem: bool = False) -> None:
+        table.add_row(name, (bad if problem and n else ok if problem else "{}").format(n))
+
+    row("conversations", report.conversations)
+    row("events read", report.events)
+    row("undecodable records", undecodable)
+    row("rows expected (log projection)", report.rows_expected)
+    row("rows found (Cassandra)", report.rows_found)
+    row("rows missing", len(report.missing), True)
+    row("rows extra", len(report.extra), True)
+    row("rows with differing columns", len({d.key for d in report.differing}), True)
+    row("turns requested", t.requested)
+    for reason, n in sorted(t.finished.items()):
+        row(f"turns ended: {reason}", n)
+    row("turns in flight (no completion yet)", len(t.in_flight))
+    row("completions re-appended (same outcome)", t.reappended)
+    row("client actions answered twice", len(t.duplicate_replies), True)
+    row("requests with conflicting completions", len(t.conflicting_completions), True)
+    row("replies with repeated text", len(t.repeated_text), True)
+    row("completions never requested", len(t.unrequested), True)
+    for key in report.missing[:show]:
+        table.add_row(f"[red]missing[/] {key[0]} {key[1]}", "")
+    for key in report.extra[:show]:
+        table.add_row(f"[red]extra[/] {key[0]} {key[1]}", "")
+    for d in report.differing[:show]:
+        # Column names only: values may be message text, which is never printed.
+        table.add_row(f"[red]differs[/] {d.key[0]} {d.key[1]} .{d.column}", "")
+    return table
+
+
+def audit_cmd(
+    wait: float = typer.Option(0.0, "--wait", help="Re-read for up to this many seconds until rows agree and no turn is in flight"),
+    strict: bool = typer.Option(False, "--strict", help="Also fail when a turn is still in flight (after quiescence: lost)"),
+    show: int = typer.Option(10, "--show", help="Differences listed of each kind"),
+) -> None:
+    """Compare Cassandra with the projection of chat.events, and check every turn ended once."""
+    from parley.audit_sources import run_audit
+
+    try:
+        report, undecodable = run_audit(from_env(KafkaSettings), from_env(CassandraSettings), wait)
+    except errors.Unavailable as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(1)
+    out.print(render(report, undecodable, show))
+    if not report.ok(lost_ok=not strict):
+        raise typer.Exit(1)

@@ -1,0 +1,127 @@
+"""Every Prometheus series Parley exports, in one place (docs/operations.md lists them).
+
+Labels are ids of the deployment (pool, model, tier, topic, group), never
+anything a user typed: no message text, no user or conversation ids (those
+would also explode the series count).
+
+The gateway serves ``/metrics`` on its own port; every other process calls
+``serve_from_env(service)``, which starts prometheus-client's HTTP server on
+``PARLEY_METRICS_PORT`` (the supervisor hands each child a port; 0 = off).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+#: Latency buckets from 10 ms to 30 s: TTFT of a cached small model to a cold frontier one.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+#: Inter-token gaps: 1 ms to 1 s.
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
+
+# ------------------------------------------------------------------ workers: generation
+
+TTFT = Histogram(
+    "parley_ttft_seconds",
+    "Engine submission to first token, per reply (worker side)",
+    ["pool", "model", "cache"],
+    buckets=LATENCY_BUCKETS,
+)
+INTER_TOKEN = Histogram(
+    "parley_inter_token_seconds",
+    "Mean gap between tokens after the first, per reply (worker side)",
+    ["pool", "model", "cache"],
+    buckets=ITL_BUCKETS,
+)
+TOKENS = Counter("parley_generated_tokens", "Tokens generated; rate() is tokens per second", ["pool", "model"])
+REPLIES = Counter("parley_replies", "Replies ended, by finish reason", ["pool", "model", "finish_reason"])
+QUEUE_DEPTH = Gauge("parley_worker_queue_depth", "Requests accepted and waiting for an engine slot", ["pool", "worker"])
+RUNNING = Gauge("parley_worker_running", "Generations running in the worker's engine", ["pool", "worker"])
+
+# ------------------------------------------------------------------ router, gateway
+
+ADMISSION = Counter(
+    "parley_admission_decisions", "Admission verdicts on turns", ["where", "pool", "tier", "decision"]
+)
+ROUTES = Counter("parley_routes", "Turns routed, by pool and reason", ["pool", "reason"])
+GATEWAY_TTFT = Histogram(
+    "parley_gateway_ttft_seconds",
+    "POST of a message to the first delta written to the client (gateway side; the pool is the router's choice, unknown here)",
+    [],
+    buckets=LATENCY_BUCKETS,
+)
+CLIENT_TTFT = Histogram(
+    "parley_client_ttft_seconds",
+    "Send to first visible token, as the web page measured it (POST /v1/telemetry)",
+    ["client"],
+    buckets=LATENCY_BUCKETS,
+)
+HTTP_REQUESTS = Counter("parley_http_requests", "Gateway responses", ["route", "method", "status"])
+
+# ------------------------------------------------------------------ every consumer
+
+DEAD_LETTERS = Counter("parley_dead_letters", "Records sent to a DLQ", ["topic", "consumer"])
+
+
+def cache_outcome(cached_tokens: int, prompt_tokens: int) -> str:
+    """``hit`` when the engine's prefix cache served at least half the prompt.
+
+    Not "any cached token": the system prompt and chat template are cached
+    for every request after the first, so that would call nearly every turn a
+    hit. Half the prompt means the conversation's own history was found.
+    """
+    return "hit" if prompt_tokens > 0 and 2 * cached_tokens >= prompt_tokens else "miss"
+
+
+class LagCollector(Collector):
+    """``parley_consumer_lag{group,topic,partition}``, read from the broker at scrape time.
+
+    Each process exports the lag of its own group, so a dashboard sums what it
+    sees and a dead process's group still shows lag in the others' scrapes.
+    """
+
+    def __init__(self, rows: Callable[[], Iterable[tuple[str, str, int, int]]]) -> None:
+        self._rows = rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "parley_consumer_lag", "Records not yet committed by a consumer group", labels=["group", "topic", "partition"]
+        )
+        try:
+            for group, topic, partition, lag in self._rows():
+                family.add_metric([group, topic, str(partition)], lag)
+        except Exception as exc:  # a scrape must never fail on a sick broker
+            log.warning("consumer lag not collected", extra={"error": type(exc).__name__})
+        yield family
+
+
+def register_lag(kafka: object, groups: list[str]) -> None:
+    """Export the lag of ``groups`` from this process's /metrics."""
+    from parley.ops import Ops
+    from parley.settings import KafkaSettings
+
+    assert isinstance(kafka, KafkaSettings)
+    ops = Ops(kafka)
+
+    def rows() -> Iterator[tuple[str, str, int, int]]:
+        for r in ops.lag(groups):
+            yield r.group, r.topic, r.partition, r.lag
+
+    REGISTRY.register(LagCollector(rows))
+
+
+def serve_from_env(service: str) -> int | None:
+    """Start the metrics HTTP server on ``PARLEY_METRICS_PORT``; the port, or None when off."""
+    port = int(os.environ.get("PARLEY_METRICS_PORT", "0") or 0)
+    if port <= 0:
+        return None
+    start_http_server(port, addr=os.environ.get("PARLEY_METRICS_HOST", "127.0.0.1"))
+    log.info("metrics served", extra={"service": service, "port": port})
+    return port

@@ -1,0 +1,92 @@
+"""Counterfactual routing runs the router's own policy: the baseline reproduces what the router logged,
+and a changed setting moves turns the way the policy says it would."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from parley.analysts import counterfactual, report
+from parley.errors import ConfigError
+from streams.router import Router, policy_from
+from streams.settings import RouterSettings
+from schemas.events import InferenceRouted, PromptMessage, InferenceRequested
+
+EASY = "What's the capital of France?"
+CODE = "Why does this fail?\n```python\ndef f(x):\n    return x/0\n```"
+ENV: dict[str, str] = {}
+
+
+def _turn(cid: str, text: str, at: int, **over) -> dict:
+    turn = {
+        "request_id": str(uuid.uuid4()), "conversation_id": cid, "user_id": "u", "user_message_id": str(uuid.uuid4()),
+        "requested_at": at, "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": text}],
+        "prompt_tokens_estimate": 60, "budget_tokens": 3072, "max_tokens": 100, "requested_model": None, "tier": "plus",
+        "pool": "", "model": "", "route_reason": "", "downgraded_from": None, "error_code": None,
+        "prompt_tokens": 60, "cached_tokens": 30, "completion_tokens": 40,
+    }
+    return {**turn, **over}
+
+
+def _logged_by_the_router(turns: list[dict], settings: RouterSettings) -> list[dict]:
+    """What the real Router emitted for these requests (no fleet: no admission pressure)."""
+    router = Router(policy_from(settings))
+    out = []
+    for t in turns:
+        (routed,) = router.route(counterfactual.request_of(t), 0.0)
+        assert isinstance(routed, InferenceRouted)
+        out.append({**t, "pool": routed.pool, "model": routed.model, "route_reason": routed.route_reason})
+    return out
+
+
+def test_the_baseline_reproduces_the_routers_logged_pools_and_escalations() -> None:
+    settings = counterfactual.settings_with({}, ENV)
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    turns = _logged_by_the_router(
+        [_turn(a, EASY, 1), _turn(a, CODE, 2), _turn(a, EASY, 3), _turn(b, EASY, 4), _turn(b, EASY, 5)], settings
+    )
+    c = counterfactual.compare(turns, settings, settings, report.DEFAULT_PRICES)
+    assert c.baseline.pools == c.logged.pools == {"medium": 2, "small": 3}
+    assert c.baseline.escalations == c.logged.escalations == 1
+    assert c.counterfactual == c.baseline and c.moved == {}
+    assert c.logged.cost_per_1k_turns == pytest.approx(c.baseline.cost_per_1k_turns)
+
+
+def test_a_lower_bar_moves_turns_up_and_costs_more() -> None:
+    base = counterfactual.settings_with({}, ENV)
+    cheaper_bar = counterfactual.settings_with({"medium_score": "0.01", "PARLEY_ROUTER_FRONTIER_SCORE": "0.02"}, ENV)
+    turns = _logged_by_the_router([_turn(str(uuid.uuid4()), EASY, i) for i in range(4)], base)
+    c = counterfactual.compare(turns, base, cheaper_bar, report.DEFAULT_PRICES, {"medium_score": "0.01"})
+    assert c.baseline.pools == {"small": 4} and c.counterfactual.pools == {"frontier": 4}
+    assert c.moved == {"small→frontier": 4}
+    assert c.counterfactual.cost_per_1k_turns > c.baseline.cost_per_1k_turns
+    assert "small→frontier 4" in counterfactual.markdown(c)
+
+
+def test_removing_a_pool_refuses_the_turns_that_named_its_model() -> None:
+    base = counterfactual.settings_with({}, ENV)
+    only_small = counterfactual.settings_with({"pools": "small=Qwen/Qwen2.5-0.5B-Instruct"}, ENV)
+    turns = [_turn(str(uuid.uuid4()), EASY, 1, requested_model="Qwen/Qwen2.5-7B-Instruct")]
+    c = counterfactual.compare(turns, base, only_small, report.DEFAULT_PRICES)
+    assert c.baseline.pools == {"medium": 1} and c.counterfactual.refused == {"unknown_model": 1}
+
+
+def test_overrides_from_a_file_and_flags_and_their_errors(tmp_path: Path) -> None:
+    f = tmp_path / "router.toml"
+    f.write_text("medium_score = 1.5\nbusy = 0.5\n")
+    assert counterfactual.parse_overrides(["busy=0.7"], f) == {"medium_score": "1.5", "busy": "0.7"}
+    with pytest.raises(ConfigError, match="unknown router setting"):
+        counterfactual.settings_with({"nope": "1"}, ENV)
+    with pytest.raises(ConfigError, match="PARLEY_ROUTER_MEDIUM_SCORE"):
+        counterfactual.settings_with({"medium_score": "9", "frontier_score": "1"}, ENV)
+    with pytest.raises(ConfigError, match="key=value"):
+        counterfactual.parse_overrides(["medium_score"])
+
+
+def test_request_of_rebuilds_the_routing_inputs() -> None:
+    t = _turn("c", CODE, 7, requested_model="x", tier="free")
+    req = counterfactual.request_of(t)
+    assert isinstance(req, InferenceRequested) and req.messages[-1] == PromptMessage(role="user", content=CODE)
+    assert (req.model, req.tier, req.prompt_tokens, req.max_tokens) == ("x", "free", 60, 100)

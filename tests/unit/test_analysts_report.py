@@ -1,0 +1,78 @@
+"""Report math against numpy over the same turn records; charts plot exactly the report's numbers; files round-trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parley.analysts import charts, replay, report, sample, turns
+from parley.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict]:
+    return [t.to_record() for t in turns.fold(s.event for s in sample.session(30, 6))]
+
+
+@pytest.mark.parametrize("q", [0, 37.5, 50, 95, 99, 100])
+def test_percentile_is_numpys_linear_percentile(q: float) -> None:
+    values = [5.0, 1.0, 9.5, 3.25, 7.0, 7.0, 120.0]
+    assert report.percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_numbers_equal_a_direct_computation(records: list[dict]) -> None:
+    r = report.compute(records, report.DEFAULT_PRICES)
+    assert r.turns == len(records)
+    for row in r.ttft:
+        values = [t["ttft_ms"] for t in records if t["model"] == row.model and t["cache"] == row.cache and t["ttft_ms"] is not None]
+        assert row.turns == len(values)
+        assert (row.p50, row.p95, row.p99) == pytest.approx(tuple(np.percentile(values, [50, 95, 99])))
+    assert {row.cache for row in r.ttft} == {"hit", "miss"}
+    placed = [t for t in records if t["route_reason"]]
+    for pool, share in r.routing_mix.items():
+        assert share == pytest.approx(sum(t["pool"] == pool for t in placed) / len(placed))
+    assert r.shed_rate == pytest.approx(np.mean([t["shed"] for t in records])) and r.shed_rate > 0
+    assert r.downgrade_rate == pytest.approx(np.mean([t["downgraded"] for t in records])) and r.downgrade_rate > 0
+    by_hand = 0.0
+    for t in records:
+        p = report.DEFAULT_PRICES[t["pool"]] if t["pool"] else None
+        if p:
+            by_hand += ((t["prompt_tokens"] - t["cached_tokens"]) * p.prompt + t["cached_tokens"] * p.cached + t["completion_tokens"] * p.completion) / 1e6
+    assert r.cost_per_1k_turns == pytest.approx(by_hand / len(records) * 1000)
+    assert sum(r.cost_per_1k_by_pool.values()) == pytest.approx(r.cost_per_1k_turns)
+    for row in r.tokens_per_s:
+        rates = [t["tokens_per_s"] for t in records if t["model"] == row.model and t["tokens_per_s"] is not None]
+        assert row.mean == pytest.approx(np.mean(rates)) and row.p50 == pytest.approx(np.median(rates))
+
+
+def test_charts_are_written_and_plot_the_report(records: list[dict], tmp_path: Path) -> None:
+    r = report.compute(records, report.DEFAULT_PRICES)
+    names = charts.draw(r, tmp_path)
+    assert names == [charts.TTFT, charts.SPEED, charts.MIX, charts.COST]
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = charts.series(r)
+    assert data[charts.MIX]["share of turns"]["shed"] == r.shed_rate
+    assert list(data[charts.TTFT]["p99"].values()) == [row.p99 for row in r.ttft]
+    md = report.markdown(r, "x.jsonl", names, report.DEFAULT_PRICES)
+    assert "## Time to first token" in md and f"![{charts.TTFT}]({charts.TTFT})" in md
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_replay_files_round_trip(records: list[dict], tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"turns{suffix}"
+    replay.write(records, path)
+    assert replay.load(path) == records
+
+
+def test_a_price_table_is_read_and_a_bad_one_names_the_problem(tmp_path: Path) -> None:
+    good = tmp_path / "prices.toml"
+    good.write_text('[small]\nprompt = 1\ncompletion = 2\n["Qwen/Qwen2.5-7B-Instruct"]\nprompt = 3\ncached = 1\ncompletion = 4\n')
+    table = report.load_prices(good)
+    assert table["small"] == report.Price(1.0, 1.0, 2.0) and table["Qwen/Qwen2.5-7B-Instruct"].cached == 1.0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[small]\nprompt = 'cheap'\n")
+    with pytest.raises(ConfigError, match=r"\[small\]"):
+        report.load_prices(bad)

@@ -1,0 +1,308 @@
+"""What a previous owner of a partition already did with a request: skip it, resume it, or start it.
+
+Offsets of ``chat.inference.<pool>`` are committed only up to the watermark of
+finished requests (workers/offsets.py), so when a worker dies (SIGKILL, or a
+drain that hands back what it could not finish) its partitions are read again
+by another member from that watermark. A redelivered request may have been
+
+* **finished** already: its GenerationCompleted is on ``chat.events`` but the
+  watermark lagged. Generating it again would answer the turn twice, so it is
+  skipped. The worker acknowledges GenerationCompleted *before* the final
+  TokenChunk and that before UsageRecorded (workers/outcome.py), so a crash
+  can fall between them: whatever of those two is missing is produced again,
+  rebuilt from the completion, so live readers see their stream end and the
+  usage is recorded once.
+* **partial**: TokenChunks of it are on ``chat.tokens`` but no completion.
+  It is resumed: ``attempt`` one above the highest seen, ``resume_text`` the
+  longest prefix of the reply the chunks prove (the engine continues the
+  assistant message after it). Readers truncate to the new attempt's first
+  ``offset_chars`` and append, so the reply has no duplicated text.
+* **fresh**: nothing of it anywhere; it runs as routed.
+
+The pure core (``verdict``) folds a request's earlier records into one of
+those. The shell (``HistoryReader``) finds the records: every one of them is
+keyed by conversation (chat.tokens, chat.events) or user (chat.usage), so
+``parley.partitioning`` names the one partition of each to read, from the
+routed event's ``occurred_at`` minus ``SLACK_S`` (``offsets_for_times``) to
+the end offset at lookup time, outside any consumer group. It is bounded
+(``MAX_RECORDS`` per partition, ``TIMEOUT_S`` in all) and blocking, so the
+worker runs it in threads, ``MAX_CONCURRENT`` at a time.
+
+Only records that were already in the partition when it was assigned can have
+been started by a previous owner; workers/intake.py marks those
+``inherited``, and only they pay for a lookup. Fresh traffic pays nothing.
+
+The text a partial attempt proves is rebuilt attempt by attempt, oldest first:
+an attempt whose first chunk (seq 0) is at ``offset_chars`` ≤ the text known
+so far keeps that much and appends its contiguous chunks; one that starts
+beyond the known text leaves it as it is (still a prefix of the reply); one
+whose first chunk was not found resets it to nothing (where it began is
+unknown). Whatever comes out is a prefix of what every reader was shown, so
+resuming from it is always sound, if not always from the very last character.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from parley.consumer import poll_batch
+from parley.errors import BrokerUnavailable
+from parley.partitioning import partition_for
+from parley.settings import KafkaSettings
+from schemas import codec
+from schemas.catalog import TOPICS
+from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, UsageRecorded
+from workers.outcome import Outcome, terminal_events
+
+log = logging.getLogger(__name__)
+
+#: How far before the routed event's ``occurred_at`` the lookup starts: producers' clocks differ.
+SLACK_S = 30.0
+#: Records read per partition at most; past it the history is incomplete.
+MAX_RECORDS = 200_000
+#: Seconds one lookup may take in all.
+TIMEOUT_S = 15.0
+#: Lookups at once per worker.
+MAX_CONCURRENT = 2
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """Nothing of it was found: run it as routed."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """An earlier attempt streamed ``text`` and stopped: continue after it."""
+
+    attempt: int  # the new attempt: one above the highest seen
+    text: str  # the reply so far, to continue from
+    tokens: int  # tokens the chunks of ``text`` carried (counted into the completion's usage)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """It ended already; ``missing`` are the closing events to produce again, in order (often none)."""
+
+    missing: tuple[Event, ...] = ()
+
+
+Verdict = Fresh | Resume | Finished
+
+
+@dataclass(frozen=True)
+class History:
+    """A request's records from the topics its closing events go to."""
+
+    chunks: tuple[TokenChunk, ...] = ()
+    completions: tuple[GenerationCompleted, ...] = ()
+    usage: tuple[UsageRecorded, ...] = ()
+    complete: bool = True  # False: a bound stopped the reading before the end
+
+
+# ------------------------------------------------------------------ the pure core
+
+
+def verdict(routed: InferenceRouted, history: History) -> Verdict:
+    """What to do with a redelivered ``routed`` given what earlier attempts left on the log."""
+    rid = routed.request.request_id
+    chunks = [c for c in history.chunks if c.request_id == rid]
+    completions = [c for c in history.completions if c.request_id == rid]
+    if completions:
+        return Finished(_missing(routed, max(completions, key=lambda c: c.attempt), chunks, history.usage))
+    if any(c.finish_reason is not None for c in chunks):
+        return Finished()  # its completion was acknowledged before this chunk was produced
+    if not chunks:
+        return Fresh()
+    text, tokens = known_text(chunks)
+    return Resume(attempt=max(routed.request.attempt, *(c.attempt for c in chunks)) + 1, text=text, tokens=tokens)
+
+
+def known_text(chunks: Iterable[TokenChunk]) -> tuple[str, int]:
+    """The longest prefix of the reply the text chunks prove, and the tokens they carried (see the docstring)."""
+    by_attempt: dict[int, dict[int, TokenChunk]] = defaultdict(dict)
+    for c in chunks:
+        if c.finish_reason is None:
+            by_attempt[c.attempt][c.seq] = c
+    text = ""
+    marks: list[tuple[int, int]] = []  # (characters, tokens) after each chunk kept
+    for attempt in sorted(by_attempt):
+        seqs = by_attempt[attempt]
+        first = seqs.get(0)
+        if first is None:
+            text, marks = "", []
+            continue
+        if first.offset_chars > len(text):
+            continue
+        text = text[: first.offset_chars]
+        marks = [m for m in marks if m[0] <= len(text)]
+        seq = 0
+        while (c := seqs.get(seq)) is not None and c.offset_chars == len(text):
+            text += c.text
+            marks.append((len(text), (marks[-1][1] if marks else 0) + c.tokens))
+            seq += 1
+    return text, marks[-1][1] if marks else 0
+
+
+def _missing(
+    routed: InferenceRouted,
+    completed: GenerationCompleted,
+    chunks: Sequence[TokenChunk],
+    usage: Sequence[UsageRecorded],
+) -> tuple[Event, ...]:
+    """The final chunk and UsageRecorded of ``completed``'s attempt, those not on the log yet."""
+    mine = [c for c in chunks if c.attempt == completed.attempt]
+    has_final = any(c.finish_reason is not None for c in mine)
+    has_usage = any(u.request_id == completed.request_id and u.attempt == completed.attempt for u in usage)
+    if has_final and has_usage:
+        return ()
+    request = replace(routed.request, attempt=completed.attempt, resume_text="")
+    outcome = Outcome(
+        finish_reason=completed.finish_reason,
+        text=completed.content,
+        usage=completed.usage,
+        error_code=completed.error_code,
+        error_message=completed.error_message,
+    )
+    _, final, recorded = terminal_events(
+        replace(routed, request=request),
+        outcome,
+        seq=max((c.seq for c in mine), default=-1) + 1,
+        offset_chars=len(completed.content),
+        replica=completed.replica,
+        model=completed.model,
+        queue_ms=0.0,  # timings of the dead attempt are lost with it
+    )
+    # Produced in the order of the original: the final chunk before the usage.
+    return tuple(e for e, missing in ((final, not has_final), (recorded, not has_usage)) if missing)
+
+
+# ------------------------------------------------------------------ the Kafka shell
+
+
+class HistoryReader:
+    """Reads a request's history from Kafka. Blocking: call ``read`` from a thread."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        *,
+        slack_s: float = SLACK_S,
+        max_records: int = MAX_RECORDS,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
+        self._kafka = kafka
+        self._slack_s = slack_s
+        self._max_records = max_records
+        self._timeout_s = timeout_s
+
+    def read(self, routed: InferenceRouted) -> History:
+        since_ms = int(routed.occurred_at / 1000 - self._slack_s * 1000)
+        wanted = [
+            ("chat.tokens", routed.conversation_id),
+            ("chat.events", routed.conversation_id),
+            ("chat.usage", routed.user_id),
+        ]
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._kafka.bootstrap,
+                # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
+                "group.id": f"parley-worker-recovery-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+            }
+        )
+        try:
+            return self._read(consumer, routed.request.request_id, wanted, since_ms)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"cannot read the history of a redelivered request: {exc}") from exc
+        finally:
+            consumer.close()
+
+    def _read(self, consumer: Consumer, request_id: str, wanted: list[tuple[str, str]], since_ms: int) -> History:
+        deadline = time.monotonic() + self._timeout_s
+        starts = [
+            TopicPartition(self._kafka.topic(t), partition_for(key, TOPICS[t].partitions), since_ms) for t, key in wanted
+        ]
+        found = consumer.offsets_for_times(starts, timeout=self._timeout_s)
+        ends: dict[tuple[str, int], int] = {}
+        assign = []
+        for tp in found:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=self._timeout_s, cached=False
+            )
+            if 0 <= tp.offset < high:  # -1: nothing that recent
+                ends[(tp.topic, tp.partition)] = high
+                assign.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+        records: list[Event] = []
+        read: dict[tuple[str, int], int] = defaultdict(int)
+        complete = True
+        if assign:
+            consumer.assign(assign)
+        while ends:
+            if time.monotonic() > deadline:
+                complete = False
+                break
+            for msg in poll_batch(consumer, 500, 0.2):
+                if msg.error() or msg.value() is None:
+                    continue
+                where = (msg.topic(), msg.partition())
+                if where not in ends or msg.offset() >= ends[where]:
+                    continue
+                read[where] += 1
+                if msg.offset() >= ends[where] - 1 or read[where] >= self._max_records:
+                    complete = complete and msg.offset() >= ends[where] - 1
+                    del ends[where]
+                    consumer.pause([TopicPartition(*where)])
+                event = _decode(msg.value())
+                if getattr(event, "request_id", None) == request_id:
+                    records.append(event)  # type: ignore[arg-type]
+        return History(
+            chunks=tuple(e for e in records if isinstance(e, TokenChunk)),
+            completions=tuple(e for e in records if isinstance(e, GenerationCompleted)),
+            usage=tuple(e for e in records if isinstance(e, UsageRecorded)),
+            complete=complete,
+        )
+
+
+def _decode(value: bytes) -> Event | None:
+    try:
+        return codec.decode(value)
+    except codec.CodecError:
+        return None  # its own consumers dead-letter it; here it only is not this request's
+
+
+class Recovery:
+    """What the scheduler calls for an inherited request: the verdict, read off the event loop."""
+
+    def __init__(self, reader: HistoryReader, max_concurrent: int = MAX_CONCURRENT) -> None:
+        self._reader = reader
+        self._slots = asyncio.Semaphore(max_concurrent)
+
+    async def __call__(self, routed: InferenceRouted) -> Verdict:
+        async with self._slots:
+            history = await asyncio.to_thread(self._reader.read, routed)
+        found = verdict(routed, history)
+        log.info(
+            "redelivered request looked up",
+            extra={
+                "request_id": routed.request.request_id,
+                "verdict": type(found).__name__,
+                "complete": history.complete,
+                "chunks": len(history.chunks),
+                "completions": len(history.completions),
+            },
+        )
+        return found
