@@ -84,6 +84,24 @@ def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_
     return sorted(g for g in ids if g in ours)
 
 
+def compact(partitions: Iterable[Partition]) -> str:
+    """``chat.events[0-5,8]`` for a member's partitions (pure)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        by_topic.setdefault(topic, []).append(p)
+    out = []
+    for topic, ps in by_topic.items():
+        runs: list[list[int]] = []
+        for p in ps:
+            if runs and p == runs[-1][-1] + 1:
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        spans = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+        out.append(f"{topic}[{spans}]")
+    return " ".join(out)
+
+
 def retention(configs: Mapping[str, str]) -> str:
     """A topic's retention in an operator's words (pure)."""
     if "compact" in configs.get("cleanup.policy", ""):

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from parley.errors import BrokerUnavailable
-from parley.ops import Ops, retention, total_lag
+from parley.ops import Ops, compact, retention, total_lag
 from parley.settings import KafkaSettings, LocalInfraSettings, from_env
 from parley.supervisor import pid_file
 from streams.settings import StreamsSettings
@@ -90,7 +90,7 @@ def groups_cmd(group: list[str] = typer.Option(None, "--group", "-g", help="Only
         if not g.members:
             table.add_row(g.group, g.state, "-", "-", "-")
         for i, m in enumerate(g.members):
-            parts = ", ".join(f"{t}[{p}]" for t, p in m.partitions) or "-"
+            parts = compact(m.partitions) or "-"
             table.add_row(g.group if i == 0 else "", g.state if i == 0 else "", m.client_id, m.host, parts)
     out.print(table)
 

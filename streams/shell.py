@@ -11,6 +11,9 @@ partition carries on.
 from __future__ import annotations
 
 
+import os
+import socket
+
 import faust
 
 from parley.settings import KafkaSettings
@@ -34,6 +37,7 @@ def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str
         kafka,
         datadir=str(datadir),
         broker_session_timeout=session,
+        broker_client_id=f"{group}@{socket.gethostname()}-{os.getpid()}",  # who is who in `parley ops groups`
         broker_heartbeat_interval=min(3.0, session / 3),
     )
     return app, group

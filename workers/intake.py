@@ -113,6 +113,7 @@ class Intake:
         producer: EventProducer,
         on_revoked: Callable[[list[int]], Awaitable[Any]],
         session_timeout_ms: int | None = None,
+        client_id: str | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._on_revoked = on_revoked
@@ -124,7 +125,7 @@ class Intake:
         self._paused = False
         #: partition → its end offset when assigned (None: unknown, asked again on the next record)
         self._ends: dict[int, int | None] = {}  # touched only on the intake thread
-        overrides: dict[str, Any] = {}
+        overrides: dict[str, Any] = {"client.id": client_id} if client_id else {}  # `parley ops groups` shows it
         if session_timeout_ms is not None:
             # How soon a member that died (no goodbye) loses its partitions; heartbeats a third of it.
             overrides["session.timeout.ms"] = session_timeout_ms

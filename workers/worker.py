@@ -61,7 +61,8 @@ async def run_worker(
     # Under the topic prefix: stacks sharing a cluster never rebalance each other's workers.
     group = kafka.topic_prefix + worker.group
     intake = Intake(
-        kafka, worker.pool, group, producer, scheduler.abandon, session_timeout_ms=worker.session_timeout_ms
+        kafka, worker.pool, group, producer, scheduler.abandon, session_timeout_ms=worker.session_timeout_ms,
+        client_id=worker.worker_id,
     )
     log.info(
         "worker started",

@@ -1,4 +1,4 @@
-from parley.ops import LagRow, deployment_groups, in_namespace, lag_rows, retention, total_lag
+from parley.ops import LagRow, compact, deployment_groups, in_namespace, lag_rows, retention, total_lag
 
 
 def test_lag_is_the_end_minus_the_commit_and_the_whole_partition_without_one():
@@ -36,3 +36,8 @@ def test_retention_reads_like_an_operator_would_say_it():
     assert retention({"retention.ms": "3600000"}) == "1 h"
     assert retention({"cleanup.policy": "compact"}) == "compacted"
     assert retention({}) == "7 d"
+
+
+def test_a_members_partitions_read_as_ranges():
+    assert compact([("chat.events", p) for p in (5, 0, 1, 2, 8)] + [("user.memory", 3)]) == "chat.events[0-2,5,8] user.memory[3]"
+    assert compact([]) == ""

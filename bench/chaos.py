@@ -1,0 +1,384 @@
+"""Chaos: conversations on a whole stack while a random component is SIGKILLed and restarted every few seconds.
+
+    python -m bench.chaos [--conversations 200] [--turns 3] [--concurrency 24] [--kill-every 5] [--min-kills 10]
+
+On loopback: a private Kafka (infra/local, its own data dir under .data/chaos-*
+and free ports, killed and restarted on the same data dir), the shared
+Cassandra (never killed), and a stack with two workers (each its own engine)
+for the one pool used, and two gateways. Clients post on one gateway; when a
+stream breaks they resume on the other with ``GET /v1/messages/{id}/stream``
+and ``Last-Event-ID`` (a POST that never got its head is retried with the same
+``client_message_id``: idempotent).
+
+The first tenth of the conversations run calm (the baseline), the rest under
+chaos; kills go on until ``--min-kills`` and the load are both done (more
+conversations are started while kills are missing). Then it waits for
+quiescence, audits the log against Cassandra (``parley.audit``) and prints the
+counts; it exits 1 when a turn was lost, answered twice, or a row differs.
+Not part of ``make bench``'s default run: it takes minutes and a Kafka of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from infra.local import jvm, kafka as local_kafka, stack as local_stack
+from parley import isolated
+from parley.audit_sources import run_audit
+from parley.client import SseEvent, parse_sse, reply_text
+from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
+from parley.supervisor import Child, StartFailed, free_port
+from parley.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
+
+TURN_DEADLINE_S = 240.0
+#: SSE error codes that end a stream, not the reply: resume elsewhere.
+TRANSIENT = frozenset({"gateway_draining", "log_unavailable"})
+ENV = {
+    "PARLEY_ENGINE_BACKEND": "synthetic",
+    "PARLEY_ENGINE_TTFT_MS": "50",
+    "PARLEY_ENGINE_TOKENS_PER_S": "80",
+    "PARLEY_CONTEXT_MAX_TOKENS": "24",
+    "PARLEY_CONTEXT_SUMMARY_URL": "",
+    "PARLEY_ROUTER_POOLS": "small=chaos-small",
+    "PARLEY_STREAMS_SESSION_TIMEOUT_S": "6",
+    "PARLEY_WORKER_HEARTBEAT_S": "0.5",
+    "PARLEY_ROUTER_HEARTBEAT_EXPIRY_S": "3",
+}
+
+
+@dataclass
+class Turn:
+    phase: str
+    began: float
+    ended: float = 0.0
+    ttft: float | None = None
+    outcome: str = "lost"  # done | error | lost
+    code: str = ""
+    reply_id: str = ""
+    resumed: int = 0
+    text: str = ""
+
+
+@dataclass
+class Component:
+    """One killable process and how to start it again."""
+
+    name: str
+    service: Service
+    child: Child
+    extra_env: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+
+class Chaos:
+    def __init__(self, inner: isolated.IsolatedStack, infra: LocalInfraSettings, components: list[Component]) -> None:
+        self.inner, self.infra, self.components = inner, infra, components
+        self.kills: Counter[str] = Counter()
+
+    def kill_one(self, rng: random.Random) -> str:
+        victim = rng.choice([c.name for c in self.components] + ["kafka"])
+        if victim == "kafka":
+            pid = jvm.pid_of(local_kafka.service(self.infra))
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid)
+            time.sleep(1.0)
+            local_stack.up(self.infra, echo=lambda s: None, only=("kafka",))  # same data dir, same ports
+        else:
+            c = next(c for c in self.components if c.name == victim)
+            c.child.process.kill()
+            c.child.process.wait(30)
+            time.sleep(0.5)
+            self.restart(c)
+        self.kills[_kind(victim)] += 1
+        return victim
+
+
+    def restart(self, c: Component, tries: int = 10) -> None:
+        """Start ``c`` again; a start that fails (its log says why) is retried, not given up on."""
+        for attempt in range(tries):
+            c.child = self.inner.supervisor.start(c.service, name=c.name, extra_env=c.extra_env, ports=c.ports)
+            try:
+                self.inner.supervisor.wait_ready(c.child, timeout=180)
+                return
+            except StartFailed as exc:
+                print(f"  restart of {c.name} failed (try {attempt + 1}): {str(exc).splitlines()[-1]}", flush=True)
+                c.child.process.kill()
+                c.child.process.wait(30)
+                time.sleep(3.0)
+        raise RuntimeError(f"{c.name} did not start again after {tries} tries; see {c.child.log}")
+
+
+def _kind(name: str) -> str:
+    return name.rstrip("-0123456789") if not name.startswith("w") else "worker"
+
+
+def _wait_gone(pid: int) -> None:
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
+class Clients:
+    """Conversations over two gateways with fail-over and resume."""
+
+    def __init__(self, urls: list[str], key: str) -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        timeout = httpx.Timeout(60, connect=5)
+        self.http = [httpx.AsyncClient(base_url=u, headers=headers, timeout=timeout) for u in urls]
+
+    async def close(self) -> None:
+        for h in self.http:
+            await h.aclose()
+
+    async def create(self, first: int) -> str:
+        for attempt in range(200):
+            try:
+                r = await self.http[(first + attempt) % 2].post("/v1/conversations", json={"title": "chaos"})
+                if r.status_code < 300:
+                    return r.json()["id"]
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.5)
+        raise RuntimeError("no gateway created a conversation in 100 s")
+
+    async def turn(self, cid: str, text: str, first: int, phase: str) -> Turn:
+        t = Turn(phase, time.monotonic())
+        cmid, gw, cursor = uuid.uuid4().hex, first, None
+        events: list[SseEvent] = []
+        deadline = t.began + TURN_DEADLINE_S
+        while time.monotonic() < deadline:
+            http = self.http[gw]
+            try:
+                if not t.reply_id:
+                    request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json={"content": text, "client_message_id": cmid})
+                else:
+                    if cursor is None:  # replayed from the start: forget what was streamed
+                        events = [e for e in events if e.event != "delta"]
+                    request = http.build_request(
+                        "GET", f"/v1/messages/{t.reply_id}/stream", headers={"Last-Event-ID": cursor} if cursor else {}
+                    )
+                response = await http.send(request, stream=True)
+                try:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        if response.status_code in (400, 401, 403, 413, 415, 422):
+                            t.outcome, t.code = "error", f"http_{response.status_code}"
+                            break
+                        raise httpx.TransportError(f"HTTP {response.status_code}")  # 404 (not materialised yet), 429, 5xx
+                    async for e in parse_sse(response.aiter_lines()):
+                        if e.id:
+                            cursor = e.id
+                        if e.event == "message":
+                            t.reply_id = e.data["reply_id"]
+                            continue
+                        if e.event == "error" and e.data.get("code") in TRANSIENT:
+                            break
+                        events.append(e)
+                        if e.event == "delta" and t.ttft is None:
+                            t.ttft = time.monotonic() - t.began
+                        if e.event in ("done", "error"):
+                            t.outcome, t.code = e.event, e.data.get("code", "")
+                            t.text = reply_text(events)
+                            t.ended = time.monotonic()
+                            return t
+                finally:
+                    await response.aclose()
+            except httpx.HTTPError:
+                pass
+            gw = 1 - gw  # fail over to the other gateway
+            if t.reply_id:
+                t.resumed += 1
+            await asyncio.sleep(0.3)
+        t.ended = time.monotonic()
+        return t
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
+    p.add_argument("--conversations", type=int, default=200)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=24)
+    p.add_argument("--kill-every", type=float, default=5.0, help="seconds between the end of one restart and the next kill")
+    p.add_argument("--min-kills", type=int, default=10)
+    p.add_argument("--seed", type=int, default=7)
+    return p.parse_args(argv)
+
+
+def start_private_kafka(run: str) -> LocalInfraSettings:
+    cfg = replace(
+        from_env(LocalInfraSettings),
+        data_dir=REPO_ROOT / ".data" / f"chaos-{run}",
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        cassandra_port=free_port(),  # never started: the shared Cassandra is used
+        cassandra_storage_port=free_port(),
+        kafka_heap="384m",
+    )
+    local_stack.up(cfg, echo=lambda s: None, only=("kafka",))
+    return cfg
+
+
+def start_stack(infra: LocalInfraSettings, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
+    kafka = replace(from_env(KafkaSettings), bootstrap=f"127.0.0.1:{infra.kafka_port}", replication=1)
+    kafka, cassandra = isolated.prepare(kafka, from_env(CassandraSettings), "chaos")
+    services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
+    inner = isolated.start(kafka, cassandra, log_dir, ENV, services=services)
+    by_name = {c.service.name: c for c in inner.supervisor.children}
+    port = int(inner.url.rsplit(":", 1)[1])
+    components = [
+        Component("w1", WORKER_SMALL, by_name["worker-small"]),
+        Component("context", CONTEXT, by_name["context"]),
+        Component("router", ROUTER, by_name["router"]),
+        Component("materializer", MATERIALIZER, by_name["materializer"]),
+        Component("gateway-1", GATEWAY, by_name["gateway"], ports={"gateway_port": port}),
+    ]
+    _, w2 = isolated.add_worker(inner, WORKER_SMALL, "w2")
+    components.append(Component("w2", WORKER_SMALL, w2, extra_env={"PARLEY_WORKER_ENGINE_URL": _env_of(w2, "PARLEY_WORKER_ENGINE_URL"), "PARLEY_WORKER_ID": "w2"}))
+    port2 = free_port()
+    g2 = inner.supervisor.start(GATEWAY, name="gateway-2", extra_env={"PARLEY_GATEWAY_PORT": str(port2)}, ports={"gateway_port": port2})
+    inner.supervisor.wait_ready(g2)
+    components.append(Component("gateway-2", GATEWAY, g2, extra_env={"PARLEY_GATEWAY_PORT": str(port2)}, ports={"gateway_port": port2}))
+    return inner, components, [inner.url, f"http://127.0.0.1:{port2}"]
+
+
+def _env_of(child: Child, name: str) -> str:
+    raw = Path(f"/proc/{child.process.pid}/environ").read_bytes().split(b"\0")
+    return next(v.split(b"=", 1)[1].decode() for v in raw if v.startswith(name.encode() + b"="))
+
+
+async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tuple[list[Turn], dict[str, float]]:
+    rng = random.Random(args.seed)
+    calm_n = max(1, args.conversations // 10)
+    turns: list[Turn] = []
+    sem = asyncio.Semaphore(args.concurrency)
+    marks: dict[str, float] = {}
+
+    async def conversation(i: int, phase: str) -> None:
+        async with sem:
+            cid = await clients.create(i)
+            for n in range(args.turns):
+                turns.append(await clients.turn(cid, f"conversation {i}, turn {n}: go on", i % 2, phase))
+
+    marks["calm_start"] = time.monotonic()
+    await asyncio.gather(*(conversation(i, "calm") for i in range(calm_n)))
+    marks["calm_end"] = marks["chaos_start"] = time.monotonic()
+
+    stop = asyncio.Event()
+
+    async def killer() -> None:
+        while not stop.is_set() or sum(chaos.kills.values()) < args.min_kills:
+            await asyncio.sleep(args.kill_every)
+            victim = await asyncio.to_thread(chaos.kill_one, rng)
+            print(f"  {time.monotonic() - marks['chaos_start']:6.1f}s killed and restarted {victim}", flush=True)
+
+    kills = asyncio.create_task(killer())
+    pending = [asyncio.create_task(conversation(i, "chaos")) for i in range(calm_n, args.conversations)]
+    started = args.conversations
+    while pending:
+        done, rest = await asyncio.wait([*pending, kills], return_when=asyncio.FIRST_COMPLETED)
+        if kills in done:
+            kills.result()  # a component that would not start again: stop here, the run proves nothing
+        pending = [t for t in rest if t is not kills]
+        if sum(chaos.kills.values()) < args.min_kills and len(pending) < args.concurrency:
+            pending.append(asyncio.create_task(conversation(started, "chaos")))
+            started += 1
+    marks["chaos_end"] = time.monotonic()
+    stop.set()
+    await kills
+    return turns, marks
+
+
+def rate(turns: list[Turn], seconds: float) -> float:
+    return sum(t.outcome == "done" for t in turns) / seconds if seconds > 0 else 0.0
+
+
+def p50(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    run = uuid.uuid4().hex[:6]
+    infra = start_private_kafka(run)
+    inner = None
+    try:
+        inner, components, urls = start_stack(infra, infra.data_dir / "logs")
+        key = inner.create_user("chaos", "enterprise")[1]
+        chaos = Chaos(inner, infra, components)
+        clients = Clients(urls, key)
+        try:
+            turns, marks = asyncio.run(drive(args, clients, chaos))
+        finally:
+            asyncio.run(clients.close())
+        print("load done; waiting for quiescence and auditing…", flush=True)
+        report, undecodable = run_audit(inner.kafka, inner.cassandra, wait_s=180.0)
+        return summarise(args, turns, marks, chaos, report, undecodable)
+    finally:
+        if inner is not None:
+            inner.stop()
+            isolated.drop(inner.kafka, inner.cassandra)
+        jvm.stop(local_kafka.service(infra))
+        print(f"logs and Kafka data of this run: {infra.data_dir}")
+
+
+def summarise(args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, report: Any, undecodable: int) -> int:
+    accepted = [t for t in turns if t.reply_id]
+    client_lost = [t for t in turns if t.outcome == "lost"]
+    lost = len(client_lost) + len(report.turns.in_flight)
+    failed = Counter(t.code for t in turns if t.outcome == "error")
+    calm = [t for t in turns if t.phase == "calm"]
+    storm = [t for t in turns if t.phase == "chaos"]
+    calm_s, storm_s = marks["calm_end"] - marks["calm_start"], marks["chaos_end"] - marks["chaos_start"]
+    print(f"\n== bench.chaos: {len(turns) // args.turns} conversations × {args.turns} turns, {sum(chaos.kills.values())} kills")
+    rows = [
+        ("turns posted", len(turns)),
+        ("turns accepted (reply id received)", len(accepted)),
+        ("completed (done)", sum(t.outcome == "done" for t in turns)),
+        ("failed with a clear error", f"{sum(failed.values())} {dict(failed) if failed else ''}"),
+        ("lost (client never saw an end, or no completion on the log) [must be 0]", lost),
+        ("duplicated replies / conflicting completions / repeated text [must be 0]", report.duplicates),
+        ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
+        ("undecodable records on chat.events", undecodable),
+        ("streams resumed on the other gateway", sum(t.resumed for t in turns)),
+        ("turns resumed at least once", sum(t.resumed > 0 for t in turns)),
+        ("completions re-appended with the same outcome (re-deliveries)", report.turns.reappended),
+        ("kills by component", dict(sorted(chaos.kills.items()))),
+    ]
+    for name, value in rows:
+        print(f"  {name:<78} {value}")
+    calm_rate, storm_rate = rate(calm, calm_s), rate(storm, storm_s)
+    calm_ttft, storm_ttft = p50([t.ttft for t in calm if t.ttft]), p50([t.ttft for t in storm if t.ttft])
+    print(f"  {'baseline (calm phase): completed turns/s, TTFT p50':<78} {calm_rate:.2f}/s, {calm_ttft * 1000:.0f} ms ({len(calm)} turns, {calm_s:.0f} s)")
+    print(f"  {'under chaos: completed turns/s, TTFT p50':<78} {storm_rate:.2f}/s, {storm_ttft * 1000:.0f} ms ({len(storm)} turns, {storm_s:.0f} s)")
+    print(f"  {'ratio chaos / calm: throughput, TTFT p50':<78} {storm_rate / calm_rate if calm_rate else float('nan'):.2f}x, {storm_ttft / calm_ttft:.2f}x")
+    ok = lost == 0 and report.duplicates == 0 and report.row_problems == 0 and not report.turns.unrequested
+    if not ok:
+        for key in (report.missing + report.extra)[:5]:
+            print(f"  row problem: {key[0]} {key[1]}")
+        for d in report.differing[:5]:
+            print(f"  differs: {d.key[0]} {d.key[1]} .{d.column}")
+        print(f"  in flight on the log: {report.turns.in_flight[:5]}; client-lost reply ids: {[t.reply_id or '-' for t in client_lost][:5]}")
+    print("  invariants:", "hold" if ok else "BROKEN")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
