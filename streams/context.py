@@ -41,7 +41,7 @@ from schemas.catalog import topic_name_for
 from streams.app import decoded, raw_topic
 from streams import summary
 from streams.context_tokens import TokenCounter
-from streams.lru import LRU
+from parley.lru import LRU
 from streams.prompt import Layout, Prompt, Window, choose_window, render
 from streams.settings import ContextSettings, StreamsSettings
 from streams.memory import MemoryReader

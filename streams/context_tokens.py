@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from parley.errors import ConfigError
-from streams.lru import LRU
+from parley.lru import LRU
 from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, WordTokenizer
 
 #: Distinct message texts whose counts are remembered: a conversation's history is

@@ -32,7 +32,7 @@ from parley.settings import KafkaSettings
 from schemas import events as ev
 from streams.app import decoded, raw_topic
 from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
-from streams.lru import LRU
+from parley.lru import LRU
 from streams.projection import PROJECTION, Write, writes_for
 from streams.settings import MaterializerSettings, StreamsSettings
 from streams.shell import dead_letter_current, processor_app

@@ -38,7 +38,7 @@ from streams.admission import AdmissionConfig, Admit, Load, Shed, admit
 from streams.app import decoded, raw_topic
 from streams.classify import RANKS, Thresholds, classify, escalate, features
 from streams.fleet import Fleet, HeartbeatReader, pool_load
-from streams.lru import LRU
+from parley.lru import LRU
 from streams.placement import Placement, PlacementConfig
 from streams.settings import RouterSettings, StreamsSettings
 from streams.shell import dead_letter_current, processor_app, send_event

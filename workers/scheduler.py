@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from parley.errors import BrokerUnavailable
 from parley.ids import engine_rid
 from parley.logs import trace_context
+from parley.lru import LRU
 from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers.cancels import CancelMemory
 from workers.chat_template import STOP, render_prompt
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between engine health probes while the engine is suspected down.
 HEALTH_PROBE_S = 1.0
+#: Closed attempts remembered to skip duplicate records of them (a few minutes of a busy worker).
+DONE_MEMORY = 20_000
 #: How long abandoning waits for cancelled jobs to stop.
 ABANDON_TIMEOUT_S = 10.0
 
@@ -105,6 +108,9 @@ class Scheduler:
         self._engine_suspect = True  # probe health before the first request
         self._last_probe = float("-inf")
         self.finished_count = 0
+        self.duplicates_skipped = 0
+        #: Attempts this worker closed (events acknowledged): a later record of one is a duplicate.
+        self._done_rids: LRU[str, bool] = LRU(DONE_MEMORY)
 
     # ------------------------------------------------------------ state
 
@@ -135,7 +141,15 @@ class Scheduler:
         """Take a record; ``inherited``: a previous owner of the partition may have started it."""
         if self._draining:
             return  # not started, so never finished: the next owner of the partition takes it
-        job = Job(routed, partition, offset, engine_rid(routed.request.request_id, routed.request.attempt))
+        rid = engine_rid(routed.request.request_id, routed.request.attempt)
+        if rid in self._done_rids or any(j.rid == rid for j in self._jobs.values()):
+            # A second record of one attempt (a processor re-emitted it after a restart): generating it
+            # again would interleave two streams of the same attempt. Its offset is done at once.
+            log.info("duplicate record of a request skipped", extra={"rid": rid, "partition": partition, "offset": offset})
+            self.duplicates_skipped += 1
+            self._on_finished(partition, offset)
+            return
+        job = Job(routed, partition, offset, rid)
         self._jobs[(partition, offset)] = job
         if inherited and self._recover is not None:
             job.task = asyncio.create_task(
@@ -276,6 +290,7 @@ class Scheduler:
             log.info("redelivered request had finished; not generated again", extra=job.ids | {"resent": len(found.missing)})
             if self._jobs.pop((job.partition, job.offset), None) is not None:
                 self.finished_count += 1
+                self._done_rids.put(job.rid, True)
                 self._on_finished(job.partition, job.offset)
             return
         if isinstance(found, Resume):
@@ -350,6 +365,7 @@ class Scheduler:
                 job.cut_timer.cancel()
             if finished and self._jobs.pop((job.partition, job.offset), None) is not None:
                 self.finished_count += 1
+                self._done_rids.put(job.rid, True)
                 self._on_finished(job.partition, job.offset)
             self._start_ready()
 

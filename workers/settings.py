@@ -49,9 +49,9 @@ class WorkerSettings:
     )
     session_timeout_ms: int = env(
         "PARLEY_WORKER_SESSION_TIMEOUT_MS",
-        45_000,
-        "Consumer-group session timeout: how long a worker that died without leaving keeps its partitions"
-        " (the broker allows 6000 at the least by default)",
+        10_000,
+        "Consumer-group session timeout: how long a worker that died without leaving keeps its partitions,"
+        " stalling their replies (librdkafka's 45 s is too long for chat; the broker allows 6000 at the least)",
     )
     cancel_memory_s: float = env(
         "PARLEY_WORKER_CANCEL_MEMORY_S", 60.0, "How long a cancel is remembered for a request that has not arrived yet"

@@ -363,3 +363,18 @@ async def test_heartbeat_reports_load_and_identity() -> None:
     assert (beat.worker_id, beat.pool, beat.model, beat.partitions) == ("w-test", "small", "scripted-1", [1, 4])
     assert (beat.max_running, beat.kv_usage, beat.cache_hit_rate, beat.draining) == (4, 0.5, 0.25, False)
     assert beat.key == b"w-test"
+
+
+async def test_a_second_record_of_the_same_attempt_is_not_generated_again() -> None:
+    h = Harness(clock=lambda: 0.0)
+    h.scheduler.accept(routed("r-dup", "[[tokens:40]]"), partition=0, offset=1)
+    h.scheduler.accept(routed("r-dup", "[[tokens:40]]"), partition=1, offset=9)  # while the first is held
+    await until(lambda: sorted(h.finished) == [(0, 1), (1, 9)])
+    h.scheduler.accept(routed("r-dup", "[[tokens:40]]"), partition=0, offset=2)  # after it closed
+    await until(lambda: (0, 2) in h.finished)
+    assert len(h.engine.requests) == 1
+    assert len([e for e in h.sink.acked("r-dup") if isinstance(e, GenerationCompleted)]) == 1
+    assert h.scheduler.duplicates_skipped == 2
+    h.scheduler.accept(routed("r-dup", "[[tokens:4]]", attempt=1), partition=0, offset=3)  # a new attempt is not one
+    await until(lambda: (0, 3) in h.finished)
+    assert len(h.engine.requests) == 2
