@@ -91,9 +91,14 @@ class Chaos:
     def __init__(self, inner: isolated.IsolatedStack, infra: LocalInfraSettings, components: list[Component]) -> None:
         self.inner, self.infra, self.components = inner, infra, components
         self.kills: Counter[str] = Counter()
+        self._bag: list[str] = []
 
     def kill_one(self, rng: random.Random) -> str:
-        victim = rng.choice([c.name for c in self.components] + ["kafka"])
+        # Shuffled rounds: random order, but every component (Kafka too) dies once per round.
+        if not self._bag:
+            self._bag = [c.name for c in self.components] + ["kafka"]
+            rng.shuffle(self._bag)
+        victim = self._bag.pop()
         if victim == "kafka":
             pid = jvm.pid_of(local_kafka.service(self.infra))
             if pid is not None:

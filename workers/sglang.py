@@ -14,9 +14,10 @@ bytes and translates transport errors at the boundary::
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from typing import Any, TypeVar
 
 import httpx
 
@@ -259,7 +260,7 @@ class SGLangClient:
 
     async def health(self) -> bool:
         try:
-            resp = await self._http.get("/health")
+            resp = await _uncancelled(self._http.get("/health"))
         except (httpx.TransportError, httpx.TimeoutException):
             return False
         return resp.status_code == 200
@@ -269,12 +270,34 @@ class SGLangClient:
 
     async def _request(self, method: str, path: str, *, json: Any = None, allow_404: bool = False) -> httpx.Response:
         try:
-            resp = await self._http.request(method, path, json=json)
+            resp = await _uncancelled(self._http.request(method, path, json=json))
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 400 and not (allow_404 and resp.status_code == 404):
             _raise_for_status(resp.status_code, resp.content, path)
         return resp
+
+
+T = TypeVar("T")
+
+
+async def _uncancelled(call: Awaitable[T]) -> T:
+    """``call``, finished even if our caller is cancelled (a timeout around a probe, say).
+
+    httpcore leaves a connection ACTIVE in the pool when a request is cancelled
+    while it is being sent; a worker whose heartbeat times out its load probe
+    every few seconds ran out of connections (100) within minutes and then
+    could not reach its engine at all. Shielded, the request runs to its end
+    (bounded by the client's own timeouts) and gives its connection back.
+    """
+    task = asyncio.ensure_future(call)
+    task.add_done_callback(_retrieve)
+    return await asyncio.shield(task)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # an orphaned probe's error is not worth a warning at shutdown
 
 
 def parse_loads(body: dict[str, Any]) -> EngineLoad:

@@ -8,6 +8,7 @@ synthetic concurrency limit are read from the engine's own counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from workers.engine.tokenizer import WordTokenizer
-from workers.engine_api import EngineDelta, EngineRejected, GenerateRequest
+from workers.engine_api import EngineDelta, EngineRejected, EngineUnavailable, GenerateRequest
 from workers.sglang import SGLangClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,3 +216,18 @@ async def test_client_disconnect_frees_the_slot(synthetic_engine: str) -> None:
         while (await http.get("/v1/loads")).json()["loads"][0]["num_running_reqs"] and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert (await http.get("/v1/loads")).json()["loads"][0]["num_running_reqs"] == 0
+
+
+async def test_probes_cancelled_by_a_timeout_give_their_connections_back(synthetic_engine: str) -> None:
+    """httpcore keeps a connection ACTIVE when a request is cancelled mid-send; the client must not leak them."""
+    client = SGLangClient(synthetic_engine)
+    try:
+        for i in range(120):  # more than the pool's 100 connections
+            with contextlib.suppress(TimeoutError, EngineUnavailable):
+                await asyncio.wait_for(client.load(), timeout=0.0005 * (i % 5))
+        assert await asyncio.wait_for(client.health(), timeout=10), "the pool is exhausted"
+        await asyncio.sleep(0.5)  # the shielded probes finish
+        states = [repr(c) for c in client._http._transport._pool.connections]  # type: ignore[attr-defined]
+        assert not [s for s in states if "ACTIVE" in s], states
+    finally:
+        await client.close()
