@@ -179,6 +179,10 @@ class Router:
         self.fleet = fleet or Fleet(policy.heartbeat_expiry_s)
         self._pools: LRU[str, str] = LRU(policy.conversations)
         self._placements = {pool: Placement(policy.placement) for pool in policy.pools}
+        #: What each recent attempt was routed to. A second InferenceRequested of an attempt (the context
+        #: builder re-emits after a restart) gets the same decision, so both records land on one partition
+        #: and its worker generates the attempt once (workers skip a record of an attempt they hold or closed).
+        self._routed: LRU[str, InferenceRouted] = LRU(policy.conversations)
 
     def heartbeat(self, beat: WorkerHeartbeat, now: float) -> None:
         if self.fleet.observe(beat, now) and beat.pool in self._placements:
@@ -196,6 +200,16 @@ class Router:
 
     def route(self, request: InferenceRequested, now: float) -> list[Event]:
         """What to produce for ``request``: its InferenceRouted, or the events that end the turn."""
+        attempt = f"{request.request_id}:{request.attempt}"
+        earlier = self._routed.get(attempt)
+        if earlier is not None:
+            return [earlier]
+        out = self._route(request, now)
+        if isinstance(out[0], InferenceRouted):
+            self._routed.put(attempt, out[0])
+        return out
+
+    def _route(self, request: InferenceRequested, now: float) -> list[Event]:
         cid = request.conversation_id
         choice = choose_pool(request, self.policy, self._pools.get(cid))
         if isinstance(choice, Refusal):

@@ -90,3 +90,20 @@ def test_several_pools_parse() -> None:
     s = RouterSettings(pools="small=a, medium=b", default_pool="medium")
     assert s.pool_models() == {"small": "a", "medium": "b"}
     assert policy_from(s).pool_of_model("b") == "medium" and policy_from(s).pool_of_model("c") is None
+
+
+def test_a_second_request_of_the_same_attempt_gets_the_same_decision():
+    from streams.router import Router, policy_from
+    from streams.settings import RouterSettings
+    from schemas.events import InferenceRequested, PromptMessage
+
+    router = Router(policy_from(RouterSettings()))
+    req = InferenceRequested(
+        conversation_id="2f0d9b9e-1b7e-4a51-9f5e-6a4a0c1e2d3f", user_id="u", request_id="r1", parent_id="p",
+        messages=[PromptMessage(role="user", content="hi")], prompt_tokens=5,
+    )
+    (first,) = router.route(req, now=0.0)
+    (again,) = router.route(req, now=1.0)
+    assert again == first
+    (next_attempt,) = router.route(InferenceRequested(**{**req.__dict__, "attempt": 1}), now=2.0)
+    assert next_attempt.request.attempt == 1 and next_attempt.event_id != first.event_id
