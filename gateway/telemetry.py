@@ -16,11 +16,13 @@ from starlette.responses import Response
 
 from gateway.errors import Unprocessable
 from gateway.services import services
-from gateway.validation import json_body
+from gateway.validation import MISSING, json_body, string
 from parley.metrics import CLIENT_TTFT
 
 #: Labels a client may give itself; anything else is counted as "other".
 CLIENTS = frozenset({"web", "cli", "api"})
+#: The longest `client` accepted (as the OpenAPI document says).
+MAX_CLIENT_CHARS = 20
 #: A first token later than this is a broken measurement (a tab left in the background), not a latency.
 MAX_TTFT_MS = 600_000.0
 
@@ -39,6 +41,9 @@ async def post_telemetry(request: Request) -> Response:
     await svc.auth(request)  # only users' clients report: an open endpoint would let anyone skew the figures
     body = await json_body(request, 4096)
     seconds = ttft_seconds(body.get("ttft_ms"))
-    client = body.get("client", "web")
-    CLIENT_TTFT.labels(client if client in CLIENTS else "other").observe(seconds)
+    if body.get("client", "web") is None:
+        raise Unprocessable("`client` must be a string")
+    client = string(body, "client", max_chars=MAX_CLIENT_CHARS, required=False)
+    label = "web" if client is MISSING else (client if client in CLIENTS else "other")
+    CLIENT_TTFT.labels(label).observe(seconds)
     return Response(status_code=204)

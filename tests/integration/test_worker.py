@@ -214,7 +214,7 @@ async def test_a_reply_streams_coalesced_chunks_and_lands_on_chat_events_before_
 
 
 async def test_the_group_commits_only_below_a_request_still_running(worker: Running, kafka: KafkaSettings) -> None:
-    group = worker.settings.group
+    group = kafka.topic_prefix + worker.settings.group  # workers join their group under the topic prefix
     slow = routed("[[tokens:20]][[hold:3]]", partition=5)
     fast = routed("[[tokens:2]]", partition=5)
     slow_offset = await submit(worker, slow)
@@ -310,7 +310,7 @@ async def test_stopping_drains_commits_everything_and_says_so(worker: Running, k
 
     completed, _ = await closing_events(kafka, last.request.request_id)
     assert completed.finish_reason == "stop"
-    assert await asyncio.to_thread(committed, kafka, worker.settings.group, 4) == offset + 1
+    assert await asyncio.to_thread(committed, kafka, kafka.topic_prefix + worker.settings.group, 4) == offset + 1
     def last_beat_draining(seen: list[Seen]) -> bool:
         return any(
             isinstance(x.event, WorkerHeartbeat) and x.event.worker_id == worker.settings.worker_id and x.event.draining
