@@ -215,7 +215,11 @@ class SGLangClient:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            # No cap on connections: a connection httpcore fails to give back (it happened under chaos,
+            # cause not found) must not starve every later request, as the default cap of 100 did.
+            # A short pool timeout turns a starved pool into a quick EngineUnavailable, not a 60 s wait.
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=connect_timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             transport=transport,
         )
 
