@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway import conversations, memory, messages, telemetry, usage
+from gateway import conversations, memory, messages, openai_compat, telemetry, usage
 from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import Services, services
@@ -151,6 +151,7 @@ ROUTES = [
     Route("/v1/messages/{message_id}/stop", messages.stop, methods=["POST"]),
     Route("/v1/messages/{message_id}/regenerate", messages.regenerate, methods=["POST"]),
     Route("/v1/messages/{message_id}/stream", messages.stream, methods=["GET"]),
+    Route("/v1/chat/completions", openai_compat.chat_completions, methods=["POST"]),
 ]
 
 
@@ -170,6 +171,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         auth = Authenticator(store, settings.auth_cache_s, settings.auth_stale_s)
         svc = Services(settings, store, producer, tokens, auth, session, pressure)
         app.state.services = svc
+        app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
         svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(session, cassandra.keyspace))
         app.state.draining = False
         svc.spawn(watch_broker(svc))

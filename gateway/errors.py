@@ -6,12 +6,16 @@ it, and anything unexpected, into that shape. Nothing internal leaks to clients.
 
 from __future__ import annotations
 
+import json
+
 from starlette.responses import JSONResponse
 
 
 class ApiError(Exception):
     status = 400
     code = "bad_request"
+    #: The request field at fault, where one is (only OpenAI's error shape says it: ``openai_response``).
+    param: str | None = None
 
     def __init__(self, message: str, *, code: str | None = None, status: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -57,3 +61,31 @@ class Unprocessable(ApiError):
 
 class ServiceUnavailable(ApiError):
     status, code = 503, "unavailable"
+
+
+#: OpenAI's error ``type`` by status; 5xx are ``server_error``.
+OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_response(exc: ApiError) -> JSONResponse:
+    """``exc`` in OpenAI's shape, for ``POST /v1/chat/completions`` only (gateway/openai_compat.py).
+
+    ``{"error": {"message", "type", "param", "code", …}}``: the same status, headers (Retry-After,
+    WWW-Authenticate) and extra fields (a quota's ``limit``, ``reset_at``…) as Parley's own shape,
+    with OpenAI's ``type`` and ``param`` added, so OpenAI clients raise their usual exceptions.
+    """
+    parley = exc.response()
+    error = dict(json.loads(bytes(parley.body))["error"])
+    kind = OPENAI_TYPES.get(exc.status, "server_error" if exc.status >= 500 else "invalid_request_error")
+    body = {"message": error.pop("message"), "type": kind, "param": exc.param, "code": error.pop("code"), **error}
+    headers = {k: v for k, v in parley.headers.items() if k.lower() not in ("content-length", "content-type")}
+    return JSONResponse({"error": body}, status_code=parley.status_code, headers=headers)

@@ -38,6 +38,13 @@ async def start_reply(
     svc: Services, events: list[ConversationEvent], request: GenerationRequested, user_message_id: str
 ) -> Response:
     """Append ``events`` (the last is ``request``, its token_offset to be filled) and stream the reply."""
+    return sse(svc, await open_reply(svc, events, request, user_message_id))
+
+
+async def open_reply(
+    svc: Services, events: list[ConversationEvent], request: GenerationRequested, user_message_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """``start_reply`` without the SSE response: the reply's events, for another wire format."""
     arrived = time.monotonic()
     svc.admit_stream(appends=True)
     svc.admit_tier(request.tier)
@@ -57,7 +64,7 @@ async def start_reply(
         raise
     await svc.write_through(*events)
     head = [replies.message_event(request.conversation_id, user_message_id, request.request_id, f"{partition}:{noted - 1}")]
-    return sse(svc, read_live(svc, stream, head, request.conversation_id, request.user_id, since=arrived))
+    return read_live(svc, stream, head, request.conversation_id, request.user_id, since=arrived)
 
 
 _CURSOR = re.compile(r"([0-9]{1,9}):(-1|[0-9]{1,18})")
@@ -83,18 +90,25 @@ def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: s
     After a cursor the rest always comes from ``chat.tokens`` (kept a day), finished or not: only
     the log knows which text follows that exact position.
     """
+    return sse(svc, resume_events(svc, conversation_id, user_id, user_message_id, reply, after))
+
+
+def resume_events(
+    svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: Message, after: str | None
+) -> AsyncIterator[dict[str, Any]]:
+    """``resume`` without the SSE response: the reply's events, for another wire format."""
     partition = svc.tokens.partition_of(conversation_id)
     offset = parse_cursor(after, partition)
     if offset is not None:
         svc.admit_stream(appends=False)
-        return sse(svc, read_live(svc, svc.tokens.open(reply.id, partition, offset), [], conversation_id, user_id))
+        return read_live(svc, svc.tokens.open(reply.id, partition, offset), [], conversation_id, user_id)
     start = reply.stream_offset if reply.stream_offset is not None and reply.stream_offset >= 0 else 0
     cursor = f"{partition}:{start - 1}"
     head = [replies.message_event(conversation_id, user_message_id, reply.id, cursor)]
     if reply.status in replies.FINISHED:
-        return sse(svc, _iterate(replies.stored(reply, head, cursor)))
+        return _iterate(replies.stored(reply, head, cursor))
     svc.admit_stream(appends=False)
-    return sse(svc, read_live(svc, svc.tokens.open(reply.id, partition, start), head, conversation_id, user_id))
+    return read_live(svc, svc.tokens.open(reply.id, partition, start), head, conversation_id, user_id)
 
 
 async def read_live(

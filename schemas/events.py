@@ -92,12 +92,12 @@ class ConversationCreated(ConversationEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class MessagePosted(ConversationEvent):
-    """A user message was accepted. gateway → materializer, context builder."""
+    """A message was accepted: the user's, or one of a history sent whole. gateway → materializer, context builder."""
 
     message_id: str = doc("uuid5(NS, 'conversation_id:client_message_id'): retries give the same id")
     parent_id: str | None = doc("Message this one answers or follows; null for the first message", default=None)
     client_message_id: str = doc("The client's idempotency key")
-    role: str = doc("user | system", default="user")
+    role: str = doc("user | system | assistant (from a history sent to POST /v1/chat/completions)", default="user")
     content: str = doc("Message text (never logged)")
     model: str | None = doc("Model the user selected for this turn, if any", default=None)
     edit_of: str | None = doc("The message this one edits (a sibling under the same parent)", default=None)

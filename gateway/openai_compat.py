@@ -1,0 +1,220 @@
+"""``POST /v1/chat/completions``: OpenAI's chat API over Parley's turns (DESIGN.md §7).
+
+Existing OpenAI clients (``client.chat.completions.create(model=…, messages=[…],
+stream=…, max_tokens=…, user=…)``) work against Parley with a Parley API key as
+their ``api_key``. No side path: a request becomes the same events as a posted
+message (chat.events → context builder → router → worker → chat.tokens), so
+quotas, admission, usage, metrics and the audit apply as to any other turn.
+
+A stateless request onto the conversation tree
+----------------------------------------------
+OpenAI sends the whole history each time; Parley keeps a tree and answers a node.
+The mapping is deterministic, so the same history always lands on the same nodes:
+
+- Each message ``i`` gets a key, ``openai:`` + a SHA-256 chain over the (role,
+  content) of messages ``0..i``; the key is its ``client_message_id``, so its id
+  is the usual ``uuid5(conversation:key)`` and the reply to the last message is
+  ``reply_id(conversation, key)`` (DESIGN.md §5).
+- The conversation is ``uuid5(NS, openai:[user_id, user field, key of the
+  opening])``, the opening being the messages up to the first user message. A
+  client that resends the growing history turn after turn stays in one
+  conversation (listed by ``GET /v1/conversations`` like any other); another
+  opening, or another ``user``, is another conversation.
+- Messages not in the tree yet are appended as MessagePosted with their role
+  (``developer`` is ``system``). An assistant message equal to a reply Parley
+  stored under the same parent *is* that reply: turn k+1 continues the branch
+  turn k produced. One that differs (edited by the client, or from elsewhere) is
+  posted as an ``assistant`` MessagePosted, a sibling branch; the prompt is the
+  same text either way (prompts render role + content), so the engine's prefix
+  cache holds it in both cases. A reply still being stored when the next turn
+  arrives is waited for briefly (``REPLY_WAIT_S``) so it can be recognised.
+- A retried request (same history) finds its reply by id and streams it again,
+  live or stored, appending nothing. The last message must be the user's.
+
+Models: ``model`` is a pool or a pool's model name (``PARLEY_ROUTER_POOLS``), the
+user's choice as in ``post_message``; ``auto`` or empty lets the router choose.
+Any other name is a 404 ``model_not_found`` before anything is appended (the
+router would fail the turn with ``unknown_model``). Responses echo the model asked for.
+
+Replies: streaming is ``text/event-stream`` of ``chat.completion.chunk`` objects
+(the role first, then content deltas, a last chunk with ``finish_reason``, a usage
+chunk with no choices when ``stream_options.include_usage``), then ``data:
+[DONE]``; otherwise one ``chat.completion`` with ``usage``. Finish reasons: stop
+and length as they are, cancelled is ``stop`` (the text so far, nothing more).
+The response starts only at the reply's first text, so a turn failed or refused
+before that is an HTTP error (overloaded: 503 + Retry-After; context_too_long:
+400 ``context_length_exceeded``); one failing later ends the stream with
+``data: {"error": …}`` and no ``[DONE]``, which OpenAI clients raise. Parley's
+``restarted`` notice has no OpenAI equivalent and clients cannot cut text: the
+deltas of a resumed attempt are sent only past the characters already sent
+(``Delivery``); the continuation is the new attempt's text from there.
+
+Errors are OpenAI's shape (``gateway.errors.openai_response``): bad parameters are
+400 with ``param`` as OpenAI answers them (Parley's other routes use 422), bodies
+too large 413, 401 without a valid key, 429 for quotas, 503 + Retry-After. Sampling
+parameters (temperature, top_p, stop, penalties…) are accepted and ignored, the
+pools decide them; what would change the answer's shape (``n`` > 1, tools,
+functions, logprobs) is a 400 ``unsupported_parameter``. Message text is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway import turns
+from gateway.auth import Principal
+from gateway.errors import ApiError, NotFound, ServiceUnavailable, openai_response
+from gateway.openai_reply import (
+    completion,
+    finish_reading,
+    generation_error,
+    pieces,
+    shape_for,
+    stream_chunks,
+    usage_json,
+)
+from gateway.openai_request import (
+    ChatRequest,
+    Plan,
+    conversation_id_for,
+    message_keys,
+    parse_request,
+    plan_turn,
+    resolve_model,
+)
+from gateway.services import Services, services, trace_id
+from gateway.validation import json_body
+from parley.errors import Unavailable
+from schemas.events import ConversationCreated, GenerationRequested, MessagePosted
+
+#: How long a new turn waits for the previous reply to be stored before treating the history's copy as new.
+REPLY_WAIT_S = 5.0
+
+
+#: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
+
+# ------------------------------------------------------------------ the handler
+
+
+async def chat_completions(request: Request) -> Response:
+    """``POST /v1/chat/completions``; every error in OpenAI's shape."""
+    svc = services(request)
+    try:
+        return await _complete(request, svc)
+    except ApiError as exc:
+        return openai_response(exc)
+    except Unavailable:  # Cassandra down, and nothing cached to go on
+        return openai_response(
+            ServiceUnavailable("a backing service is unavailable; retry shortly", retry_after=svc.settings.retry_after_s)
+        )
+
+
+async def _complete(request: Request, svc: Services) -> Response:
+    user = await svc.auth(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    chat = parse_request(body, svc.settings.max_message_chars)
+    model = resolve_model(chat.model, request.app.state.router_policy)
+    plan, events = await _turn(svc, user, chat, model, trace_id(request))
+    shape = shape_for(plan.reply_id, chat.model, time.time())
+    replies = pieces(events)
+    try:
+        first = await anext(replies, None)
+        if first is None or first.error is not None:  # refused or failed before any text: an HTTP error
+            raise generation_error(first.error if first is not None else {})
+    except BaseException:
+        await finish_reading(replies)
+        raise
+    if chat.stream:
+        return EventSourceResponse(
+            _as_events(stream_chunks(shape, first, replies, chat.include_usage)),
+            ping=svc.settings.stream_ping_s,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+    try:
+        text, last = [first.text], first
+        while not last.final:
+            following = await anext(replies, None)
+            if following is None:
+                raise generation_error({"message": "the reply ended early; retry the request"})
+            text.append(following.text)
+            last = following
+    finally:
+        await finish_reading(replies)
+    if last.error is not None:
+        raise generation_error(last.error)
+    return JSONResponse(completion(shape, "".join(text), last.finish_reason or "stop", last.usage or usage_json(None)))
+
+
+async def _turn(
+    svc: Services, user: Principal, chat: ChatRequest, model: str | None, trace: str
+) -> tuple[Plan, AsyncIterator[dict[str, Any]]]:
+    """Place the history in the tree, append what it lacks and ask for the reply (or find it: a retry)."""
+    keys = message_keys(chat.messages)
+    cid = conversation_id_for(user.user_id, chat.end_user, chat.messages, keys)
+    try:
+        conversation = await svc.owned(user, cid, cached_ok=True)
+    except NotFound:  # a new opening: the conversation is created with its first turn
+        conversation, stored = None, []
+    else:
+        stored = await svc.messages_for_posting(conversation)
+    plan = plan_turn(cid, chat.messages, keys, stored)
+    if plan.pending is not None and conversation is not None:
+        stored = await _settled(svc, conversation, plan.pending, stored)
+        plan = plan_turn(cid, chat.messages, keys, stored)
+
+    if plan.replayed:  # the same reply again, nothing appended
+        existing = next(m for m in stored if m.id == plan.reply_id)
+        return plan, turns.resume_events(svc, cid, user.user_id, plan.question_id, existing, None)
+    await svc.quotas.check(user, plan.reply_id)  # 429 before anything is appended
+    common = {"conversation_id": cid, "user_id": user.user_id, "trace_id": trace}
+    created = [] if conversation is not None else [ConversationCreated(**common, model=model)]
+    posted = [
+        MessagePosted(
+            **common, message_id=p.message_id, parent_id=p.parent_id, client_message_id=p.key, role=p.role, content=p.content,
+            model=model,
+        )
+        for p in plan.posts
+    ]
+    requested = GenerationRequested(
+        **common,
+        request_id=plan.reply_id,
+        parent_id=plan.question_id,
+        client_message_id=plan.question_key,
+        model=model,
+        tier=user.tier,
+        max_tokens=chat.max_tokens,
+    )
+    return plan, await turns.open_reply(svc, [*created, *posted, requested], requested, plan.question_id)
+
+
+async def _as_events(payloads: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    async for data in payloads:
+        yield {"data": data}
+
+
+
+
+async def _settled(svc: Services, conversation: Any, pending: str, stored: list[Any]) -> list[Any]:
+    """The conversation's messages once ``pending`` (a reply) is stored as finished, or after REPLY_WAIT_S.
+
+    Cassandra down: ``stored`` as it is (the history's copy of the reply then becomes a sibling branch).
+    """
+    deadline = time.monotonic() + REPLY_WAIT_S
+    pause = 0.05
+    try:
+        while time.monotonic() < deadline:
+            found = await svc.store.message(conversation.id, pending)
+            if found is None or found.status not in (None, "streaming"):
+                break
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return await svc.messages_for_posting(conversation)
+    except Unavailable:
+        return stored

@@ -1,0 +1,255 @@
+"""The OpenAI request, read into Parley's terms: messages, model, ids, the plan of appends (pure).
+
+See gateway/openai_compat.py for the mapping as a whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from parley import ids
+from streams.router import AUTO
+
+#: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+#: Largest ``max_tokens`` taken (an Avro int, and far past any pool's context).
+MAX_TOKENS = 1_000_000
+NAME_MAX = 200  # model names, the ``user`` field
+#: Stored statuses of a reply whose text is final.
+SETTLED = frozenset({"complete", "cancelled"})
+
+
+# ------------------------------------------------------------------ the request
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # system | user | assistant
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[ChatMessage, ...]
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    end_user: str = ""  # OpenAI's ``user``: the caller's own end user
+
+
+def invalid(message: str, param: str | None, *, code: str = "invalid_value") -> ApiError:
+    error = BadRequest(message, code=code)
+    error.param = param
+    return error
+
+
+def _optional(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise invalid(f"`{name}` has the wrong type", name, code="invalid_type")
+    return value
+
+
+def _text(value: str, param: str, max_chars: int) -> str:
+    if len(value) > max_chars:
+        too_long = PayloadTooLarge(f"`{param}` is longer than {max_chars} characters")
+        too_long.param = param
+        raise too_long
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a \ud800 escape: not text
+        raise invalid(f"`{param}` is not valid Unicode text", param) from None
+    if "\x00" in value:
+        raise invalid(f"`{param}` contains a NUL character", param)
+    return value
+
+
+def _content(value: Any, param: str, max_chars: int) -> str:
+    """A message's text: a string, or a list of ``{"type": "text", "text"}`` parts (joined). Never blank:
+    a message without text (a tool call's) has no place in the tree."""
+    if isinstance(value, list) and value:
+        texts = []
+        for i, part in enumerate(value):
+            text = part.get("text") if isinstance(part, dict) and part.get("type") == "text" else None
+            if not isinstance(text, str) or not text.strip():
+                raise invalid(f"`{param}[{i}]` must be a text part (`{{\"type\": \"text\", \"text\": …}}`)", f"{param}[{i}]")
+            texts.append(text)
+        return _text("".join(texts), param, max_chars)
+    if not isinstance(value, str):
+        raise invalid(f"`{param}` must be a string or a non-empty list of text parts", param, code="invalid_type")
+    if not value.strip():
+        raise invalid(f"`{param}` must not be blank", param)
+    return _text(value, param, max_chars)
+
+
+def _message(value: Any, i: int, max_chars: int) -> ChatMessage:
+    param = f"messages[{i}]"
+    if not isinstance(value, dict):
+        raise invalid(f"`{param}` must be an object", param, code="invalid_type")
+    role = value.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise invalid(f"`{param}.role` must be one of {', '.join(ROLES)}", f"{param}.role")
+    if value.get("tool_calls") or value.get("function_call"):
+        raise invalid("tool calls are not supported", f"{param}.tool_calls", code="unsupported_parameter")
+    return ChatMessage(ROLES[role], _content(value.get("content"), f"{param}.content", max_chars))
+
+
+def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
+    """The request's meaning, or the 4xx it deserves (each naming its ``param``)."""
+    model = body.get("model")
+    if not isinstance(model, str):
+        code = "missing_field" if model is None else "invalid_type"
+        raise invalid("`model` is required: a model name, or `auto`", "model", code=code)
+    if len(model) > NAME_MAX:
+        raise invalid(f"`model` is longer than {NAME_MAX} characters", "model")
+    model = _text(model, "model", NAME_MAX)
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise invalid("`messages` must be a non-empty list", "messages", code="missing_field" if raw is None else "invalid_value")
+    messages = tuple(_message(m, i, max_chars) for i, m in enumerate(raw))
+    if messages[-1].role != "user":
+        raise invalid("the last message must be the user's: it is the one answered", "messages")
+    if _optional(body, "n", int) not in (None, 1):
+        raise invalid("only `n` = 1 is supported", "n", code="unsupported_parameter")
+    for name in ("tools", "functions"):
+        if body.get(name):
+            raise invalid(f"`{name}` are not supported", name, code="unsupported_parameter")
+    if _optional(body, "logprobs", bool):
+        raise invalid("`logprobs` are not supported", "logprobs", code="unsupported_parameter")
+    options = _optional(body, "stream_options", dict) or {}
+    include_usage = _optional(options, "include_usage", bool)
+    max_tokens = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = _optional(body, name, int)
+        if value is not None and not 1 <= value <= MAX_TOKENS:
+            raise invalid(f"`{name}` must be between 1 and {MAX_TOKENS}", name)
+        max_tokens = max_tokens if value is None else value
+    end_user = _optional(body, "user", str) or ""
+    if len(end_user) > NAME_MAX:
+        raise invalid(f"`user` is longer than {NAME_MAX} characters", "user")
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        stream=bool(_optional(body, "stream", bool)),
+        include_usage=bool(include_usage),
+        max_tokens=max_tokens,
+        end_user=_text(end_user, "user", NAME_MAX),
+    )
+
+
+def resolve_model(model: str, known: Any) -> str | None:
+    """The user's model choice (None: the router's); 404 ``model_not_found`` for one no pool serves.
+
+    ``known`` is the router's policy (``streams.router.Policy``): what it serves, the gateway knows.
+    """
+    name = model.strip()
+    if name.lower() in AUTO:
+        return None
+    if known.pool_of_model(name) is None:
+        served = ", ".join(sorted({p.model for p in known.pools.values()} | set(known.pools)))
+        error = NotFound(f"the model `{name}` does not exist here; choose one of: auto, {served}", code="model_not_found")
+        error.param = "model"
+        raise error
+    return name
+
+
+# ------------------------------------------------------------------ ids and the plan
+
+
+def message_keys(messages: Sequence[ChatMessage]) -> list[str]:
+    """Each message's ``client_message_id``: a hash of the history up to and including it."""
+    chain = hashlib.sha256()
+    keys = []
+    for m in messages:
+        chain.update(json.dumps([m.role, m.content], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        keys.append("openai:" + chain.copy().hexdigest()[:32])
+    return keys
+
+
+def conversation_id_for(user_id: str, end_user: str, messages: Sequence[ChatMessage], keys: Sequence[str]) -> str:
+    """One conversation per (user, end user, opening): the messages up to the first user message."""
+    first_user = next(i for i, m in enumerate(messages) if m.role == "user")
+    return str(uuid.uuid5(ids.NS, "openai:" + json.dumps([user_id, end_user, keys[first_user]])))
+
+
+class Node(Protocol):
+    """What the plan reads of a stored message (``gateway.store.Message``)."""
+
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    status: str | None
+
+
+@dataclass(frozen=True)
+class Post:
+    """A message of the history to append as MessagePosted."""
+
+    message_id: str
+    parent_id: str | None
+    role: str
+    content: str
+    key: str  # its client_message_id
+
+
+@dataclass(frozen=True)
+class Plan:
+    conversation_id: str
+    question_id: str  # the message answered (the history's last)
+    question_key: str
+    reply_id: str
+    #: Messages to append, oldest first (empty for a retried request).
+    posts: tuple[Post, ...] = ()
+    #: The reply exists already: a retried request, streamed again.
+    replayed: bool = False
+    #: A stored reply, not finished yet, that a history message (posted as new) may turn out to be.
+    pending: str | None = None
+
+
+def plan_turn(conversation_id: str, messages: Sequence[ChatMessage], keys: Sequence[str], stored: Sequence[Node]) -> Plan:
+    """Where the history sits in the conversation's tree, and what must be appended for its reply."""
+    question_id = ids.user_message_id(conversation_id, keys[-1])
+    reply_id = ids.reply_id(conversation_id, keys[-1])
+    if any(m.id == reply_id for m in stored):
+        return Plan(conversation_id, question_id, keys[-1], reply_id, replayed=True)
+    known = {m.id for m in stored}
+    posts: list[Post] = []
+    pending: str | None = None
+    parent: str | None = None
+    prev_key: str | None = None
+    for m, key in zip(messages, keys):
+        mid = ids.user_message_id(conversation_id, key)
+        if mid in known:  # appended by an earlier request (it keeps the parent it had then)
+            parent = mid
+        elif m.role == "assistant" and (reply := _stored_reply(stored, conversation_id, parent, prev_key, m.content)):
+            parent = reply
+        else:
+            if m.role == "assistant" and pending is None:
+                pending = next((s.id for s in _replies_under(stored, parent) if s.status in (None, "streaming")), None)
+            posts.append(Post(mid, parent, m.role, m.content, key))
+            parent = mid
+        prev_key = key
+    return Plan(conversation_id, question_id, keys[-1], reply_id, tuple(posts), pending=pending)
+
+
+def _replies_under(stored: Sequence[Node], parent: str | None) -> list[Node]:
+    if parent is None:
+        return []
+    return [s for s in stored if s.parent_id == parent and s.role == "assistant"]
+
+
+def _stored_reply(stored: Sequence[Node], cid: str, parent: str | None, prev_key: str | None, content: str) -> str | None:
+    """The finished reply under ``parent`` with exactly this text; the one Parley made for ``parent`` first."""
+    same = [s.id for s in _replies_under(stored, parent) if s.status in SETTLED and s.content == content]
+    canonical = ids.reply_id(cid, prev_key) if prev_key is not None else None
+    return canonical if canonical in same else (same[0] if same else None)

@@ -1,0 +1,145 @@
+"""POST /v1/chat/completions through the whole stack, driven by the official `openai` client:
+streamed and not, a growing history kept in one conversation (its second turn a prefix-cache
+hit), an idempotent retry, and refusals in OpenAI's error shape."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+OPENING = [
+    {"role": "system", "content": "You answer briefly."},
+    {"role": "user", "content": "Tell me about event sourcing, " + " ".join(f"word{i}" for i in range(60))},
+]
+
+
+def _client(stack: Any, key: str) -> openai.AsyncOpenAI:
+    # No retries: each call here is one request, so what the test sees is what Parley answered.
+    return openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+async def _conversations(stack: Any, key: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=stack.url, headers={"Authorization": f"Bearer {key}"}) as http:
+        listed = await http.get("/v1/conversations")
+        assert listed.status_code == 200, listed.text
+        return listed.json()["conversations"]
+
+
+async def _settled(stack: Any, key: str, cid: str, replies: int, timeout: float = 60) -> dict[str, Any]:
+    """The conversation once ``replies`` finished replies are stored."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=stack.url, headers={"Authorization": f"Bearer {key}"}) as http:
+        while True:
+            conv = (await http.get(f"/v1/conversations/{cid}")).json()
+            done = [m for m in conv.get("messages", []) if m["role"] == "assistant" and m["status"] not in (None, "streaming")]
+            if len(done) >= replies or time.monotonic() > deadline:
+                return conv
+            await asyncio.sleep(0.2)
+
+
+async def test_a_growing_history_is_one_conversation_streamed_or_not(stack) -> None:
+    key = stack.new_key("plus")
+    client = _client(stack, key)
+    try:
+        first = await client.chat.completions.create(model="auto", messages=OPENING, max_tokens=20, user="e2e")
+        assert first.object == "chat.completion" and first.id.startswith("chatcmpl-")
+        answer = first.choices[0].message.content
+        assert answer and first.choices[0].message.role == "assistant"
+        assert first.choices[0].finish_reason in ("stop", "length")
+        assert first.usage is not None and first.usage.completion_tokens > 0 and first.usage.prompt_tokens > 0
+
+        history = [*OPENING, {"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+        stream = await client.chat.completions.create(
+            model="auto", messages=history, stream=True, stream_options={"include_usage": True}, user="e2e"
+        )
+        chunks = [c async for c in stream]
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert {c.object for c in chunks} == {"chat.completion.chunk"} and len({c.id for c in chunks}) == 1
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finishes in (["stop"], ["length"])
+        usage = chunks[-1].usage
+        assert chunks[-1].choices == [] and usage is not None and usage.completion_tokens > 0
+        assert usage.prompt_tokens_details is not None
+        cached = usage.prompt_tokens_details.cached_tokens or 0
+        assert cached > 0, usage  # the first turn's prompt is the second's prefix: the engine still holds it
+        print(f"second turn: {cached} of {usage.prompt_tokens} prompt tokens cached")  # a figure, not an assertion
+    finally:
+        await client.close()
+
+    [listed] = await _conversations(stack, key)  # one conversation, not one per request
+    conv = await _settled(stack, key, listed["id"], 2)
+    messages = conv["messages"]
+    assert [(m["role"], m["content"]) for m in messages] == [
+        ("system", OPENING[0]["content"]),
+        ("user", OPENING[1]["content"]),
+        ("assistant", answer),
+        ("user", "And then?"),
+        ("assistant", text),
+    ]
+    parents = [m["parent_id"] for m in messages]
+    assert parents == [None, *(m["id"] for m in messages[:-1])], "one branch, through the reply Parley stored"
+    assert first.id == f"chatcmpl-{messages[2]['id']}"
+
+
+async def test_a_retried_request_returns_the_same_reply_and_appends_nothing(stack) -> None:
+    key = stack.new_key("plus")
+    client = _client(stack, key)
+    messages = [{"role": "user", "content": "Say something, once."}]
+    try:
+        once = await client.chat.completions.create(model="small", messages=messages)
+        again = await client.chat.completions.create(model="small", messages=messages)
+        assert again.id == once.id and again.choices[0].message.content == once.choices[0].message.content
+        stream = await client.chat.completions.create(model="small", messages=messages, stream=True)
+        chunks = [c async for c in stream]
+        assert {c.id for c in chunks} == {once.id}
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == once.choices[0].message.content
+    finally:
+        await client.close()
+    [listed] = await _conversations(stack, key)
+    conv = await _settled(stack, key, listed["id"], 1)
+    assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
+
+
+async def test_refusals_are_in_openais_shape_and_append_nothing(stack) -> None:
+    key = stack.new_key("plus")
+    client = _client(stack, key)
+    try:
+        with pytest.raises(openai.NotFoundError) as unknown:
+            await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi"}])
+        error = unknown.value.body
+        assert isinstance(error, dict) and (error["code"], error["param"], error["type"]) == (
+            "model_not_found", "model", "invalid_request_error"
+        )
+        with pytest.raises(openai.BadRequestError) as last:
+            await client.chat.completions.create(model="auto", messages=[{"role": "assistant", "content": "Hi"}])
+        assert isinstance(last.value.body, dict) and last.value.body["param"] == "messages"
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="auto", messages=[])
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "Hi"}], n=2)
+    finally:
+        await client.close()
+
+    stranger = _client(stack, "not-a-key")
+    try:
+        with pytest.raises(openai.AuthenticationError) as denied:
+            await stranger.chat.completions.create(model="auto", messages=[{"role": "user", "content": "Hi"}])
+        assert isinstance(denied.value.body, dict) and denied.value.body["type"] == "authentication_error"
+    finally:
+        await stranger.close()
+
+    async with httpx.AsyncClient(base_url=stack.url, headers={"Authorization": f"Bearer {key}"}) as http:
+        broken = await http.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+        assert broken.status_code == 400 and broken.json()["error"]["type"] == "invalid_request_error"
+        huge = {"model": "auto", "messages": [{"role": "user", "content": "x" * 40_000}]}
+        too_long = await http.post("/v1/chat/completions", json=huge)
+        assert too_long.status_code == 413, too_long.text
+        assert set(too_long.json()["error"]) >= {"message", "type", "param", "code"}
+    assert await _conversations(stack, key) == []
