@@ -109,8 +109,9 @@ class Scheduler:
         self._last_probe = float("-inf")
         self.finished_count = 0
         self.duplicates_skipped = 0
-        #: Attempts this worker closed (events acknowledged): a later record of one is a duplicate.
-        self._done_rids: LRU[str, bool] = LRU(DONE_MEMORY)
+        #: request id → the highest attempt this worker closed (events acknowledged): a later record of
+        #: that attempt or an earlier one is a duplicate (a resumed request's original record comes too).
+        self._done: LRU[str, int] = LRU(DONE_MEMORY)
 
     # ------------------------------------------------------------ state
 
@@ -142,7 +143,7 @@ class Scheduler:
         if self._draining:
             return  # not started, so never finished: the next owner of the partition takes it
         rid = engine_rid(routed.request.request_id, routed.request.attempt)
-        if rid in self._done_rids or any(j.rid == rid for j in self._jobs.values()):
+        if self._known(routed.request.request_id, routed.request.attempt):
             # A second record of one attempt (a processor re-emitted it after a restart): generating it
             # again would interleave two streams of the same attempt. Its offset is done at once.
             log.info("duplicate record of a request skipped", extra={"rid": rid, "partition": partition, "offset": offset})
@@ -157,6 +158,17 @@ class Scheduler:
             )
             return
         self._admit(job)
+
+    def _known(self, request_id: str, attempt: int) -> bool:
+        """Whether this worker holds or closed this attempt of the request, or a later one."""
+        done = self._done.get(request_id)
+        if done is not None and done >= attempt:
+            return True
+        return any(j.request_id == request_id and j.routed.request.attempt >= attempt for j in self._jobs.values())
+
+    def _closed(self, job: Job) -> None:
+        attempt = job.routed.request.attempt
+        self._done.put(job.request_id, max(attempt, self._done.get(job.request_id) or 0))
 
     def _admit(self, job: Job) -> None:
         job.cancel_reason = self._cancels.reason(job.request_id, self._clock())
@@ -290,7 +302,7 @@ class Scheduler:
             log.info("redelivered request had finished; not generated again", extra=job.ids | {"resent": len(found.missing)})
             if self._jobs.pop((job.partition, job.offset), None) is not None:
                 self.finished_count += 1
-                self._done_rids.put(job.rid, True)
+                self._closed(job)
                 self._on_finished(job.partition, job.offset)
             return
         if isinstance(found, Resume):
@@ -365,7 +377,7 @@ class Scheduler:
                 job.cut_timer.cancel()
             if finished and self._jobs.pop((job.partition, job.offset), None) is not None:
                 self.finished_count += 1
-                self._done_rids.put(job.rid, True)
+                self._closed(job)
                 self._on_finished(job.partition, job.offset)
             self._start_ready()
 

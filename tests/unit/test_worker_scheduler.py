@@ -378,3 +378,12 @@ async def test_a_second_record_of_the_same_attempt_is_not_generated_again() -> N
     h.scheduler.accept(routed("r-dup", "[[tokens:4]]", attempt=1), partition=0, offset=3)  # a new attempt is not one
     await until(lambda: (0, 3) in h.finished)
     assert len(h.engine.requests) == 2
+
+
+async def test_the_original_record_of_a_resumed_request_is_a_duplicate_too() -> None:
+    h = Harness(clock=lambda: 0.0)
+    h.scheduler.accept(routed("r-res", "[[tokens:8]]", attempt=1, resume_text="tok0 tok1"), partition=0, offset=5)
+    await until(lambda: (0, 5) in h.finished)
+    h.scheduler.accept(routed("r-res", "[[tokens:8]]", attempt=0), partition=0, offset=6)  # re-emitted original
+    await until(lambda: (0, 6) in h.finished)
+    assert len(h.engine.requests) == 1 and h.scheduler.duplicates_skipped == 1
