@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import faust
 
@@ -203,10 +203,11 @@ class Router:
         attempt = f"{request.request_id}:{request.attempt}"
         earlier = self._routed.get(attempt)
         if earlier is not None:
-            return [earlier]
+            return [replace(earlier, request=request)]
         out = self._route(request, now)
         if isinstance(out[0], InferenceRouted):
-            self._routed.put(attempt, out[0])
+            # The decision without the prompt: 200k remembered prompts would hold gigabytes.
+            self._routed.put(attempt, replace(out[0], request=replace(request, messages=[])))
         return out
 
     def _route(self, request: InferenceRequested, now: float) -> list[Event]:
