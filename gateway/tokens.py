@@ -7,6 +7,14 @@ of the reply can be missed; a replay (resume) opens at an earlier offset and
 the partition is sought back to it, while streams already past that offset
 ignore what they have seen. Chunks are matched to streams by request id.
 
+The reader never seeks forward: a stream that opens ahead of where the
+partition is being read waits for the reader to get there, because streams
+opened earlier still need what lies in between. Where the reader is comes from
+its own count (``_next``: set by each assign and seek, moved by each record),
+not from ``Consumer.position``, which knows nothing until the first record
+after an assign arrives; reading that as "far ahead" once made the reader seek
+a second new stream's offset and skip the first stream's opening chunks.
+
 The consumer runs in a thread (confluent-kafka blocks); chunks cross into the
 event loop with ``call_soon_threadsafe``. Assignment changes are queued to that
 thread so only it touches the consumer.
@@ -23,7 +31,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge
 from parley.errors import BrokerUnavailable
@@ -87,6 +95,7 @@ class TokenStreams:
         self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams
         self._by_partition: dict[int, set[Stream]] = defaultdict(set)
         self._assigned: dict[int, float] = {}  # partition → when it last had no streams (0: has some)
+        self._next: dict[int, int] = {}  # assigned partition → the offset of the next record the reader gets
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -126,6 +135,8 @@ class TokenStreams:
         for it: registered any earlier, a live chunk could reach it first and make it
         skip the older chunks a replay is about to read again.
         """
+        if from_offset < 0:
+            raise ValueError(f"a stream opens at a real offset, not {from_offset}")
         stream = Stream(request_id, partition, from_offset)
         self._commands.put(("open", stream))
         return stream
@@ -157,6 +168,8 @@ class TokenStreams:
                 self.healthy = not msg.error().fatal()
                 continue
             self.healthy = True
+            if msg.partition() in self._next:
+                self._next[msg.partition()] = msg.offset() + 1
             self._dispatch(msg.partition(), msg.offset(), msg.value())
 
     def _apply_commands(self) -> None:
@@ -166,20 +179,21 @@ class TokenStreams:
             except queue.Empty:
                 return
             partition, offset = stream.partition, stream.from_offset
-            tp = TopicPartition(self._topic, partition, offset if offset >= 0 else OFFSET_END)
+            tp = TopicPartition(self._topic, partition, offset)
             if partition not in self._assigned:
                 self._consumer.incremental_assign([tp])
-            elif offset >= 0 and offset < self._position(partition):
-                self._consumer.seek(tp)  # a replay: read it again; streams past it skip what they saw
+                self._next[partition] = offset
+            elif offset < self._next[partition]:
+                # Back to it (a replay, or a stream noted before records the reader already passed);
+                # streams past it skip what they saw. seek() waits until prefetched records are purged.
+                self._consumer.seek(tp)
+                self._next[partition] = offset
+            # else: the reader gets there on its own; nothing may be skipped for the streams before it.
             self._assigned[partition] = 0.0
             with self._lock:
                 if not stream.closed:
                     self._streams[stream.request_id].add(stream)
                     self._by_partition[partition].add(stream)
-
-    def _position(self, partition: int) -> int:
-        [tp] = self._consumer.position([TopicPartition(self._topic, partition)])
-        return tp.offset if tp.offset >= 0 else 1 << 62
 
     def _unassign_idle(self) -> None:
         now = time.monotonic()
@@ -193,6 +207,7 @@ class TokenStreams:
             elif now - idle_since > IDLE_UNASSIGN_S:
                 self._consumer.incremental_unassign([TopicPartition(self._topic, partition)])
                 del self._assigned[partition]
+                del self._next[partition]
 
     def _dispatch(self, partition: int, offset: int, value: bytes | None) -> None:
         try:

@@ -69,7 +69,10 @@ def _await_metadata(client: AdminClient, names: list[str], timeout: float = 15.0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         known = client.list_topics(timeout=5).topics
-        if all(n in known and not known[n].error for n in names):
+        if all(
+            n in known and not known[n].error and all(p.leader >= 0 and not p.error for p in known[n].partitions.values())
+            for n in names
+        ):
             return
         time.sleep(0.1)
 

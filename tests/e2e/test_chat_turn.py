@@ -4,6 +4,7 @@ materialised in Cassandra. Everything is real: processes, broker, database, HTTP
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
 import uuid
 
@@ -131,6 +132,42 @@ async def test_twenty_conversations_in_parallel_keep_their_replies_and_context(s
             assert replies[0].text in contents, "turn 2's prompt carries turn 1's reply"
             assert contents[-1].startswith(f"conversation {cids.index(cid)} turn 1")
     finally:
+        await client.close()
+
+
+def _burn(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(i * i for i in range(10_000))
+
+
+async def test_forty_first_turns_at_once_on_a_loaded_machine_stream_exactly_what_is_stored(stack) -> None:
+    """The stress variant of the missing-first-words bug (gateway/tokens.py): many first turns of
+    new conversations at once, so streams open together on partitions the gateway's token reader
+    has and has not assigned yet, while other processes load both cores."""
+    client = stack.client()
+    burners = [multiprocessing.get_context("spawn").Process(target=_burn, args=(30.0,), daemon=True) for _ in range(2)]
+    for p in burners:
+        p.start()
+    try:
+        cids = await asyncio.gather(*(client.create_conversation(f"stress {i}") for i in range(40)))
+
+        async def converse(cid: str) -> list:
+            return [await client.send(cid, f"turn {t}: say something") for t in range(2)]
+
+        results = await asyncio.gather(*(converse(c) for c in cids))
+        for p in burners:
+            p.terminate()
+        wrong = []
+        for cid, replies in zip(cids, results):
+            assert all(r.final.event == "done" for r in replies), [r.final for r in replies]
+            conv = await _settled(client, cid, 2)
+            stored = {m["id"]: m["content"] for m in conv["messages"] if m["role"] == "assistant"}
+            wrong += [(cid, r.head["reply_id"]) for r in replies if stored.get(r.head["reply_id"]) != r.text]
+        assert wrong == [], f"{len(wrong)} of {2 * len(cids)} replies streamed other text than was stored"
+    finally:
+        for p in burners:
+            p.terminate()
         await client.close()
 
 
