@@ -71,6 +71,7 @@ class Turn:
     outcome: str = "lost"  # done | error | lost
     code: str = ""
     reply_id: str = ""
+    cid: str = ""
     resumed: int = 0
     text: str = ""
     late: bool = False  # the client gave up and a reload after the storm was tried
@@ -172,10 +173,11 @@ class Clients:
 
     async def resume(self, lost: Turn) -> Turn:
         """The reply of a turn the client gave up on, from its start (what a reload does)."""
-        return await self._follow(Turn(lost.phase, time.monotonic(), reply_id=lost.reply_id), "", "", 0, 60.0)
+        return await self._follow(Turn(lost.phase, time.monotonic(), reply_id=lost.reply_id, cid=lost.cid), "", "", 0, 60.0)
 
     async def _follow(self, t: Turn, cid: str, text: str, first: int, deadline_s: float) -> Turn:
         cmid, gw, cursor = uuid.uuid4().hex, first, None
+        t.cid = t.cid or cid
         events: list[SseEvent] = []
         deadline = t.began + deadline_s
         while time.monotonic() < deadline:
@@ -360,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(finish_late(clients, late))
             finally:
                 asyncio.run(clients.close())
-        return summarise(args, turns, marks, chaos, report, undecodable)
+        return summarise(args, turns, marks, chaos, report, undecodable, compare_text(inner, turns))
     finally:
         if inner is not None:
             inner.stop()
@@ -369,7 +371,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logs and Kafka data of this run: {infra.data_dir}")
 
 
-def summarise(args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, report: Any, undecodable: int) -> int:
+def compare_text(inner: isolated.IsolatedStack, turns: list[Turn]) -> Counter[str]:
+    """Each completed turn's streamed text against its stored reply: equal, missing its opening
+    (the stored text ends with what was streamed), or otherwise different."""
+    found: Counter[str] = Counter()
+    for t in turns:
+        if t.outcome != "done" or not t.cid:
+            continue
+        row = inner.session.execute(  # type: ignore[attr-defined]
+            "SELECT content FROM messages WHERE conversation_id = %s AND message_id = %s",
+            (uuid.UUID(t.cid), uuid.UUID(t.reply_id)),
+        ).one()
+        stored = "" if row is None or row.content is None else row.content
+        if stored == t.text:
+            found["equal"] += 1
+        elif stored.endswith(t.text):
+            found["opening_missing"] += 1
+        else:
+            found["different"] += 1
+    return found
+
+
+def summarise(
+    args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, report: Any, undecodable: int, text: Counter[str]
+) -> int:
     accepted = [t for t in turns if t.reply_id]
     client_lost = [t for t in turns if t.outcome == "lost"]
     lost = len(client_lost) + len(report.turns.in_flight)
@@ -386,6 +411,8 @@ def summarise(args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, re
         ("lost (client never saw an end, or no completion on the log) [must be 0]", lost),
         ("duplicated replies / conflicting completions / repeated text [must be 0]", report.duplicates),
         ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
+        ("completed replies streamed with their opening missing [must be 0]", text["opening_missing"]),
+        ("completed replies streamed otherwise ≠ stored [must be 0]", text["different"]),
         ("undecodable records on chat.events", undecodable),
         ("streams resumed on the other gateway", sum(t.resumed for t in turns)),
         ("turns the client gave up on, ended by a reload after the storm", sum(t.late and t.outcome != "lost" for t in turns)),
@@ -400,7 +427,13 @@ def summarise(args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, re
     print(f"  {'baseline (calm phase): completed turns/s, TTFT p50':<78} {calm_rate:.2f}/s, {calm_ttft * 1000:.0f} ms ({len(calm)} turns, {calm_s:.0f} s)")
     print(f"  {'under chaos: completed turns/s, TTFT p50':<78} {storm_rate:.2f}/s, {storm_ttft * 1000:.0f} ms ({len(storm)} turns, {storm_s:.0f} s)")
     print(f"  {'ratio chaos / calm: throughput, TTFT p50':<78} {storm_rate / calm_rate if calm_rate else float('nan'):.2f}x, {storm_ttft / calm_ttft:.2f}x")
-    ok = lost == 0 and report.duplicates == 0 and report.row_problems == 0 and not report.turns.unrequested
+    ok = (
+        lost == 0
+        and report.duplicates == 0
+        and report.row_problems == 0
+        and not report.turns.unrequested
+        and text["opening_missing"] == text["different"] == 0
+    )
     for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
         found = getattr(report.turns, kind)
         if found:

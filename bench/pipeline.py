@@ -5,7 +5,8 @@ keyspace, every service as a process) on the synthetic CPU engine, then
 alternates turns: one straight to the engine over SGLang's API (the baseline),
 one through gateway → Kafka → context → router → worker → engine → Kafka →
 gateway → SSE. Both see the same engine at the same moment, so the difference
-is what Parley adds. The synthetic engine decodes at 25 tokens/s, slower than
+is what Parley adds: to the first token, between tokens, and from the last
+token to the end of the stream (the close: the reply settled on the log). The synthetic engine decodes at 25 tokens/s, slower than
 the worker's 30 ms coalescing window, so every token is its own SSE delta in
 both paths and inter-token gaps compare like with like.
 
@@ -43,8 +44,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _timed(texts: AsyncIterator[str]) -> tuple[float, list[float]]:
-    """(TTFT, gaps between text pieces) of a stream of text pieces, from the call on."""
+async def _timed(texts: AsyncIterator[str]) -> tuple[float, list[float], float]:
+    """(TTFT, gaps between text pieces, last piece → end of the stream) of a stream of text pieces.
+
+    The close is what settling a reply costs: through the stack, the worker's transaction of
+    GenerationCompleted + UsageRecorded (workers/transactions.py), then the final chunk.
+    """
     began = time.perf_counter()
     first, last, gaps = None, 0.0, []
     async for _ in texts:
@@ -55,7 +60,7 @@ async def _timed(texts: AsyncIterator[str]) -> tuple[float, list[float]]:
             gaps.append(now - last)
         last = now
     assert first is not None, "no text came back"
-    return first, gaps
+    return first, gaps, time.perf_counter() - last
 
 
 async def _stack_texts(client: ParleyClient, cid: str, text: str) -> AsyncIterator[str]:
@@ -85,16 +90,17 @@ async def measure(stack: isolated.IsolatedStack, turns: int) -> dict[str, tuple[
     _, key = stack.create_user("bench", "enterprise")
     client = ParleyClient(stack.url, key)
     engine = SGLangClient(stack.engine_url)
-    results: dict[str, tuple[list[float], list[float]]] = {"engine": ([], []), "parley": ([], [])}
+    results: dict[str, tuple[list[float], list[float], list[float]]] = {"engine": ([], [], []), "parley": ([], [], [])}
     try:
         cid = await client.create_conversation("bench")
         await through_stack(client, cid, "warm-up")  # first-use costs (connections, JIT of prepared statements)
         for i in range(turns):
             text = f"turn {i}: explain something briefly"
             for name, run in (("engine", direct(engine, text)), ("parley", through_stack(client, cid, text))):
-                ttft, gaps = await run
+                ttft, gaps, close = await run
                 results[name][0].append(ttft)
                 results[name][1].extend(gaps)
+                results[name][2].append(close)
             if i % 10 == 9:
                 cid = await client.create_conversation("bench")  # keep prompts short
     finally:
@@ -103,11 +109,11 @@ async def measure(stack: isolated.IsolatedStack, turns: int) -> dict[str, tuple[
     return results
 
 
-def report(results: dict[str, tuple[list[float], list[float]]]) -> None:
+def report(results: dict[str, tuple[list[float], list[float], list[float]]]) -> None:
     ms = 1000.0
-    (e_ttft, e_itl), (p_ttft, p_itl) = results["engine"], results["parley"]
+    (e_ttft, e_itl, e_close), (p_ttft, p_itl, p_close) = results["engine"], results["parley"]
     print(f"turns: {len(p_ttft)}, inter-token gaps: engine {len(e_itl)}, parley {len(p_itl)}")
-    for label, e, p in (("TTFT", e_ttft, p_ttft), ("inter-token", e_itl, p_itl)):
+    for label, e, p in (("TTFT", e_ttft, p_ttft), ("inter-token", e_itl, p_itl), ("close", e_close, p_close)):
         for q in (0.5, 0.99):
             ev, pv = pct(e, q) * ms, pct(p, q) * ms
             print(

@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from parley import isolated
+from parley.consumer import read_until
 from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.topology import CONTEXT, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL
@@ -43,14 +44,11 @@ def usage(kafka: KafkaSettings) -> list[UsageRecorded]:
     topic = kafka.topic("chat.usage")
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}"})
     parts = range(TOPICS["chat.usage"].partitions)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in parts}
+    marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    out, seen = [], 0
-    while seen < sum(ends.values()):
-        msg = consumer.poll(5)
-        if msg is None:
-            break
-        seen += 1
+    out = []
+    # To each partition's end by position: the workers' commit markers take offsets and never arrive.
+    for msg in read_until(consumer, {(topic, p): high for p, (low, high) in marks.items() if high > low}, 60):
         event = codec.decode(msg.value())
         if isinstance(event, UsageRecorded):
             out.append(event)

@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from parley.audit import Report, audit
 from parley.cassandra import connect
-from parley.consumer import poll_batch
+from parley.consumer import poll_batch, reached
 from parley.errors import BrokerUnavailable
 from parley.settings import CassandraSettings, KafkaSettings
 from schemas import codec
@@ -65,8 +65,8 @@ def read_log(kafka: KafkaSettings, topic: str = "chat.events") -> tuple[list[ev.
                         by_partition[p].append(codec.decode(msg.value()))
                     except codec.CodecError:
                         undecodable += 1
-                if offset + 1 >= ends[p]:
-                    pending.discard(p)
+            for _, p in reached(consumer, {(name, p): ends[p] for p in pending}):
+                pending.discard(p)
         return [e for p in sorted(by_partition) for e in by_partition[p]], undecodable
     finally:
         consumer.close()

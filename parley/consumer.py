@@ -16,7 +16,8 @@ faust agents use ``dead_letter_for`` for the same DLQ record shape.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -50,6 +51,41 @@ def poll_batch(consumer: Consumer, max_records: int, timeout: float) -> list[Mes
     if first is None:
         return []
     return [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
+
+def reached(consumer: Consumer, ends: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    """The (topic, partition)s of ``ends`` whose reading got to their end offset.
+
+    Asked of the position, not of the last record delivered: the workers' transactions leave
+    commit markers on chat.events and chat.usage, which take an offset and are never handed to
+    the application, so "the record at end − 1 arrived" may never happen. A partition has a
+    position only once something of it was fetched: leave out the empty ones.
+    """
+    if not ends:
+        return []
+    try:
+        positions = consumer.position([TopicPartition(t, p) for t, p in ends])
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"position unknown: {exc}") from exc
+    return [(tp.topic, tp.partition) for tp in positions if tp.offset >= ends[(tp.topic, tp.partition)]]
+
+
+def read_until(consumer: Consumer, ends: dict[tuple[str, int], int], timeout_s: float) -> Iterator[Message]:
+    """The records of the assigned partitions below their end offsets, until every partition's
+    position got to its end (``reached``); BrokerUnavailable after ``timeout_s``. The caller
+    assigns the partitions, at offsets below their ends, and leaves out empty ones."""
+    left = dict(ends)
+    deadline = time.monotonic() + timeout_s
+    while left:
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"reading {sorted(left)} to their ends took over {timeout_s:.0f} s")
+        for msg in poll_batch(consumer, 500, 0.5):
+            if msg.error() or msg.value() is None:
+                continue
+            if msg.offset() < ends.get((msg.topic(), msg.partition()), -1):
+                yield msg
+        for where in reached(consumer, left):
+            del left[where]
 
 
 def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: float, what: str) -> tuple[list[E], int]:

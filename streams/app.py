@@ -2,7 +2,7 @@
 
 ``make_app`` builds a faust App from Parley's settings (faust speaks to Kafka
 through aiokafka; both work against Kafka 4.x, proven by
-``tests/integration/test_faust.py``). Topics are raw bytes to faust: Parley's
+``tests/integration/test_faust.py``), reading only committed records. Topics are raw bytes to faust: Parley's
 codec decodes them, and ``decoded`` dead-letters what it cannot decode, so an
 agent only ever sees current event types and a poison record never stops a
 partition.
@@ -14,7 +14,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiokafka
 import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
 from parley.logs import TRACE_ID
@@ -25,6 +27,31 @@ from schemas.catalog import dlq_name
 from schemas.events import Event
 
 log = logging.getLogger(__name__)
+
+
+class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        # faust reads committed records only in its own exactly-once mode, which Parley's processors do
+        # not use; but workers close requests in transactions (workers/transactions.py), and a fenced
+        # worker's aborted GenerationCompleted must never reach the context builder or the materializer.
+        # aiokafka takes the level at construction and uses it when it starts (its fetcher).
+        consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _Transport(faust_aiokafka.Transport):
+    Consumer = _Consumer
+
+
+class _App(faust.App):
+    def _new_transport(self) -> faust_aiokafka.Transport:
+        return _Transport(self.conf.broker_consumer, self)
 
 
 def make_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.App:
@@ -41,7 +68,7 @@ def make_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.Ap
         "consumer_auto_offset_reset": "earliest",
     }
     config.update(overrides)
-    return faust.App(app_id, **config)
+    return _App(app_id, **config)
 
 
 def raw_topic(app: faust.App, settings: KafkaSettings, name: str) -> faust.TopicT:

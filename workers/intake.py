@@ -7,9 +7,13 @@ rebalance callbacks librdkafka runs inside a poll. The asyncio side only posts
 ``OffsetTracker`` and stores the partition's watermark, so a commit never
 passes a request that is still running.
 
-On revocation the callback asks the event loop to abandon that partition's
-jobs and waits for it, then commits the watermark: the new owner starts at
-the first unfinished request. Nothing of a revoked partition is stored after.
+The consumer commits nothing itself: every offset commit of the group goes
+through the worker's transactional producer (workers/transactions.py), fenced
+by this member's generation, with the positions ``positions()`` reports. On
+revocation the callback asks the event loop to abandon that partition's jobs
+and waits for it, then commits the watermark in an offsets-only transaction:
+the new owner starts at the first unfinished request. Nothing of a revoked
+partition is reported after.
 
 On assignment it notes each partition's end offset: a record below it was
 already there, so a previous owner may have started (or even finished) it;
@@ -80,12 +84,8 @@ class _GroupConsumer(EventConsumer):
     def store(self, topic: str, partition: int, offset: int) -> None:
         self.dead.append((partition, offset))
 
-    def store_position(self, partition: int, position: int) -> None:
-        self._consumer.store_offsets(offsets=[TopicPartition(self.topic, partition, position)])
-
-    def commit_positions(self, positions: dict[int, int]) -> None:
-        tps = [TopicPartition(self.topic, p, pos) for p, pos in positions.items()]
-        self._consumer.commit(offsets=tps, asynchronous=False)
+    def group_metadata(self) -> Any:
+        return self._consumer.consumer_group_metadata()
 
     def end_offset(self, partition: int) -> int:
         _, high = self._consumer.get_watermark_offsets(
@@ -112,6 +112,7 @@ class Intake:
         group: str,
         producer: EventProducer,
         on_revoked: Callable[[list[int]], Awaitable[Any]],
+        commit_offsets: Callable[[], None],
         session_timeout_ms: int | None = None,
         client_id: str | None = None,
     ) -> None:
@@ -121,11 +122,19 @@ class Intake:
         self._lock = threading.Lock()  # guards _finished and _owned, shared with the event loop
         self._finished: list[tuple[int, int]] = []
         self._owned: set[int] = set()
+        self._positions: dict[int, int] = {}  # owned partition → commit position (the first unfinished offset)
+        self._commit_offsets = commit_offsets
         self._tracker = OffsetTracker()  # touched only on the intake thread
         self._paused = False
         #: partition → its end offset when assigned (None: unknown, asked again on the next record)
         self._ends: dict[int, int | None] = {}  # touched only on the intake thread
-        overrides: dict[str, Any] = {"client.id": client_id} if client_id else {}  # `parley ops groups` shows it
+        overrides: dict[str, Any] = {
+            "enable.auto.commit": False,  # offsets are committed in the worker's transactions only
+            # Also makes the start offset of a partition wait for a pending transaction of its old owner.
+            "isolation.level": "read_committed",
+        }
+        if client_id:
+            overrides["client.id"] = client_id  # `parley ops groups` shows it
         if session_timeout_ms is not None:
             # How soon a member that died (no goodbye) loses its partitions; heartbeats a third of it.
             overrides["session.timeout.ms"] = session_timeout_ms
@@ -145,6 +154,14 @@ class Intake:
     def owned(self) -> list[int]:
         with self._lock:
             return sorted(self._owned)
+
+    def positions(self) -> dict[int, int]:
+        """Owned partition → the offset the group should resume it at (workers/transactions.GroupView)."""
+        with self._lock:
+            return dict(self._positions)
+
+    def group_metadata(self) -> Any:
+        return self._consumer.group_metadata()
 
     def finished(self, partition: int, offset: int) -> None:
         """A request's closing events are acknowledged; its offset may count as done."""
@@ -190,6 +207,7 @@ class Intake:
             except ValueError:
                 log.warning("record polled again; skipped", extra={"partition": partition, "offset": offset})
                 continue
+            self._report(partition)
             taken.add((partition, offset))
         for partition, offset in sorted(dead & taken):
             self._finish(partition, offset)
@@ -217,12 +235,14 @@ class Intake:
                 self._finish(partition, offset)
 
     def _finish(self, partition: int, offset: int) -> None:
-        position = self._tracker.finish(partition, offset)
-        if position is not None:
-            try:
-                self._consumer.store_position(partition, position)
-            except KafkaException as exc:
-                log.warning("offset store failed", extra={"partition": partition, "error": str(exc)})
+        if self._tracker.finish(partition, offset) is not None:
+            self._report(partition)
+
+    def _report(self, partition: int) -> None:
+        position = self._tracker.position(partition)
+        with self._lock:
+            if position is not None and partition in self._owned:
+                self._positions[partition] = position
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ps = [tp.partition for tp in partitions]
@@ -237,14 +257,10 @@ class Intake:
         ps = [tp.partition for tp in partitions]
         self._stop_jobs(ps)
         self._apply_finished()
-        positions = {p: pos for p in ps if (pos := self._tracker.position(p)) is not None}
-        if positions:
-            try:
-                self._consumer.commit_positions(positions)
-            except KafkaException as exc:
-                log.warning("commit on revocation failed", extra={"partitions": ps, "error": str(exc)})
+        committed = {p: pos for p, pos in self.positions().items() if p in ps}
+        self._commit_offsets()  # still a member of this generation: the commit is accepted
         self._forget(ps)
-        log.info("partitions revoked", extra={"partitions": ps, "committed": positions})
+        log.info("partitions revoked", extra={"partitions": ps, "committed": committed})
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ps = [tp.partition for tp in partitions]
@@ -263,12 +279,15 @@ class Intake:
     def _forget(self, partitions: list[int]) -> None:
         with self._lock:
             self._owned.difference_update(partitions)
+            for p in partitions:
+                self._positions.pop(p, None)
         for p in partitions:
             self._tracker.drop(p)
             self._ends.pop(p, None)
 
     def _close(self) -> None:
         self._apply_finished()
+        self._commit_offsets()
         try:
             self._consumer.close()
         except KafkaException as exc:

@@ -7,11 +7,12 @@ by another member from that watermark. A redelivered request may have been
 
 * **finished** already: its GenerationCompleted is on ``chat.events`` but the
   watermark lagged. Generating it again would answer the turn twice, so it is
-  skipped. The worker acknowledges GenerationCompleted *before* the final
-  TokenChunk and that before UsageRecorded (workers/outcome.py), so a crash
-  can fall between them: whatever of those two is missing is produced again,
-  rebuilt from the completion, so live readers see their stream end and the
-  usage is recorded once.
+  skipped. The worker commits GenerationCompleted and UsageRecorded in one
+  transaction *before* the final TokenChunk (workers/scheduler.py), so a crash
+  can fall between them: a missing final chunk (or, in logs written before
+  the transactions, a missing UsageRecorded) is produced again, rebuilt from
+  the completion, so live readers see their stream end and the usage is
+  recorded once.
 * **partial**: TokenChunks of it are on ``chat.tokens`` but no completion.
   It is resumed: ``attempt`` one above the highest seen, ``resume_text`` the
   longest prefix of the reply the chunks prove (the engine continues the
@@ -53,7 +54,7 @@ from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from parley.consumer import poll_batch
+from parley.consumer import poll_batch, reached
 from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
@@ -184,7 +185,7 @@ def _missing(
         model=completed.model,
         queue_ms=0.0,  # timings of the dead attempt are lost with it
     )
-    # Produced in the order of the original: the final chunk before the usage.
+    # The scheduler settles them as it closes a live request: any usage committed, then the final chunk.
     return tuple(e for e, missing in ((final, not has_final), (recorded, not has_usage)) if missing)
 
 
@@ -222,6 +223,10 @@ class HistoryReader:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": False,
+                # Never an aborted transaction's records (a fenced worker's closing events), and the end
+                # offsets are the last stable ones; pending transactions of the partition's previous owner
+                # were waited out by the intake's start offset (workers/transactions.py).
+                "isolation.level": "read_committed",
             }
         )
         try:
@@ -262,13 +267,16 @@ class HistoryReader:
                 if where not in ends or msg.offset() >= ends[where]:
                     continue
                 read[where] += 1
-                if msg.offset() >= ends[where] - 1 or read[where] >= self._max_records:
-                    complete = complete and msg.offset() >= ends[where] - 1
+                if read[where] >= self._max_records and msg.offset() < ends[where] - 1:
+                    complete = False
                     del ends[where]
                     consumer.pause([TopicPartition(*where)])
                 event = _decode(msg.value())
                 if getattr(event, "request_id", None) == request_id:
                     records.append(event)  # type: ignore[arg-type]
+            for where in reached(consumer, ends):
+                del ends[where]
+                consumer.pause([TopicPartition(*where)])
         return History(
             chunks=tuple(e for e in records if isinstance(e, TokenChunk)),
             completions=tuple(e for e in records if isinstance(e, GenerationCompleted)),

@@ -7,7 +7,7 @@ acknowledged, which is when the shell may move the commit watermark.
 
 A job's life::
 
-    accept ──(inherited: recover)──▶ queued ──(a slot frees)──▶ running ──▶ closing events acked ──▶ on_finished
+    accept ──(inherited: recover)──▶ queued ──(a slot frees)──▶ running ──▶ settled (committed), final chunk acked ──▶ on_finished
                  │                          │
                cancel: closed as            cancel: engine.abort(rid); the stream ends
                cancelled, no engine         as cancelled (or is cut after abort_grace_s)
@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from parley.errors import BrokerUnavailable
@@ -44,6 +44,7 @@ from workers.recovery import Finished, Resume, Verdict
 from workers.settings import WorkerSettings
 from workers.sink import EventSink
 from workers.telemetry import record_load, record_outcome
+from workers.transactions import Fenced
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +296,10 @@ class Scheduler:
         job.task = None
         if isinstance(found, Finished):
             try:
-                for event in found.missing:
-                    await self._deliver(event, job)
+                await self._settle(found.missing, job)
+            except Fenced:
+                self._jobs.pop((job.partition, job.offset), None)
+                return
             except Exception:  # a bug, as in _run: let the record go rather than hold back the commits
                 log.exception("could not resend the closing events of a finished request", extra=job.ids)
             log.info("redelivered request had finished; not generated again", extra=job.ids | {"resent": len(found.missing)})
@@ -342,7 +345,7 @@ class Scheduler:
             outcome = outcome.resumed(job.resume_tokens)
             model = self.model or self._settings.model_name or job.routed.model
             record_outcome(outcome, pool=self._settings.pool, model=model, new_tokens=new_tokens)
-            for event in terminal_events(
+            completed, final, usage = terminal_events(
                 job.routed,
                 outcome,
                 seq=seq,
@@ -350,8 +353,8 @@ class Scheduler:
                 replica=self._settings.worker_id,
                 model=model,
                 queue_ms=queue_ms,
-            ):
-                await self._deliver(event, job)
+            )
+            await self._settle((completed, usage, final), job)
             finished = True
             log.info(
                 "generation ended",
@@ -365,6 +368,9 @@ class Scheduler:
             )
         except asyncio.CancelledError:
             raise  # abandoned: the partition's next owner redoes it
+        except Fenced:
+            log.error("closing events not committed: this worker was replaced; leaving the request", extra=job.ids)
+            self._jobs.pop((job.partition, job.offset), None)
         except Exception:
             # A bug, not an outage (produce failures are retried in _deliver): a redelivery would fail
             # the same way, so the record is let go rather than holding back every later commit.
@@ -430,20 +436,34 @@ class Scheduler:
         """From the router's InferenceRouted to now (engine submission)."""
         return max(0.0, self._wall() * 1000 - job.routed.occurred_at / 1000)
 
-    async def _deliver(self, event: Event, job: Job) -> None:
-        """Produce and await the ack, retrying while the broker is away: these events must not be skipped."""
+    async def _settle(self, events: Sequence[Event], job: Job) -> None:
+        """Close a request: the events that settle it in one fenced transaction (all or none, and
+        only while this worker owns its partition), then its final chunk, so a reader who sees the
+        stream end finds the reply and its usage on the log (DESIGN.md §5)."""
+        chunks = [e for e in events if isinstance(e, TokenChunk)]
+        settling = [e for e in events if not isinstance(e, TokenChunk)]
+        if settling:
+            await self._retrying(lambda: self._sink.commit(settling), job, "the settling transaction")
+        for chunk in chunks:
+            await self._deliver(chunk, job)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[object]], job: Job, what: str) -> None:
         delay = 0.5
         while True:
             try:
-                await self._sink.send(event)
+                await attempt()
                 return
             except BrokerUnavailable as exc:
                 log.warning(
-                    "closing event not acknowledged; retrying",
-                    extra=job.ids | {"event": type(event).__name__, "error": str(exc), "retry_in_s": delay},
+                    f"{what} not acknowledged; retrying",
+                    extra=job.ids | {"error": str(exc), "retry_in_s": delay},
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+
+    async def _deliver(self, event: Event, job: Job) -> None:
+        """Produce and await the ack, retrying while the broker is away: these events must not be skipped."""
+        await self._retrying(lambda: self._sink.send(event), job, type(event).__name__)
 
     async def _abort(self, job: Job, stop_on_error: bool = False) -> None:
         try:

@@ -53,6 +53,12 @@ class WorkerSettings:
         "Consumer-group session timeout: how long a worker that died without leaving keeps its partitions,"
         " stalling their replies (librdkafka's 45 s is too long for chat; the broker allows 6000 at the least)",
     )
+    transaction_timeout_ms: int = env(
+        "PARLEY_WORKER_TRANSACTION_TIMEOUT_MS",
+        10_000,
+        "Kafka transaction timeout of the closing events (workers/transactions.py): how long a transaction"
+        " its worker died inside holds back readers of its chat.events partition before the broker aborts it",
+    )
     cancel_memory_s: float = env(
         "PARLEY_WORKER_CANCEL_MEMORY_S", 60.0, "How long a cancel is remembered for a request that has not arrived yet"
     )
@@ -68,6 +74,10 @@ class WorkerSettings:
             raise ConfigError("PARLEY_WORKER_COALESCE_MS must be >= 0 and PARLEY_WORKER_COALESCE_TOKENS >= 1")
         if self.session_timeout_ms < 1000:
             raise ConfigError(f"PARLEY_WORKER_SESSION_TIMEOUT_MS must be at least 1000, got {self.session_timeout_ms}")
+        if self.transaction_timeout_ms < 1000:
+            raise ConfigError(
+                f"PARLEY_WORKER_TRANSACTION_TIMEOUT_MS must be at least 1000, got {self.transaction_timeout_ms}"
+            )
         if self.heartbeat_s <= 0:
             raise ConfigError(f"PARLEY_WORKER_HEARTBEAT_S must be positive, got {self.heartbeat_s}")
         if not self.worker_id:

@@ -1,21 +1,25 @@
 """Where a worker's events go: an interface, and the Kafka implementation.
 
-The scheduler needs two ways to produce: ``send_nowait`` for token chunks (in
-order, without waiting for each acknowledgement, so a slow ack never holds up
-the stream) and ``send`` for the events that end a generation (acknowledged
-one by one, because their order is the contract). Unit tests implement this
-interface in memory.
+The scheduler needs three ways to produce: ``send_nowait`` for token chunks
+(in order, without waiting for each acknowledgement, so a slow ack never holds
+up the stream), ``send`` for the final chunk (acknowledged before the request
+counts as finished), and ``commit`` for the events that settle a request
+(GenerationCompleted, UsageRecorded): one fenced transaction, so a worker that
+lost the request's partition can never land them (workers/transactions.py).
+Unit tests implement this interface in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message
 
 from parley.kafka import Delivered, EventProducer, ProduceFailed
 from schemas.events import Event
+from workers.transactions import TransactionalCommitter
 
 
 class EventSink(Protocol):
@@ -27,10 +31,17 @@ class EventSink(Protocol):
         """Produce ``event`` and wait for its ack; raises ``parley.errors.BrokerUnavailable`` when none comes."""
         ...
 
+    async def commit(self, events: Sequence[Event]) -> None:
+        """Write ``events`` all or none, only while this worker still owns their request's partition;
+        returns once they are committed. Raises ``workers.transactions.Fenced`` if this process was
+        replaced by another with its id."""
+        ...
+
 
 class KafkaSink:
-    def __init__(self, producer: EventProducer) -> None:
+    def __init__(self, producer: EventProducer, committer: TransactionalCommitter) -> None:
         self._producer = producer
+        self._committer = committer
 
     def send_nowait(self, event: Event) -> asyncio.Future[Delivered]:
         loop = asyncio.get_running_loop()
@@ -45,6 +56,9 @@ class KafkaSink:
 
     async def send(self, event: Event) -> Delivered:
         return await self.send_nowait(event)
+
+    async def commit(self, events: Sequence[Event]) -> None:
+        await self._committer.commit(events)
 
 
 def _resolve(fut: asyncio.Future[Delivered], err: KafkaError | None, msg: Message) -> None:

@@ -1,13 +1,13 @@
 """The inference worker process: Kafka in, one engine, Kafka out (DESIGN.md §1, ``workers/<pool>``).
 
-    chat.inference.<pool> ──Intake (group workers.<pool>)──▶ Scheduler ──engine──▶ chat.tokens,
-                                                                                chat.events, chat.usage
+    chat.inference.<pool> ──Intake (group workers.<pool>)──▶ Scheduler ──engine──▶ chat.tokens
+                                           └─ TransactionalCommitter: offsets + chat.events, chat.usage
     chat.control (every partition, no group) ──ControlListener──▶ Scheduler.cancel
     inherited records ──Recovery (chat.tokens, chat.events, chat.usage by timestamp)──▶ skip | resume | fresh
     every heartbeat_s ──▶ fleet.heartbeats
 
-Four loops share one event loop: intake, control, heartbeats, and the wait
-for a stop signal. The pure parts (template, coalescing, watermarks, cancel
+Five loops share one event loop: intake, control, heartbeats, the committer's
+transactions, and the wait for a stop signal. The pure parts (template, coalescing, watermarks, cancel
 memory, closing events) live in their own modules; this one only wires them.
 """
 
@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings, from_env
+from schemas.catalog import inference_topic
 from schemas.events import InferenceRouted
 from workers.control import ControlListener
 from workers.engine_api import EngineClient, EngineLoad
@@ -30,6 +31,7 @@ from workers.recovery import HistoryReader, Recovery
 from workers.scheduler import Scheduler
 from workers.settings import WorkerSettings
 from workers.sink import KafkaSink
+from workers.transactions import TransactionalCommitter
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,12 @@ async def run_worker(
         engine = SGLangClient(worker.engine_url)
     control = await asyncio.to_thread(ControlListener, kafka, worker.cancel_memory_s)
     producer = EventProducer(kafka)
-    sink = KafkaSink(producer)
+    # Under the topic prefix: stacks sharing a cluster never rebalance each other's workers.
+    group = kafka.topic_prefix + worker.group
+    committer = TransactionalCommitter(
+        kafka, f"{group}.{worker.worker_id}", inference_topic(worker.pool), worker.transaction_timeout_ms
+    )
+    sink = KafkaSink(producer, committer)
     intake: Intake | None = None
 
     def finished(partition: int, offset: int) -> None:
@@ -58,12 +65,11 @@ async def run_worker(
 
     scheduler = Scheduler(worker, engine, sink, on_finished=finished, recover=Recovery(HistoryReader(kafka)))
     scheduler.model = await _model_of(engine, worker)
-    # Under the topic prefix: stacks sharing a cluster never rebalance each other's workers.
-    group = kafka.topic_prefix + worker.group
     intake = Intake(
-        kafka, worker.pool, group, producer, scheduler.abandon, session_timeout_ms=worker.session_timeout_ms,
-        client_id=worker.worker_id,
+        kafka, worker.pool, group, producer, scheduler.abandon, committer.commit_offsets,
+        session_timeout_ms=worker.session_timeout_ms, client_id=worker.worker_id,
     )
+    await committer.start(intake)
     log.info(
         "worker started",
         extra={"worker_id": worker.worker_id, "pool": worker.pool, "group": group, "model": scheduler.model},
@@ -73,6 +79,7 @@ async def run_worker(
         asyncio.create_task(_intake_loop(intake, scheduler, stop, closing), name="intake"),
         asyncio.create_task(_control_loop(control, scheduler, closing), name="control"),
         asyncio.create_task(_heartbeat_loop(worker, engine, scheduler, sink, intake, closing), name="heartbeats"),
+        committer.task,  # ends only by failing: another process took this worker's transactional id
     ]
     failed: BaseException | None = None
     try:
@@ -88,12 +95,13 @@ async def run_worker(
         await scheduler.drain(worker.drain_timeout_s)
     finally:
         closing.set()
-        await asyncio.gather(*loops, return_exceptions=True)
+        await asyncio.gather(*loops[:-1], return_exceptions=True)
         # Every chunk of what was handed back is on the log before the partitions move: the next
         # owner's lookup (workers/recovery.py) then resumes after all of it.
         await asyncio.to_thread(producer.flush, 10.0)
         await intake.close()  # commits what finished and leaves the group, handing partitions over at once
         await asyncio.to_thread(control.close)
+        await committer.close()
         await _send_heartbeat(scheduler, sink, intake=None, load=None)
         await asyncio.to_thread(producer.close)
         if owns_engine:

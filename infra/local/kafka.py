@@ -29,7 +29,7 @@ def service(cfg: LocalInfraSettings) -> JvmService:
         pom=POM,
         main_class=MAIN,
         home=home,
-        ports=(cfg.kafka_port, cfg.kafka_controller_port),
+        ports=(cfg.kafka_port, cfg.kafka_controller_port, *([cfg.kafka_side_port] if cfg.kafka_side_port else [])),
         jvm_options=(
             f"-Xms{cfg.kafka_heap}",
             f"-Xmx{cfg.kafka_heap}",
@@ -48,15 +48,24 @@ def service(cfg: LocalInfraSettings) -> JvmService:
 
 
 def server_properties(cfg: LocalInfraSettings, home: Path) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.kafka_controller_port}"
+    advertised = f"PLAINTEXT://127.0.0.1:{cfg.kafka_port}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if cfg.kafka_side_port:
+        # Clients that bootstrap here are told the broker is at the advertised port: a test's proxy
+        # in front of it carries all their traffic, and only theirs.
+        listeners += f",SIDE://127.0.0.1:{cfg.kafka_side_port}"
+        advertised += f",SIDE://127.0.0.1:{cfg.kafka_side_advertised_port or cfg.kafka_side_port}"
+        protocols += ",SIDE:PLAINTEXT"
     return f"""# Written by infra/local/kafka.py; edits are overwritten on start.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{cfg.kafka_controller_port}
-listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.kafka_controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port}
+listeners={listeners}
+advertised.listeners={advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map={protocols}
 log.dirs={home / 'data'}
 # One node: every internal topic has one replica.
 offsets.topic.replication.factor=1

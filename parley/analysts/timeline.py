@@ -4,8 +4,8 @@ the offset after the last archived one, so the boundary has no gap and no duplic
 A time window means the same on both sides: a partition's part starts at its first record
 timestamped at or after ``since`` (Kafka: ``offsets_for_times``) and stops before its first
 record timestamped after ``until``. ``TimelineStats`` says, per partition, where the Kafka
-part started (the lookup), what was read from where, and any hole: offsets that neither the
-archive nor the brokers still hold (retention ran before ``parley archive`` did).
+part started (the lookup), what was read from where, and any hole: offsets after the archive
+that the brokers no longer hold (retention ran before ``parley archive`` did).
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ class PartitionStats:
     last_offset: int | None = None
     first_kafka_offset: int | None = None
     duplicates: int = 0  # records read twice and dropped (the merge makes none)
-    holes: int = 0  # offsets skipped inside the read (lost to retention; compaction, on compacted topics)
+    # Offsets after the archive that the brokers no longer hold (retention ran before the archive
+    # did). Gaps between records read are not holes: a transaction's commit marker takes an offset
+    # and is never delivered, nor are an aborted transaction's records (DESIGN.md §5).
+    holes: int = 0
 
     def see(self, offset: int) -> bool:
         """Count ``offset``; False when it is not past the last one (a duplicate, dropped)."""
-        if self.last_offset is not None:
-            if offset <= self.last_offset:
-                self.duplicates += 1
-                return False
-            if offset > self.last_offset + 1:
-                self.holes += 1
+        if self.last_offset is not None and offset <= self.last_offset:
+            self.duplicates += 1
+            return False
         if self.first_offset is None:
             self.first_offset = offset
         self.last_offset = offset
@@ -119,6 +119,9 @@ def read(
             # Kafka takes over after the last archived offset, wherever the window put the archive's part.
             starts[(span.topic, span.partition)] = segs[-1].last + 1
             st.kafka_start = max(span.start, segs[-1].last + 1)
+            # Retention deletes whole segments from the start: a partition whose oldest offset is past
+            # the archive's next one lost records in between (or, at worst, only a commit marker).
+            st.holes = max(0, span.low - (segs[-1].last + 1))
         for raw in logread.read(consumer, kafka, spans, starts=starts, on_batch=on_batch):
             st = stats.partitions[(raw.topic, raw.partition)]
             if st.see(raw.offset):

@@ -295,7 +295,9 @@ def test_the_session_replays_into_exactly_its_turns_reports_and_rebuilds(session
     assert all(p.duplicates == 0 and p.holes == 0 for p in parts), [vars(p) for p in parts if p.duplicates or p.holes]
     for p in parts:
         if p.archive_records and p.kafka_records:
-            assert p.first_kafka_offset == archive.segments(location, p.topic)[p.partition][-1].last + 1
+            # Kafka's part starts right after the archive's last record: at the next offset, or one past
+            # a transaction's commit marker there (it takes an offset, and is never delivered).
+            assert 1 <= p.first_kafka_offset - archive.segments(location, p.topic)[p.partition][-1].last <= 2
 
     # ---- 5. rebuild from archive + log into an empty keyspace: row for row the live one
     target = replace(cassandra, keyspace=f"{cassandra.keyspace}_rebuilt")

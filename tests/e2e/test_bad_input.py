@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from parley.client import ParleyClient
-from parley.consumer import poll_batch
+from parley.consumer import read_until
 from parley.partitioning import partition_for
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -79,18 +79,12 @@ def _events_of(kafka, topic: str, conversation_id: str) -> int:
     partition = partition_for(conversation_id, TOPICS[topic].partitions)
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"bad-input-{uuid.uuid4().hex[:6]}"})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)
+        low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)
         consumer.assign([TopicPartition(name, partition, 0)])
-        count, position = 0, 0
-        deadline = time.monotonic() + 60
-        while position < high:
-            assert time.monotonic() < deadline, f"could not read {name}[{partition}] to its end"
-            for msg in poll_batch(consumer, 500, 0.5):
-                if msg.error():
-                    continue
-                position = msg.offset() + 1
-                event = codec.decode(msg.value())
-                count += getattr(event, "conversation_id", None) == conversation_id
+        count = 0
+        for msg in read_until(consumer, {(name, partition): high} if high > low else {}, 60):
+            event = codec.decode(msg.value())
+            count += getattr(event, "conversation_id", None) == conversation_id
         return count
     finally:
         consumer.close()

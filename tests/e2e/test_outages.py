@@ -30,7 +30,7 @@ from infra.local import stack as local_stack
 from parley import isolated
 from parley.cassandra import connect
 from parley.client import ApiError, ParleyClient, SseEvent, parse_sse
-from parley.consumer import poll_batch
+from parley.consumer import read_until
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -196,21 +196,14 @@ def log_events(kafka: KafkaSettings, conversation_ids: set[str]) -> list[Event]:
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"outage-{uuid.uuid4().hex[:6]}"})
     topic = kafka.topic("chat.events")
     parts = range(TOPICS["chat.events"].partitions)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     out: list[Event] = []
-    seen = {p: 0 for p in parts}
-    deadline = time.monotonic() + DEADLINE
     try:
-        while any(seen[p] < ends[p] for p in parts):
-            assert time.monotonic() < deadline, "could not read chat.events to its end"
-            for msg in poll_batch(consumer, 500, 0.5):
-                if msg.error():
-                    continue
-                seen[msg.partition()] = msg.offset() + 1
-                event = codec.decode(msg.value())
-                if getattr(event, "conversation_id", None) in conversation_ids:
-                    out.append(event)
+        for msg in read_until(consumer, {(topic, p): high for p, (low, high) in marks.items() if high > low}, DEADLINE):
+            event = codec.decode(msg.value())
+            if getattr(event, "conversation_id", None) in conversation_ids:
+                out.append(event)
         return out
     finally:
         consumer.close()

@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from parley import isolated
 from parley.client import ParleyClient, parse_sse
-from parley.consumer import poll_batch
+from parley.consumer import read_until
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.topology import GATEWAY
 from schemas import codec
@@ -191,19 +191,12 @@ def _usage_events(kafka: KafkaSettings) -> list[UsageRecorded]:
     try:
         parts = [TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS["chat.usage"].partitions)]
         c.assign(parts)
-        ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
-        seen = {p: 0 for p in ends}
+        marks = {p.partition: c.get_watermark_offsets(p, timeout=10) for p in parts}
         out: list[UsageRecorded] = []
-        deadline = time.monotonic() + 60
-        while any(seen[p] < ends[p] for p in ends):
-            assert time.monotonic() < deadline, "could not read chat.usage to its end"
-            for msg in poll_batch(c, 500, 1.0):
-                if msg.error():
-                    continue
-                seen[msg.partition()] = msg.offset() + 1
-                event = codec.decode(msg.value())
-                if isinstance(event, UsageRecorded):
-                    out.append(event)
+        for msg in read_until(c, {(name, p): high for p, (low, high) in marks.items() if high > low}, 60):
+            event = codec.decode(msg.value())
+            if isinstance(event, UsageRecorded):
+                out.append(event)
         return out
     finally:
         c.close()

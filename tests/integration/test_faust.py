@@ -1,5 +1,5 @@
 """A faust-streaming agent (aiokafka underneath) consumes and produces through real Kafka 4.x,
-and dead-letters poison through the shared DLQ shape."""
+reads committed records only, and dead-letters poison through the shared DLQ shape."""
 
 from __future__ import annotations
 
@@ -36,9 +36,17 @@ def _read(kafka: KafkaSettings, topic: str, want: int, timeout: float, key: byte
     return out
 
 
-def test_faust_agent_relays_events_and_dead_letters_poison(kafka: KafkaSettings, tmp_path: Path) -> None:
+def test_faust_agent_relays_committed_events_and_dead_letters_poison(kafka: KafkaSettings, tmp_path: Path) -> None:
     cid = str(uuid.uuid4())
     events = [GenerationCancelRequested(conversation_id=cid, user_id="u", request_id=f"r{i}", reason="user") for i in range(5)]
+    # An aborted transaction's record first (what a fenced worker leaves): the agent must never see it.
+    fenced = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex[:6]}"})
+    fenced.init_transactions(30)
+    fenced.begin_transaction()
+    voided = GenerationCancelRequested(conversation_id=cid, user_id="u", request_id="aborted", reason="user")
+    fenced.produce(kafka.topic("chat.control"), key=voided.key, value=codec.encode(voided))
+    fenced.flush(30)
+    fenced.abort_transaction(30)
     raw = Producer({"bootstrap.servers": kafka.bootstrap})
     raw.produce(kafka.topic("chat.control"), key=cid.encode(), value=b"\x00poison")
     for e in events:

@@ -27,13 +27,17 @@ def settings(**kw: object) -> EngineSettings:
 
 
 async def run(backend: TorchBackend, prompts: list[str], lengths: list[int], stagger: bool) -> list[Progress]:
+    # Staggered: each request joins once the one before it has its first token, so it joins a batch
+    # in flight (a fixed sleep raced the tiny model: on an idle machine the first one was already done).
+    started = [asyncio.Event() for _ in prompts]
+
     async def one(i: int) -> Progress:
-        if stagger:
-            await asyncio.sleep(0.01 * i)
+        if stagger and i > 0:
+            await started[i - 1].wait()
         gen = GenerateInput(f"r{i}", prompts[i], Sampling(max_new_tokens=lengths[i], temperature=0.0, ignore_eos=True), True)
         last = None
         async for last in backend.submit(gen).progress():
-            pass
+            started[i].set()
         assert last is not None
         return last
 

@@ -2,14 +2,15 @@
 
 The sink acknowledges each event one event-loop step after it was produced,
 like a broker would, and logs both, so the tests can check the contract
-order: every chunk, then GenerationCompleted acknowledged before the final
-chunk is produced, then UsageRecorded, and only then on_finished.
+order: every chunk, then GenerationCompleted and UsageRecorded committed
+together (one transaction) before the final chunk is produced, and only then
+on_finished.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +60,25 @@ class MemorySink:
 
     async def send(self, event: Event) -> Any:
         return await self.send_nowait(event)
+
+    async def commit(self, events: Sequence[Event]) -> None:
+        """All or none, like a transaction: each logged as produced, then all acknowledged together."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.log.extend(("produce", e) for e in events)
+        failing = [e for e in events if self.failures.get(type(e), 0) > 0]
+
+        def ack() -> None:
+            if failing:
+                for e in failing:
+                    self.failures[type(e)] -= 1
+                fut.set_exception(ProduceFailed("broker away"))
+            else:
+                self.log.extend(("ack", e) for e in events)
+                fut.set_result(None)
+
+        loop.call_soon(ack)
+        await fut
 
     def acked(self, request_id: str) -> list[Event]:
         return [e for what, e in self.log if what == "ack" and getattr(e, "request_id", None) == request_id]
@@ -139,13 +159,13 @@ async def test_a_generation_streams_coalesced_chunks_then_closes_in_contract_ord
     usage = next(e for e in h.sink.acked("r1") if isinstance(e, UsageRecorded))
     assert usage.finish_reason == "stop" and usage.queue_ms > 0
 
-    # The order: every chunk acked before GenerationCompleted is produced; it is acked before the final
-    # chunk is produced; that before UsageRecorded; on_finished only after the last ack.
+    # The order: every chunk acked before GenerationCompleted is produced; it and UsageRecorded are
+    # committed together before the final chunk is produced; on_finished only after the last ack.
     log = h.sink
     assert max(log.index("ack", c) for c in stream) < log.index("produce", completed)
-    assert log.index("ack", completed) < log.index("produce", final)
-    assert log.index("ack", final) < log.index("produce", usage)
-    assert log.index("ack", usage) < h.sink_at_finish[(0, 7)]
+    assert log.index("produce", usage) < log.index("ack", completed) == log.index("ack", usage) - 1
+    assert log.index("ack", usage) < log.index("produce", final)
+    assert log.index("ack", final) < h.sink_at_finish[(0, 7)]
 
 
 async def test_the_engine_gets_the_rendered_prompt_under_the_attempts_rid() -> None:

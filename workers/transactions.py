@@ -1,0 +1,310 @@
+"""A worker's closing events in Kafka transactions, fenced by its consumer-group generation (KIP-447).
+
+The zombie this prevents: a worker that lost its partitions without knowing it
+yet (paused, cut off from the broker while its session expired) still holds
+finished generations. Another member took the partitions over, looked the
+requests up (workers/recovery.py) and resumed them as the next attempt; when
+the first worker wakes up, its buffered GenerationCompleted would land too,
+and the log would hold two completions for one reply.
+
+So the events that settle a request (GenerationCompleted on chat.events,
+UsageRecorded on chat.usage) are written only inside a transaction that also
+commits the worker's offsets of ``chat.inference.<pool>`` with its consumer's
+group metadata (``send_offsets_to_transaction``):
+
+* the group coordinator refuses that offset commit from a member whose
+  generation is stale (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID), the
+  transaction is aborted, and nothing of it is ever read: every reader of
+  chat.events and chat.usage is ``read_committed``;
+* a new owner's consumer fetches its start offsets with ``require_stable``
+  (librdkafka does in ``read_committed``), so while a transaction of the old
+  owner with offsets of that partition is pending, the new owner does not
+  start; whatever the old owner commits is on the log before the new owner
+  reads the request and looks it up.
+
+The group's offsets are committed only here, never by the consumer itself:
+with every transaction, in an offsets-only one when partitions are revoked
+or the worker closes, and a second after the last closing if the watermark
+moved since. One transaction at a time; every closing waiting when one starts
+goes into it. Token chunks stay outside (workers/sink.py): a transaction open
+on a chat.tokens partition would hold back every live stream behind it.
+
+All producer calls run on one thread of this module's own (they block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from parley.kafka import producer_config
+from parley.settings import KafkaSettings
+from schemas import catalog, codec
+from schemas.events import Event
+
+log = logging.getLogger(__name__)
+
+#: With nothing to close for this long, a moved watermark is committed on its own.
+IDLE_COMMIT_S = 1.0
+#: A transaction still in the producer after this many call timeouts is stuck (see _in_thread).
+WEDGED_CALLS = 8
+#: First pause before a batch whose transaction was aborted is tried again; doubles up to MAX_RETRY_S.
+RETRY_S = 0.2
+MAX_RETRY_S = 5.0
+
+
+class GroupView(Protocol):
+    """What the committer needs of the worker's group member (workers/intake.py)."""
+
+    def positions(self) -> dict[int, int]:
+        """Partition → commit position (first unfinished offset), for the partitions owned now."""
+        ...
+
+    def group_metadata(self) -> Any:
+        """The consumer's ``consumer_group_metadata()``: member id and generation."""
+        ...
+
+
+class Aborted(Exception):
+    """The transaction was aborted; nothing of it will ever be read. The batch may be tried again."""
+
+
+class Fenced(Exception):
+    """Another producer took this worker's transactional id: this process is the zombie and must stop."""
+
+
+@dataclass(eq=False)
+class _Closing:
+    events: tuple[Event, ...]
+    done: asyncio.Future[None]
+
+
+class TransactionalCommitter:
+    def __init__(self, kafka: KafkaSettings, transactional_id: str, offsets_topic: str, timeout_ms: int) -> None:
+        self._kafka = kafka
+        self._offsets_topic = kafka.topic(offsets_topic)
+        self._timeout_s = timeout_ms / 1000
+        config = producer_config(
+            kafka,
+            **{
+                # Stable per worker: a restarted worker aborts whatever its previous incarnation left open.
+                "transactional.id": transactional_id,
+                # How long a transaction left open (its worker died inside it) holds back readers of its
+                # partitions before the coordinator aborts it; deliveries must fit inside it.
+                "transaction.timeout.ms": timeout_ms,
+                "delivery.timeout.ms": timeout_ms,
+                "linger.ms": 0,  # flushed at once anyway: the batch is whatever waited for the last one
+            },
+        )
+        self._config = config
+        self._producer = Producer(config)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transactions")
+        self._wedged: list[tuple[Producer, ThreadPoolExecutor]] = []  # kept alive: a thread is still inside
+        # Each blocking call's own bound; a whole transaction (and its abort) fits inside WEDGED_CALLS of them.
+        self._call_s = min(3.0, self._timeout_s)
+        self._group: GroupView | None = None
+        self._pending: list[_Closing] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._committed: dict[int, int] = {}  # positions the last transaction committed (committer thread)
+        self.transactions = 0
+        self.aborted = 0
+
+    # ------------------------------------------------------------ event-loop side
+
+    async def start(self, group: GroupView) -> None:
+        self._group = group
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._init)
+        self._task = asyncio.create_task(self._run(), name="transactions")
+
+    @property
+    def task(self) -> asyncio.Task[None]:
+        """Ends only by failing (Fenced): the worker watches it like its other loops."""
+        assert self._task is not None
+        return self._task
+
+    async def commit(self, events: Sequence[Event]) -> None:
+        """Write ``events`` in a fenced transaction; returns once committed.
+
+        Tried again (with fresh group metadata) after every abort, for as long as the caller waits:
+        a job whose partition is revoked or lost is cancelled (Scheduler.abandon), and what it
+        waited to write is then left out of the next transaction.
+        """
+        closing = _Closing(tuple(events), asyncio.get_running_loop().create_future())
+        self._pending.append(closing)
+        self._wake.set()
+        await closing.done  # a cancelled caller cancels it: the next batch leaves it out
+
+    def commit_offsets(self) -> None:
+        """An offsets-only transaction now, from the intake thread (revocation, close); waits for it."""
+        try:
+            self._executor.submit(self._transact, ()).result(timeout=WEDGED_CALLS * self._call_s)
+        except Exception as exc:  # the next owner redelivers from the last committed position: looked up, not lost
+            log.warning("offsets not committed", extra={"error": repr(exc)})
+
+    async def close(self) -> None:
+        """Stop batching. Nothing is left to flush (every write is inside a transaction that either
+        committed or will be aborted), so a committer thread still waiting on an absent broker is
+        not waited for."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = RETRY_S
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), IDLE_COMMIT_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            batch = [c for c in self._pending if not c.done.done()]  # cancelled: its partition went elsewhere
+            self._pending.clear()
+            events = tuple(e for c in batch for e in c.events)
+            try:
+                await self._in_thread(events)
+            except Aborted as exc:
+                self.aborted += 1
+                log.warning(
+                    "transaction aborted; trying again",
+                    extra={"closings": len(batch), "error": str(exc), "retry_in_s": delay},
+                )
+                self._pending[:0] = batch
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_S)
+                self._wake.set()
+                continue
+            except Fenced as exc:
+                log.error(
+                    "the transactional producer failed for good (fenced: is another worker running with this"
+                    " PARLEY_WORKER_ID?); stopping",
+                    extra={"error": str(exc)},
+                )
+                for c in batch + self._pending:
+                    if not c.done.done():
+                        c.done.set_exception(exc)
+                raise
+            delay = RETRY_S
+            for c in batch:
+                if not c.done.done():
+                    c.done.set_result(None)
+
+    async def _in_thread(self, events: tuple[Event, ...]) -> None:
+        """``_transact`` on the committer thread, with a watchdog.
+
+        librdkafka's ``send_offsets_to_transaction`` can block past its timeout, for good, when
+        its cached group coordinator went away (a broker restart: librdkafka issues #5456, #5511;
+        seen here in tests/e2e/test_outages.py). A producer stuck that long is replaced by a new
+        one with the same transactional id, whose ``init_transactions`` aborts what the stuck
+        one had open and fences it; the batch is then tried again.
+        """
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self._executor, self._transact, events)
+        work.add_done_callback(lambda f: f.cancelled() or f.exception())  # a stuck call's late end: seen, dropped
+        try:
+            await asyncio.wait_for(asyncio.shield(work), WEDGED_CALLS * self._call_s)
+        except TimeoutError:
+            log.error("the transactional producer is stuck in a call; replacing it", extra={"after_s": WEDGED_CALLS * self._call_s})
+            self._wedged.append((self._producer, self._executor))
+            self._producer = Producer(self._config)
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transactions")
+            self._committed = {}
+            await loop.run_in_executor(self._executor, self._init)
+            raise Aborted("the stuck producer was replaced") from None
+
+    # ------------------------------------------------------------ committer thread
+
+    def _init(self) -> None:
+        deadline = time.monotonic() + 120.0
+        while True:
+            try:
+                self._producer.init_transactions(self._timeout_s)
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.fatal() or not err.retriable() or time.monotonic() > deadline:
+                    raise
+                log.warning("transactions not initialised yet; retrying", extra={"error": err.name()})
+
+    def _transact(self, events: tuple[Event, ...]) -> None:
+        """One transaction: ``events`` and the owned partitions' positions, or nothing at all."""
+        assert self._group is not None
+        positions = self._group.positions()
+        if not events and (not positions or positions == self._committed):
+            return
+        if not positions:
+            raise Aborted("no partition is owned: nothing to fence the transaction with")
+        offsets = [TopicPartition(self._offsets_topic, part, pos) for part, pos in sorted(positions.items())]
+        metadata = self._group.group_metadata()
+        p = self._producer
+        try:
+            p.begin_transaction()
+            for event in events:
+                self._produce(p, event)
+            # Flushed first: left to commit_transaction, the commit waited ~100 ms for the batch's records.
+            if p.flush(self._call_s) > 0:
+                raise Aborted("records of the transaction were not delivered in time")
+            self._retrying(lambda: p.send_offsets_to_transaction(offsets, metadata, self._call_s))
+            self._retrying(lambda: p.commit_transaction(self._call_s))
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal():
+                raise Fenced(err.name()) from exc
+            self._abort(p)
+            raise Aborted(err.name()) from exc
+        except Aborted:
+            self._abort(p)
+            raise
+        self.transactions += 1
+        self._committed = positions
+
+    def _produce(self, p: Producer, event: Event) -> None:
+        while True:
+            try:
+                p.produce(self._kafka.topic(catalog.topic_name_for(event)), value=codec.encode(event), key=event.key)
+                return
+            except BufferError:
+                p.poll(0.1)
+
+    def _retrying(self, call: Any) -> None:
+        """A transactional call, again while its error is retriable and needs no abort."""
+        deadline = time.monotonic() + self._call_s
+        while True:
+            try:
+                call()
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or err.txn_requires_abort() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _abort(self, p: Producer) -> None:
+        """Abort the open transaction; a retriable failure (broker away) is tried again for a while.
+        One still open after that is aborted by the next transaction's attempt (begin fails first)."""
+        deadline = time.monotonic() + 2 * self._call_s
+        while True:
+            try:
+                p.abort_transaction(self._call_s)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal():
+                    raise Fenced(err.name()) from exc
+                if not err.retriable():
+                    if err.code() == KafkaError._STATE:  # nothing open to abort
+                        return
+                    raise Fenced(f"abort failed: {err.name()}") from exc
+                if time.monotonic() > deadline:
+                    raise Aborted(f"abort still pending: {err.name()}") from exc
+                time.sleep(0.2)
