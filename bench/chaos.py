@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import signal
@@ -75,6 +76,7 @@ class Turn:
     resumed: int = 0
     text: str = ""
     late: bool = False  # the client gave up and a reload after the storm was tried
+    seen: list[tuple[str, str, str]] = field(default_factory=list)  # (gateway, SSE id, event) for a post-mortem
 
 
 @dataclass
@@ -200,6 +202,7 @@ class Clients:
                             break
                         raise httpx.TransportError(f"HTTP {response.status_code}")  # 404 (not materialised yet), 429, 5xx
                     async for e in parse_sse(response.aiter_lines()):
+                        t.seen.append((str(gw), e.id or "", f"delta {len(e.data.get('text', ''))}" if e.event == "delta" else f"{e.event} {e.data}"[:300]))
                         if e.id:
                             cursor = e.id
                         if e.event == "message":
@@ -362,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(finish_late(clients, late))
             finally:
                 asyncio.run(clients.close())
-        return summarise(args, turns, marks, chaos, report, undecodable, compare_text(inner, turns))
+        text = compare_text(inner, turns, infra.data_dir / "streamed-vs-stored.jsonl")
+        return summarise(args, turns, marks, chaos, report, undecodable, text)
     finally:
         if inner is not None:
             inner.stop()
@@ -371,10 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logs and Kafka data of this run: {infra.data_dir}")
 
 
-def compare_text(inner: isolated.IsolatedStack, turns: list[Turn]) -> Counter[str]:
+def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) -> Counter[str]:
     """Each completed turn's streamed text against its stored reply: equal, missing its opening
-    (the stored text ends with what was streamed), or otherwise different."""
+    (the stored text ends with what was streamed), or otherwise different. The different ones are
+    written to ``out`` (synthetic text, ids, the SSE events the client saw) for a post-mortem."""
     found: Counter[str] = Counter()
+    different = []
     for t in turns:
         if t.outcome != "done" or not t.cid:
             continue
@@ -387,8 +393,13 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn]) -> Counter[st
             found["equal"] += 1
         elif stored.endswith(t.text):
             found["opening_missing"] += 1
+            different.append({"kind": "opening_missing", "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
         else:
             found["different"] += 1
+            different.append({"kind": "different", "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
+    if different:
+        out.write_text("\n".join(json.dumps(d) for d in different) + "\n")
+        print(f"  streamed ≠ stored: {len(different)} written to {out}")
     return found
 
 

@@ -73,7 +73,16 @@ class GroupView(Protocol):
 
 
 class Aborted(Exception):
-    """The transaction was aborted; nothing of it will ever be read. The batch may be tried again."""
+    """The transaction was aborted; nothing of it will ever be read. The batch may be tried again.
+    ``cut_off``: it failed for want of a broker; the producer is replaced before the next try."""
+
+    def __init__(self, reason: str, cut_off: bool = False) -> None:
+        super().__init__(reason)
+        self.cut_off = cut_off
+
+
+#: Errors that mean the broker was out of reach (down, restarting, a network partition).
+_CUT_OFF = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT}
 
 
 class Fenced(Exception):
@@ -106,7 +115,8 @@ class TransactionalCommitter:
         self._config = config
         self._producer = Producer(config)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transactions")
-        self._wedged: list[tuple[Producer, ThreadPoolExecutor]] = []  # kept alive: a thread is still inside
+        # Replaced producers, kept alive: a thread may still be inside one (freed with the process).
+        self._wedged: list[tuple[Producer, ThreadPoolExecutor]] = []
         # Each blocking call's own bound; a whole transaction (and its abort) fits inside WEDGED_CALLS of them.
         self._call_s = min(3.0, self._timeout_s)
         self._group: GroupView | None = None
@@ -179,6 +189,10 @@ class TransactionalCommitter:
                     "transaction aborted; trying again",
                     extra={"closings": len(batch), "error": str(exc), "retry_in_s": delay},
                 )
+                if exc.cut_off:
+                    # After a broker restart librdkafka's cached coordinators can leave the next
+                    # send_offsets_to_transaction blocked for good (see _in_thread): start afresh.
+                    await self._replace()
                 self._pending[:0] = batch
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_S)
@@ -216,24 +230,31 @@ class TransactionalCommitter:
         except TimeoutError:
             log.error("the transactional producer is stuck in a call; replacing it", extra={"after_s": WEDGED_CALLS * self._call_s})
             self._wedged.append((self._producer, self._executor))
-            self._producer = Producer(self._config)
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transactions")
-            self._committed = {}
-            await loop.run_in_executor(self._executor, self._init)
+            await self._replace(stuck=True)
             raise Aborted("the stuck producer was replaced") from None
+
+    async def _replace(self, stuck: bool = False) -> None:
+        """A new producer with the same transactional id: its init aborts and fences the old one."""
+        if not stuck:
+            self._wedged.append((self._producer, self._executor))  # an offsets commit may still run on it
+        self._executor.shutdown(wait=False)
+        self._producer = Producer(self._config)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transactions")
+        self._committed = {}
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._init)
 
     # ------------------------------------------------------------ committer thread
 
     def _init(self) -> None:
-        deadline = time.monotonic() + 120.0
+        """``init_transactions``, for as long as the broker is away (nothing can commit meanwhile)."""
         while True:
             try:
                 self._producer.init_transactions(self._timeout_s)
                 return
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
-                if err.fatal() or not err.retriable() or time.monotonic() > deadline:
-                    raise
+                if err.fatal() or not err.retriable():
+                    raise Fenced(f"init_transactions failed: {err.name()}") from exc
                 log.warning("transactions not initialised yet; retrying", extra={"error": err.name()})
 
     def _transact(self, events: tuple[Event, ...]) -> None:
@@ -253,7 +274,7 @@ class TransactionalCommitter:
                 self._produce(p, event)
             # Flushed first: left to commit_transaction, the commit waited ~100 ms for the batch's records.
             if p.flush(self._call_s) > 0:
-                raise Aborted("records of the transaction were not delivered in time")
+                raise Aborted("records of the transaction were not delivered in time", cut_off=True)
             self._retrying(lambda: p.send_offsets_to_transaction(offsets, metadata, self._call_s))
             self._retrying(lambda: p.commit_transaction(self._call_s))
         except KafkaException as exc:
@@ -261,7 +282,7 @@ class TransactionalCommitter:
             if err.fatal():
                 raise Fenced(err.name()) from exc
             self._abort(p)
-            raise Aborted(err.name()) from exc
+            raise Aborted(err.name(), cut_off=err.code() in _CUT_OFF) from exc
         except Aborted:
             self._abort(p)
             raise
@@ -306,5 +327,5 @@ class TransactionalCommitter:
                         return
                     raise Fenced(f"abort failed: {err.name()}") from exc
                 if time.monotonic() > deadline:
-                    raise Aborted(f"abort still pending: {err.name()}") from exc
+                    raise Aborted(f"abort still pending: {err.name()}", cut_off=True) from exc
                 time.sleep(0.2)
