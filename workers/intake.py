@@ -124,6 +124,7 @@ class Intake:
         self._owned: set[int] = set()
         self._positions: dict[int, int] = {}  # owned partition → commit position (the first unfinished offset)
         self._commit_offsets = commit_offsets
+        self._metadata: Any = None  # consumer_group_metadata(), refreshed on the intake thread
         self._tracker = OffsetTracker()  # touched only on the intake thread
         self._paused = False
         #: partition → its end offset when assigned (None: unknown, asked again on the next record)
@@ -161,7 +162,13 @@ class Intake:
             return dict(self._positions)
 
     def group_metadata(self) -> Any:
-        return self._consumer.group_metadata()
+        """The member's group metadata as of the last poll or rebalance (None before the first).
+
+        Read on the intake thread and handed over: confluent-kafka serialises calls on one
+        consumer, so asking it from the committer's thread waited on the intake's polls
+        (bench.pipeline: a reply's close went from 6 ms to ~0.5 s)."""
+        with self._lock:
+            return self._metadata
 
     def finished(self, partition: int, offset: int) -> None:
         """A request's closing events are acknowledged; its offset may count as done."""
@@ -189,7 +196,13 @@ class Intake:
             self._consumer.pause_all()
             self._paused = True
         deliveries = self._consumer.poll(timeout=POLL_S, max_records=max_records)
+        self._refresh_metadata()
         return self._register(deliveries)
+
+    def _refresh_metadata(self) -> None:
+        metadata = self._consumer.group_metadata()
+        with self._lock:
+            self._metadata = metadata
 
     def _register(self, deliveries: list[Delivery]) -> list[Taken]:
         """Start what was polled in offset order; dead-lettered records finish at once."""
@@ -246,6 +259,7 @@ class Intake:
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ps = [tp.partition for tp in partitions]
+        self._refresh_metadata()  # the new generation, before any record of it is taken
         with self._lock:
             self._owned.update(ps)
         for p in ps:
@@ -255,6 +269,7 @@ class Intake:
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ps = [tp.partition for tp in partitions]
+        self._refresh_metadata()
         self._stop_jobs(ps)
         self._apply_finished()
         committed = {p: pos for p, pos in self.positions().items() if p in ps}
