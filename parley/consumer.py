@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -86,6 +87,44 @@ def read_until(consumer: Consumer, ends: dict[tuple[str, int], int], timeout_s: 
                 yield msg
         for where in reached(consumer, left):
             del left[where]
+
+
+def reader(kafka: KafkaSettings, purpose: str) -> Consumer:
+    """A consumer outside any group (``assign`` only, nothing committed) reading committed records only."""
+    return Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
+            "group.id": f"parley-{purpose}-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+        }
+    )
+
+
+def records_since(consumer: Consumer, starts: list[TopicPartition], timeout_s: float) -> Iterator[Message]:
+    """The records of ``starts`` (each one's ``offset`` a timestamp, ms) from the first at or after that
+    time to the partition's end offset when asked; BrokerUnavailable after ``timeout_s``."""
+    try:
+        found = consumer.offsets_for_times(starts, timeout=timeout_s)
+        ends: dict[tuple[str, int], int] = {}
+        assign = []
+        for tp in found:
+            if tp.offset < 0:  # nothing that recent
+                continue
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
+            )
+            if tp.offset < high:
+                ends[(tp.topic, tp.partition)] = high
+                assign.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"cannot find where to read from: {exc}") from exc
+    if assign:
+        consumer.assign(assign)
+        yield from read_until(consumer, ends, timeout_s)
 
 
 def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: float, what: str) -> tuple[list[E], int]:

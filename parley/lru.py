@@ -23,11 +23,14 @@ class LRU(Generic[K, V]):
             self._items.move_to_end(key)
         return value
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V) -> list[tuple[K, V]]:
+        """Store ``value``; returns the entries forgotten to make room (oldest first)."""
         self._items[key] = value
         self._items.move_to_end(key)
+        forgotten = []
         while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+            forgotten.append(self._items.popitem(last=False))
+        return forgotten
 
     def __len__(self) -> int:
         return len(self._items)

@@ -194,6 +194,11 @@ class InferenceRequested(ConversationEvent):
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise", default="free")
     resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="")
+    requested_at: int = doc(
+        "When the turn was asked for (µs; the GenerationRequested's occurred_at): the same in every re-emission, "
+        "so the router can tell whether its memory of decisions reaches back that far (0: unknown, older writers)",
+        default=0,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,10 @@ Per turn, in this order (each step its own pure module):
 
 The conversation → pool map and the homes are kept in memory (bounded LRU) and
 are lost on restart: the next turn is classified afresh (it may de-escalate
-once) and placed anew (one cache move). Nothing else depends on them.
+once) and placed anew (one cache move). Nothing else depends on them. The
+decision taken for each attempt is not lost: a second record of an attempt
+gets the first one's, read back from the log after a restart
+(``streams.route_memory``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import faust
@@ -39,6 +43,8 @@ from streams.app import decoded, raw_topic
 from streams.classify import RANKS, Thresholds, classify, escalate, features
 from streams.fleet import Fleet, HeartbeatReader, pool_load
 from parley.lru import LRU
+from streams.route_memory import Decided, RouteMemory, attempt_key
+from streams.route_recall import read_decisions
 from streams.placement import Placement, PlacementConfig
 from streams.settings import RouterSettings, StreamsSettings
 from streams.shell import dead_letter_current, processor_app, send_event
@@ -179,10 +185,10 @@ class Router:
         self.fleet = fleet or Fleet(policy.heartbeat_expiry_s)
         self._pools: LRU[str, str] = LRU(policy.conversations)
         self._placements = {pool: Placement(policy.placement) for pool in policy.pools}
-        #: What each recent attempt was routed to. A second InferenceRequested of an attempt (the context
-        #: builder re-emits after a restart) gets the same decision, so both records land on one partition
-        #: and its worker generates the attempt once (workers skip a record of an attempt they hold or closed).
-        self._routed: LRU[str, InferenceRouted] = LRU(policy.conversations)
+        #: What each recent attempt got. A second InferenceRequested of an attempt gets the same decision,
+        #: so both records land on one partition and its worker generates the attempt once (workers skip a
+        #: record of an attempt they hold or closed); across restarts the shell recalls it from the log.
+        self.memory = RouteMemory(policy.conversations, TOPICS["chat.inference"].partitions)
 
     def heartbeat(self, beat: WorkerHeartbeat, now: float) -> None:
         if self.fleet.observe(beat, now) and beat.pool in self._placements:
@@ -198,16 +204,30 @@ class Router:
                 out[pool] = load
         return out
 
-    def route(self, request: InferenceRequested, now: float) -> list[Event]:
-        """What to produce for ``request``: its InferenceRouted, or the events that end the turn."""
-        attempt = f"{request.request_id}:{request.attempt}"
-        earlier = self._routed.get(attempt)
+    def recall(self, since: float, records: Iterable[tuple[Event, float]]) -> None:
+        """Take the decisions ``streams.route_recall`` read off the log from ``since`` on: the first
+        InferenceRouted of an attempt, else its shed ending (repeated with its final chunk)."""
+        found: dict[str, Decided] = {}
+        for event, at in records:
+            if isinstance(event, InferenceRouted):
+                key = attempt_key(event.request.request_id, event.request.attempt)
+                if key not in found or not isinstance(found[key].outs[0], InferenceRouted):
+                    found[key] = Decided((without_prompt(event),), at)
+            elif isinstance(event, GenerationCompleted):
+                retry_after = self.policy.admission.retry_after_s
+                found.setdefault(
+                    attempt_key(event.request_id, event.attempt), Decided((event, final_chunk(event, retry_after)), at)
+                )
+        self.memory.recalled(since, found.items())
+
+    def route(self, request: InferenceRequested, now: float, wall: float | None = None) -> list[Event]:
+        """What to produce for ``request``: its InferenceRouted, or the events that end the turn; the
+        decision taken for its attempt before, if the memory holds one (``now`` monotonic, ``wall`` epoch s)."""
+        earlier = self.memory.decision(request)
         if earlier is not None:
-            return [replace(earlier, request=request)]
+            return [replace(o, request=request) if isinstance(o, InferenceRouted) else o for o in earlier.outs]
         out = self._route(request, now)
-        if isinstance(out[0], InferenceRouted):
-            # The decision without the prompt: 200k remembered prompts would hold gigabytes.
-            self._routed.put(attempt, replace(out[0], request=replace(request, messages=[])))
+        self.memory.decided(request, map(without_prompt, out), time.time() if wall is None else wall)
         return out
 
     def _route(self, request: InferenceRequested, now: float) -> list[Event]:
@@ -255,6 +275,13 @@ class Router:
         )
 
 
+def without_prompt(event: Event) -> Event:
+    """A decision as remembered: 200k remembered prompts would hold gigabytes."""
+    if isinstance(event, InferenceRouted):
+        return replace(event, request=replace(event.request, messages=[]))
+    return event
+
+
 def route_reason(pool_reason: str, placement_reason: str, *, downgraded: bool) -> str:
     """One word for InferenceRouted.route_reason: what changed, else why it stayed."""
     if downgraded:
@@ -280,30 +307,36 @@ def ending(
 ) -> list[Event]:
     """End a turn the router will not run: GenerationCompleted first (the log), then the final
     TokenChunk (the client's SSE ``error``), in the order workers use (DESIGN.md §4)."""
-    common = {"conversation_id": request.conversation_id, "user_id": request.user_id, "trace_id": request.trace_id}
-    return [
-        GenerationCompleted(
-            **common,
-            request_id=request.request_id,
-            parent_id=request.parent_id,
-            attempt=request.attempt,
-            finish_reason=finish_reason,
-            pool=pool,
-            model=model,
-            error_code=code,
-            error_message=message,
-        ),
-        TokenChunk(
-            **common,
-            request_id=request.request_id,
-            attempt=request.attempt,
-            seq=0,
-            finish_reason=finish_reason,
-            error_code=code,
-            error_message=message,
-            retry_after=retry_after,
-        ),
-    ]
+    completed = GenerationCompleted(
+        conversation_id=request.conversation_id,
+        user_id=request.user_id,
+        trace_id=request.trace_id,
+        request_id=request.request_id,
+        parent_id=request.parent_id,
+        attempt=request.attempt,
+        finish_reason=finish_reason,
+        pool=pool,
+        model=model,
+        error_code=code,
+        error_message=message,
+    )
+    return [completed, final_chunk(completed, retry_after)]
+
+
+def final_chunk(completed: GenerationCompleted, retry_after: float | None) -> TokenChunk:
+    """The TokenChunk that ends the client's stream of a turn ``completed`` ended."""
+    return TokenChunk(
+        conversation_id=completed.conversation_id,
+        user_id=completed.user_id,
+        trace_id=completed.trace_id,
+        request_id=completed.request_id,
+        attempt=completed.attempt,
+        seq=0,
+        finish_reason=completed.finish_reason,
+        error_code=completed.error_code,
+        error_message=completed.error_message,
+        retry_after=retry_after,
+    )
 
 
 def shed(request: InferenceRequested, decision: Shed, model: str) -> list[Event]:
@@ -349,13 +382,40 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSe
         finally:
             reader.close()
 
+    source_name = kafka.topic("chat.inference")
+
+    async def assigned(_: object, assigned: set[faust.types.TP], **__: object) -> None:
+        router.memory.assigned((tp.partition for tp in assigned if tp.topic == source_name), time.time())
+
+    async def revoked(_: object, revoked: set[faust.types.TP], **__: object) -> None:
+        router.memory.revoked(tp.partition for tp in revoked if tp.topic == source_name)
+
+    app.on_partitions_assigned.connect(assigned)
+    app.on_partitions_revoked.connect(revoked)
+
+    async def recall(since: float) -> None:
+        # The request may have been decided by a router before this one: route it the same way or not at all.
+        while True:
+            try:
+                records = await asyncio.to_thread(read_decisions, kafka, policy.pools, since)
+            except BrokerUnavailable as exc:
+                log.warning("reading earlier routing decisions failed; retrying", extra={"error": str(exc)})
+                await asyncio.sleep(1.0)
+                continue
+            router.recall(since, records)
+            log.info("earlier routing decisions read", extra={"since": since, "records": len(records)})
+            return
+
     @app.agent(source, name="router")
     async def route(stream: faust.StreamT) -> None:
         async for event in decoded(app, stream, consumer=group):
             if not isinstance(event, InferenceRequested):
                 await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
                 continue
-            outs = router.route(event, time.monotonic())
+            since = router.memory.recall_from(event)
+            if since is not None:
+                await recall(since)
+            outs = router.route(event, time.monotonic(), time.time())
             count_verdicts(event, outs)
             for out in outs:
                 partition = out.partition if isinstance(out, InferenceRouted) else None

@@ -12,12 +12,13 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import pytest
 
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
-from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, Usage, UsageRecorded
+from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, Usage, UsageRecorded, new_event_id
 from tests.integration.test_worker import committed, of, read, routed, until
 from workers.scripted import ScriptedEngine, scripted_reply
 from workers.settings import WorkerSettings
@@ -183,5 +184,35 @@ async def test_a_drain_hands_back_what_it_cannot_finish_and_the_next_worker_resu
             (request,) = second.requests
             assert request.rid == f"{rid}:1" and request.text.endswith(scripted_reply(6))
             await until(lambda: committed(kafka, kafka.topic_prefix + "workers.small", 4) == offset + 1, "the commit")
+    finally:
+        producer.close()
+
+
+async def test_a_turn_sent_again_after_the_partition_moved_is_looked_up_not_generated_twice(kafka: KafkaSettings) -> None:
+    """The context builder sends a turn again after its restart; the router sends the second record where
+    the first went, but a new owner holds that partition now. The record is new to the partition, the
+    turn is not: asked for before the assignment, it is looked up, and the previous owner's reply stands."""
+    producer = EventProducer(kafka)
+    probe = routed("[[tokens:3]] shows the partition is held", partition=5)
+    first = routed("[[tokens:6]] answered by the previous owner", partition=5)
+    asked_before = replace(first.request, requested_at=first.request.occurred_at - 60_000_000)
+    again = replace(first, request=asked_before, event_id=new_event_id())
+    try:
+        for c in text_chunks(first, range(0, 6)):
+            await producer.send(c)
+        await producer.send(completed(first, scripted_reply(6)))
+        engine = ScriptedEngine(model="scripted-it")
+        async with a_worker(kafka, engine):
+            await producer.send(probe, partition=5)
+            pid = probe.request.request_id
+            await read(kafka, "chat.tokens", lambda s: any(x.event.finish_reason for x in of(pid, TokenChunk)(s)))
+            await producer.send(again, partition=5)
+            rid = first.request.request_id
+            # Its stream's end was missing (the previous owner died before it): produced from the completion.
+            tokens = await read(kafka, "chat.tokens", lambda s: any(x.event.finish_reason for x in of(rid, TokenChunk)(s)))
+            assert {s.event.attempt for s in of(rid, TokenChunk)(tokens)} == {0}  # type: ignore[attr-defined]
+            events = await read(kafka, "chat.events", lambda s: bool(of(rid, GenerationCompleted)(s)))
+            assert len(of(rid, GenerationCompleted)(events)) == 1
+            assert not [q for q in engine.requests if q.rid.startswith(rid)]  # never generated again
     finally:
         producer.close()
