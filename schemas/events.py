@@ -213,6 +213,11 @@ class InferenceRouted(ConversationEvent):
         "Why: classifier, sticky, new, hashed, user_selected, escalated, moved_hot, moved_gone, downgraded", default=""
     )
     downgraded_from: str | None = doc("Pool the turn would have used before admission downgraded it", default=None)
+    repeat: bool = doc(
+        "The router routed this attempt before and repeats that decision (a second record of the attempt): "
+        "the partition's owner when the first came may have run it, so a worker looks it up",
+        default=False,
+    )
 
 
 # ------------------------------------------------------------------ chat.tokens

@@ -225,7 +225,7 @@ class Router:
         decision taken for its attempt before, if the memory holds one (``now`` monotonic, ``wall`` epoch s)."""
         earlier = self.memory.decision(request)
         if earlier is not None:
-            return [replace(o, request=request) if isinstance(o, InferenceRouted) else o for o in earlier.outs]
+            return [replace(o, request=request, repeat=True) if isinstance(o, InferenceRouted) else o for o in earlier.outs]
         out = self._route(request, now)
         self.memory.decided(request, map(without_prompt, out), time.time() if wall is None else wall)
         return out

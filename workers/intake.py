@@ -18,20 +18,18 @@ partition is reported after.
 On assignment it notes each partition's end offset: a record below it was
 already there, so a previous owner may have started (or even finished) it;
 ``poll`` marks those ``inherited`` and the scheduler looks them up
-(workers/recovery.py) before generating. So is a record appended later whose
-turn was asked for (``requested_at``) before the assignment: the context
-builder sends a turn again after its restart, and the router sends the second
-record where the first went, which the previous owner may have run. Other
-records cannot have been seen by anyone else and go straight through.
+(workers/recovery.py) before generating. So is a record appended later that
+the router marks a ``repeat``: the context builder sends a turn again after
+its restart, the router sends the second record where the first went, and
+the previous owner may have run the first. Other records cannot have been
+seen by anyone else and go straight through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,12 +37,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from parley.clock import SKEW_S, requested_at_s
 from parley.consumer import Delivery, EventConsumer
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
 from schemas.catalog import inference_topic
-from schemas.events import InferenceRequested
+from schemas.events import InferenceRouted
 from workers.offsets import OffsetTracker
 
 log = logging.getLogger(__name__)
@@ -136,7 +133,6 @@ class Intake:
         self._paused = False
         #: partition → its end offset when assigned (None: unknown, asked again on the next record)
         self._ends: dict[int, int | None] = {}  # touched only on the intake thread
-        self._assigned_at: dict[int, float] = {}  # wall clock; likewise
         overrides: dict[str, Any] = {
             "enable.auto.commit": False,  # offsets are committed in the worker's transactions only
             # Also makes the start offset of a partition wait for a pending transaction of its old owner.
@@ -240,11 +236,9 @@ class Intake:
             end = self._ends[d.partition] = self._end_offset(d.partition)
         if end is None or d.offset < end:  # unknown: look it up, the safe side
             return True
-        # Appended since, but asked for before: a processor sent the turn again after its restart, and
-        # the partition's previous owner may have run the first record.
-        request = getattr(d.event, "request", None)
-        assigned_at = self._assigned_at.get(d.partition, math.inf)
-        return isinstance(request, InferenceRequested) and requested_at_s(request) < assigned_at + SKEW_S
+        # Appended since, but a second record of an attempt (the context builder sent the turn again after
+        # its restart): the partition's owner when the first came may have run it.
+        return isinstance(d.event, InferenceRouted) and d.event.repeat
 
     def _end_offset(self, partition: int) -> int | None:
         try:
@@ -279,7 +273,6 @@ class Intake:
         for p in ps:
             self._tracker.drop(p)  # a fresh start: the committed offset is where this owner begins
             self._ends[p] = self._end_offset(p)
-            self._assigned_at[p] = time.time()
         log.info("partitions assigned", extra={"partitions": ps})
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -314,7 +307,6 @@ class Intake:
         for p in partitions:
             self._tracker.drop(p)
             self._ends.pop(p, None)
-            self._assigned_at.pop(p, None)
 
     def _close(self) -> None:
         self._apply_finished()

@@ -18,7 +18,14 @@ by another member from that watermark. A redelivered request may have been
   longest prefix of the reply the chunks prove (the engine continues the
   assistant message after it). Readers truncate to the new attempt's first
   ``offset_chars`` and append, so the reply has no duplicated text.
-* **fresh**: nothing of it anywhere; it runs as routed.
+* **unseen**: nothing of it on the log. It still runs as the next attempt,
+  from nothing: the previous owner may have streamed chunks that are not on
+  the log *yet* (its producer retrying through a broker outage, after the
+  group gave its partitions away). Under a new attempt number those late
+  chunks are superseded — readers drop them, or truncate them away at the new
+  attempt's first chunk — where under the same one a reader would show both
+  runs' text one after the other (``bench.chaos`` saw it: Kafka killed while
+  a worker settled a reply).
 
 The pure core (``verdict``) folds a request's earlier records into one of
 those. The shell (``HistoryReader``) finds the records: every one of them is
@@ -29,9 +36,10 @@ the end offset at lookup time, outside any consumer group. It is bounded
 (``MAX_RECORDS`` per partition, ``TIMEOUT_S`` in all) and blocking, so the
 worker runs it in threads, ``MAX_CONCURRENT`` at a time.
 
-Only records that were already in the partition when it was assigned can have
-been started by a previous owner; workers/intake.py marks those
-``inherited``, and only they pay for a lookup. Fresh traffic pays nothing.
+Only records that were already in the partition when it was assigned, or
+whose turn was asked for before then, can have been started by a previous
+owner; workers/intake.py marks those ``inherited``, and only they pay for a
+lookup. Fresh traffic pays nothing.
 
 The text a partial attempt proves is rebuilt attempt by attempt, oldest first:
 an attempt whose first chunk (seq 0) is at ``offset_chars`` ≤ the text known
@@ -79,16 +87,11 @@ MAX_CONCURRENT = 2
 
 
 @dataclass(frozen=True)
-class Fresh:
-    """Nothing of it was found: run it as routed."""
-
-
-@dataclass(frozen=True)
 class Resume:
     """An earlier attempt streamed ``text`` and stopped: continue after it."""
 
-    attempt: int  # the new attempt: one above the highest seen
-    text: str  # the reply so far, to continue from
+    attempt: int  # the new attempt: one above the highest seen (or routed)
+    text: str  # the reply so far, to continue from ("" when nothing of it was seen)
     tokens: int  # tokens the chunks of ``text`` carried (counted into the completion's usage)
 
 
@@ -99,7 +102,7 @@ class Finished:
     missing: tuple[Event, ...] = ()
 
 
-Verdict = Fresh | Resume | Finished
+Verdict = Resume | Finished
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,8 @@ def verdict(routed: InferenceRouted, history: History) -> Verdict:
         return Finished(_missing(routed, max(completions, key=lambda c: c.attempt), chunks, history.usage))
     if any(c.finish_reason is not None for c in chunks):
         return Finished()  # its completion was acknowledged before this chunk was produced
-    if not chunks:
-        return Fresh()
     text, tokens = known_text(chunks)
-    return Resume(attempt=max(routed.request.attempt, *(c.attempt for c in chunks)) + 1, text=text, tokens=tokens)
+    return Resume(attempt=max([routed.request.attempt, *(c.attempt for c in chunks)]) + 1, text=text, tokens=tokens)
 
 
 def known_text(chunks: Iterable[TokenChunk]) -> tuple[str, int]:

@@ -88,7 +88,7 @@ def test_a_recalled_route_is_repeated_even_where_placement_would_now_choose_anot
     (again,) = router.route(req, now=0.0, wall=T0)
     assert isinstance(again, InferenceRouted)
     assert (again.partition, again.event_id) == (elsewhere, earlier.event_id)
-    assert again.request == req  # with its prompt: the worker needs it
+    assert again.request == req and again.repeat  # with its prompt (the worker needs it), marked a repeat
     # The next attempt is a new decision.
     (next_attempt,) = router.route(replace(req, attempt=1), now=0.0, wall=T0)
     assert isinstance(next_attempt, InferenceRouted) and next_attempt.partition == hashed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from gateway.replies import live
@@ -23,7 +24,7 @@ from schemas.events import (
 )
 from tests.unit.test_worker_scheduler import SETTINGS, MemorySink
 from workers.chat_template import render_prompt
-from workers.recovery import Finished, Fresh, History, Resume, known_text, verdict
+from workers.recovery import Finished, History, Resume, known_text, verdict
 from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
 
@@ -94,10 +95,13 @@ def completion(r: InferenceRouted, content: str, attempt: int = 0) -> Generation
 # ------------------------------------------------------------------ the fold
 
 
-def test_nothing_on_the_log_is_fresh() -> None:
+def test_nothing_on_the_log_runs_as_the_next_attempt_from_nothing() -> None:
+    """The previous owner's chunks may still be on their way: a new attempt number supersedes them."""
     r = routed()
     other = routed()
-    assert verdict(r, History(chunks=tuple(chunks(other, ["a"])))) == Fresh()
+    assert verdict(r, History(chunks=tuple(chunks(other, ["a"])))) == Resume(attempt=1, text="", tokens=0)
+    again = replace(r, request=replace(r.request, attempt=2))
+    assert verdict(again, History()) == Resume(attempt=3, text="", tokens=0)
 
 
 def test_a_partial_reply_resumes_one_attempt_up_from_its_text() -> None:
@@ -240,7 +244,7 @@ async def test_a_finished_job_is_not_generated_and_its_missing_events_go_out() -
 
 
 async def test_fresh_traffic_is_not_looked_up() -> None:
-    h = Harness(Fresh())
+    h = Harness(Finished())  # were it looked up, it would not run
     h.scheduler.accept(routed("[[tokens:2]]"), 0, 1)
     await h.until_finished()
     assert h.asked == [] and len(h.engine.requests) == 1
