@@ -1,4 +1,4 @@
-"""The stream processors by name, and how to run one (what each reads and writes: parley/topology.py).
+"""The stream processors by name, and how to run one (what each reads and writes: tools/topology.py).
 
 ``run(name)`` runs a processor as a faust worker (``python -m streams NAME``
 and ``parley streams NAME`` both come here).
