@@ -42,9 +42,9 @@ def _context() -> faust.App:
 
 
 def _router() -> faust.App:
-    from streams import router
+    from streams import router_app
 
-    return router.build_app(from_env(StreamsSettings), from_env(KafkaSettings), from_env(RouterSettings))
+    return router_app.build_app(from_env(StreamsSettings), from_env(KafkaSettings), from_env(RouterSettings))
 
 
 def _materializer() -> faust.App:

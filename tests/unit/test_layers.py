@@ -55,3 +55,13 @@ def test_imports_inside_functions_count_and_relative_ones_do_not(tmp_path: Path)
         "    from streams import tree\n    from . import gateway\n    from .tools import x\n"
     )
     assert sorted(imported_packages(source)) == [(2, "parley"), (2, "tools"), (6, "streams")]
+
+
+def test_the_gateway_and_the_cores_it_reads_load_no_faust() -> None:
+    """The gateway reads the router's policy and the streams' folds; none of them may pull in faust."""
+    import subprocess
+    import sys
+
+    probe = "import sys, gateway.app, streams.router, tools.analysts.turns; print(sorted(m for m in sys.modules if m.split('.')[0] in ('faust', 'aiokafka', 'mode')))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
