@@ -8,5 +8,6 @@ COPY gateway ./gateway
 COPY streams ./streams
 COPY workers ./workers
 COPY infra ./infra
+COPY tools ./tools
 RUN pip install --no-cache-dir .
 ENTRYPOINT []

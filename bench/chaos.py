@@ -13,7 +13,7 @@ and ``Last-Event-ID`` (a POST that never got its head is retried with the same
 The first tenth of the conversations run calm (the baseline), the rest under
 chaos; kills go on until ``--min-kills`` and the load are both done (more
 conversations are started while kills are missing). Then it waits for
-quiescence, audits the log against Cassandra (``parley.audit``) and prints the
+quiescence, audits the log against Cassandra (``tools.audit``) and prints the
 counts; it exits 1 when a turn was lost, answered twice, or a row differs.
 Not part of ``make bench``'s default run: it takes minutes and a Kafka of its own.
 """
@@ -38,12 +38,13 @@ from typing import Any
 import httpx
 
 from infra.local import jvm, kafka as local_kafka, stack as local_stack
-from parley import isolated
-from parley.audit_sources import run_audit
-from parley.client import SseEvent, parse_sse, reply_text
-from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
-from parley.supervisor import Child, StartFailed, free_port
-from parley.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
+from infra.local.settings import LocalInfraSettings
+from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
+from tools import isolated
+from tools.audit_sources import run_audit
+from tools.client import SseEvent, parse_sse, reply_text
+from tools.supervisor import Child, StartFailed, free_port
+from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
 
 #: How long a client keeps trying (resuming, failing over) before it gives up on a turn.
 TURN_DEADLINE_S = 300.0

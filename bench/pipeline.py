@@ -1,6 +1,6 @@
 """Pipeline overhead: TTFT and inter-token latency through the whole stack vs. the engine alone.
 
-One run starts an isolated stack (parley/isolated.py: prefixed topics, own
+One run starts an isolated stack (tools/isolated.py: prefixed topics, own
 keyspace, every service as a process) on the synthetic CPU engine, then
 alternates turns: one straight to the engine over SGLang's API (the baseline),
 one through gateway → Kafka → context → router → worker → engine → Kafka →
@@ -24,9 +24,9 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from parley import isolated
-from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tools import isolated
+from tools.client import ParleyClient
 from workers.engine_api import GenerateRequest
 
 TOKENS = 24

@@ -1,6 +1,6 @@
 """Replay and rebuild throughput against the raw consume rate of the same topics, in one run.
 
-Writes a synthetic but realistic log (``parley.analysts.sample``: posts, regenerations,
+Writes a synthetic but realistic log (``tools.analysts.sample``: posts, regenerations,
 cancels, sheds, cache hits) to prefixed topics on the running Kafka, then alternates:
 a bare confluent-kafka read of every record of the replay's topics (assign, poll, no
 decode: the baseline) and ``parley replay`` over the same records (read, skip or decode,
@@ -20,13 +20,13 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley import isolated
-from parley.analysts import rebuild, replay, sample, turns
 from parley.consumer import poll_batch
 from parley.kafka import EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas.catalog import TOPICS
 from schemas.events import InferenceRouted
+from tools import isolated
+from tools.analysts import rebuild, replay, sample, turns
 
 
 def produce(kafka: KafkaSettings, sent: list[sample.Sent]) -> None:

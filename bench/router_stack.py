@@ -20,14 +20,14 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from parley import isolated
 from parley.consumer import read_until
-from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.topology import CONTEXT, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import UsageRecorded
+from tools import isolated
+from tools.client import ParleyClient
+from tools.topology import CONTEXT, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL
 
 ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import ApiError, BadRequest, NotFound, ServiceUnavailable, openai_response
-from streams.router import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL
+from schemas.endings import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL
 
 #: Parley's finish reasons → OpenAI's; a cancelled reply simply stops.
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}

@@ -3,7 +3,10 @@
 The questions are answered with Kafka's admin API (no consumer joins any
 group, so asking never triggers a rebalance). The folds from admin answers to
 rows are plain functions, unit-tested without a broker; ``parley ops`` (in
-``parley/ops_cli.py``) renders them.
+``tools/ops_cli.py``) renders them. It sits in the shared shell, not in
+``tools``, because workers and processors export their lag with it
+(``parley.metrics.register_lag``); which groups are the deployment's is the
+topology's answer (``tools.topology.deployment_groups``).
 """
 
 from __future__ import annotations
@@ -70,18 +73,6 @@ def total_lag(rows: Iterable[LagRow]) -> dict[str, int]:
 def in_namespace(topic: str, prefix: str) -> bool:
     """A topic of this deployment: the catalog's name under this deployment's prefix (pure)."""
     return topic.startswith(prefix) and topic[len(prefix):] in TOPICS
-
-
-def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_prefix: str = "") -> list[str]:
-    """The groups of this deployment's topology (pure): other stacks on the cluster are left out.
-
-    Processor groups carry ``PARLEY_STREAMS_GROUP_PREFIX``; worker groups the topic prefix.
-    """
-    from parley.topology import SERVICES
-
-    names = {s.group for s in SERVICES if s.group}
-    ours = {(streams_group_prefix if n.startswith("streams.") else topic_prefix) + n for n in names}
-    return sorted(g for g in ids if g in ours)
 
 
 def compact(partitions: Iterable[Partition]) -> str:
@@ -163,9 +154,6 @@ class Ops:
             )
             out.append(Group(gid, str(d.state).rsplit(".", 1)[-1].lower(), members))
         return sorted(out, key=lambda g: g.group)
-
-    def our_groups(self, streams_group_prefix: str = "") -> list[str]:
-        return deployment_groups(self.group_ids(), streams_group_prefix, self.kafka.topic_prefix)
 
     def lag(self, groups: list[str]) -> list[LagRow]:
         """Lag of the named groups on the topics of this deployment's prefix."""

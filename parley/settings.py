@@ -83,28 +83,3 @@ class CassandraSettings:
     @property
     def contact_points(self) -> list[str]:
         return [h.strip() for h in self.hosts.split(",") if h.strip()]
-
-
-@dataclass(frozen=True)
-class LocalInfraSettings:
-    """Where and how `infra/local` runs Kafka and Cassandra on this machine."""
-
-    data_dir: Path = env("PARLEY_DATA_DIR", REPO_ROOT / ".data", "Data, logs and pid files of local services")
-    cache_dir: Path = env(
-        "PARLEY_CACHE_DIR", Path("~/.cache/parley").expanduser(), "Jars fetched from Maven Central (outside the repo)"
-    )
-    kafka_port: int = env("PARLEY_KAFKA_PORT", 9092, "Local Kafka broker port")
-    kafka_controller_port: int = env("PARLEY_KAFKA_CONTROLLER_PORT", 9093, "Local KRaft controller port")
-    kafka_heap: str = env("PARLEY_KAFKA_HEAP", "512m", "Local Kafka JVM heap")
-    kafka_side_port: int = env(
-        "PARLEY_KAFKA_SIDE_PORT",
-        0,
-        "A second listener of the local Kafka (0: none), for tests that put one client behind a proxy",
-    )
-    kafka_side_advertised_port: int = env(
-        "PARLEY_KAFKA_SIDE_ADVERTISED_PORT", 0, "Port the second listener advertises (the proxy's); 0: its own"
-    )
-    cassandra_port: int = env("PARLEY_CASSANDRA_PORT", 9042, "Local Cassandra native port")
-    cassandra_storage_port: int = env("PARLEY_CASSANDRA_STORAGE_PORT", 7000, "Local Cassandra gossip port")
-    cassandra_heap: str = env("PARLEY_CASSANDRA_HEAP", "1g", "Local Cassandra JVM heap")
-    start_timeout_s: float = env("PARLEY_INFRA_TIMEOUT", 180.0, "Seconds to wait for a local service to be healthy")

@@ -37,6 +37,7 @@ import faust
 from parley.errors import Unavailable
 from parley.settings import KafkaSettings
 from schemas import events as ev
+from schemas.endings import CONTEXT_UNAVAILABLE, ending
 from schemas.catalog import topic_name_for
 from streams.app import decoded, raw_topic
 from streams import summary
@@ -54,10 +55,6 @@ from streams.tree import FOLD, Conversation, apply, branch
 from workers.sglang import SGLangClient
 
 log = logging.getLogger(__name__)
-
-#: error_code of a generation failed because the message it answers is unknown.
-CONTEXT_UNAVAILABLE = "context_unavailable"
-
 
 def layout(cfg: ContextSettings, *, summaries: bool, memory: Sequence[str] = ()) -> Layout:
     """The prompt layout the settings describe (``memory``: the user's facts, in the order given)."""
@@ -90,31 +87,8 @@ def inference_request(
 
 
 def failed(request: ev.GenerationRequested) -> list[ev.Event]:
-    """End a turn whose question is unknown: a prompt without it would answer something else.
-
-    The final TokenChunk tells the gateway streaming the reply; the
-    GenerationCompleted records the outcome in the log (and the tables).
-    """
-    text = "the message being answered is not in the conversation's history"
-    common = {"conversation_id": request.conversation_id, "user_id": request.user_id, "trace_id": request.trace_id}
-    return [
-        ev.TokenChunk(
-            **common,
-            request_id=request.request_id,
-            seq=0,
-            finish_reason="failed",
-            error_code=CONTEXT_UNAVAILABLE,
-            error_message=text,
-        ),
-        ev.GenerationCompleted(
-            **common,
-            request_id=request.request_id,
-            parent_id=request.parent_id,
-            finish_reason="failed",
-            error_code=CONTEXT_UNAVAILABLE,
-            error_message=text,
-        ),
-    ]
+    """End a turn whose question is unknown: a prompt without it would answer something else."""
+    return list(ending(request, "failed", CONTEXT_UNAVAILABLE, "the message being answered is not in the conversation's history"))
 
 
 class ConversationLoader(Protocol):

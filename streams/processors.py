@@ -1,4 +1,4 @@
-"""The stream processors by name, and how to run one (what each reads and writes: parley/topology.py).
+"""The stream processors by name, and how to run one (what each reads and writes: tools/topology.py).
 
 ``run(name)`` runs a processor as a faust worker (``python -m streams NAME``
 and ``parley streams NAME`` both come here).
@@ -42,9 +42,9 @@ def _context() -> faust.App:
 
 
 def _router() -> faust.App:
-    from streams import router
+    from streams import router_app
 
-    return router.build_app(from_env(StreamsSettings), from_env(KafkaSettings), from_env(RouterSettings))
+    return router_app.build_app(from_env(StreamsSettings), from_env(KafkaSettings), from_env(RouterSettings))
 
 
 def _materializer() -> faust.App:

@@ -14,6 +14,9 @@ Per turn, in this order (each step its own pure module):
    holds the conversation's prefix, or moves it when that worker is hot or
    gone; with no live heartbeats for the pool, Kafka's hash of the id.
 
+This module is the router's core (no Kafka, no faust: the gateway reads the
+policy from it too); ``streams.router_app`` runs it as a faust agent.
+
 The conversation → pool map and the homes are kept in memory (bounded LRU) and
 are lost on restart: the next turn is classified afresh (it may de-escalate
 once) and placed anew (one cache move). Nothing else depends on them. The
@@ -24,39 +27,26 @@ gets the first one's, read back from the log after a restart
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-import faust
-
-from parley.errors import BrokerUnavailable
+from parley.lru import LRU
 from parley.metrics import ADMISSION, ROUTES
 from parley.partitioning import partition_for
-from parley.settings import KafkaSettings
-from schemas.catalog import TOPICS, inference_topic, topic_name_for
-from schemas.events import Event, GenerationCompleted, InferenceRequested, InferenceRouted, TokenChunk, WorkerHeartbeat
+from schemas.catalog import TOPICS, inference_topic
+from schemas.endings import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL, ending, final_chunk
+from schemas.events import Event, GenerationCompleted, InferenceRequested, InferenceRouted, WorkerHeartbeat
 from streams.admission import AdmissionConfig, Admit, Load, Shed, admit
-from streams.app import decoded, raw_topic
 from streams.classify import RANKS, Thresholds, classify, escalate, features
-from streams.fleet import Fleet, HeartbeatReader, pool_load
-from parley.lru import LRU
-from streams.route_memory import Decided, RouteMemory, attempt_key
-from streams.route_recall import read_decisions
+from streams.fleet import Fleet, pool_load
 from streams.placement import Placement, PlacementConfig
-from streams.settings import RouterSettings, StreamsSettings
-from streams.shell import dead_letter_current, processor_app, send_event
+from streams.route_memory import Decided, RouteMemory, attempt_key
+from streams.settings import RouterSettings
 
 log = logging.getLogger(__name__)
 
-#: error_code of a turn that names a model no pool serves.
-UNKNOWN_MODEL = "unknown_model"
-#: error_code of a turn whose prompt + max_tokens no configured pool holds.
-CONTEXT_TOO_LONG = "context_too_long"
-#: error_code of a shed turn (the SSE ``error`` event's code).
-OVERLOADED = "overloaded"
 #: InferenceRequested.model values that mean "let the router choose".
 AUTO = frozenset({"", "auto"})
 #: A pool missing from PARLEY_ROUTER_CAPABILITIES is trusted with everything.
@@ -295,50 +285,6 @@ def route_reason(pool_reason: str, placement_reason: str, *, downgraded: bool) -
     return placement_reason  # sticky | new (home forgotten) | hashed (no heartbeats)
 
 
-def ending(
-    request: InferenceRequested,
-    finish_reason: str,
-    code: str,
-    message: str,
-    *,
-    retry_after: float | None = None,
-    pool: str = "",
-    model: str = "",
-) -> list[Event]:
-    """End a turn the router will not run: GenerationCompleted first (the log), then the final
-    TokenChunk (the client's SSE ``error``), in the order workers use (DESIGN.md §4)."""
-    completed = GenerationCompleted(
-        conversation_id=request.conversation_id,
-        user_id=request.user_id,
-        trace_id=request.trace_id,
-        request_id=request.request_id,
-        parent_id=request.parent_id,
-        attempt=request.attempt,
-        finish_reason=finish_reason,
-        pool=pool,
-        model=model,
-        error_code=code,
-        error_message=message,
-    )
-    return [completed, final_chunk(completed, retry_after)]
-
-
-def final_chunk(completed: GenerationCompleted, retry_after: float | None) -> TokenChunk:
-    """The TokenChunk that ends the client's stream of a turn ``completed`` ended."""
-    return TokenChunk(
-        conversation_id=completed.conversation_id,
-        user_id=completed.user_id,
-        trace_id=completed.trace_id,
-        request_id=completed.request_id,
-        attempt=completed.attempt,
-        seq=0,
-        finish_reason=completed.finish_reason,
-        error_code=completed.error_code,
-        error_message=completed.error_message,
-        retry_after=retry_after,
-    )
-
-
 def shed(request: InferenceRequested, decision: Shed, model: str) -> list[Event]:
     message = f"the {decision.pool} pool is overloaded; retry in {decision.retry_after_s:g} s"
     return ending(
@@ -355,70 +301,3 @@ def count_verdicts(request: InferenceRequested, outs: list[Event]) -> None:
             ADMISSION.labels("router", out.downgraded_from or out.pool, request.tier, verdict).inc()
         elif isinstance(out, GenerationCompleted) and out.finish_reason == "rejected":
             ADMISSION.labels("router", out.pool or "-", request.tier, out.error_code or "rejected").inc()
-
-
-def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSettings) -> faust.App:
-    policy = policy_from(settings)  # fail at start-up, naming the setting, not on the first event
-    app, group = processor_app(streams, kafka, "router")
-    source = raw_topic(app, kafka, "chat.inference")
-    names = [inference_topic(pool) for pool in policy.pools] + ["chat.events", "chat.tokens"]
-    sinks = {name: raw_topic(app, kafka, name) for name in names}
-    router = Router(policy)
-
-    @app.task
-    async def heartbeats() -> None:
-        # Every router instance reads every beat (no group), so this runs beside the agent, not as one.
-        reader = await asyncio.to_thread(HeartbeatReader, kafka)
-        try:
-            while True:
-                try:
-                    beats = await asyncio.to_thread(reader.poll, 0.5)
-                except BrokerUnavailable as exc:  # placement falls back to hashing once the beats expire
-                    log.warning("reading fleet.heartbeats failed; retrying", extra={"error": str(exc)})
-                    await asyncio.sleep(1.0)
-                    continue
-                for beat in beats:
-                    router.heartbeat(beat, time.monotonic())
-        finally:
-            reader.close()
-
-    source_name = kafka.topic("chat.inference")
-
-    async def assigned(_: object, assigned: set[faust.types.TP], **__: object) -> None:
-        router.memory.assigned((tp.partition for tp in assigned if tp.topic == source_name), time.time())
-
-    async def revoked(_: object, revoked: set[faust.types.TP], **__: object) -> None:
-        router.memory.revoked(tp.partition for tp in revoked if tp.topic == source_name)
-
-    app.on_partitions_assigned.connect(assigned)
-    app.on_partitions_revoked.connect(revoked)
-
-    async def recall(since: float) -> None:
-        # The request may have been decided by a router before this one: route it the same way or not at all.
-        while True:
-            try:
-                records = await asyncio.to_thread(read_decisions, kafka, policy.pools, since)
-            except BrokerUnavailable as exc:
-                log.warning("reading earlier routing decisions failed; retrying", extra={"error": str(exc)})
-                await asyncio.sleep(1.0)
-                continue
-            router.recall(since, records)
-            log.info("earlier routing decisions read", extra={"since": since, "records": len(records)})
-            return
-
-    @app.agent(source, name="router")
-    async def route(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            if not isinstance(event, InferenceRequested):
-                await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
-                continue
-            since = router.memory.recall_from(event)
-            if since is not None:
-                await recall(since)
-            outs = router.route(event, time.monotonic(), time.time())
-            count_verdicts(event, outs)
-            for out in outs:
-                partition = out.partition if isinstance(out, InferenceRouted) else None
-                await send_event(sinks[topic_name_for(out)], out, partition=partition)
-
-    return app

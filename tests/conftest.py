@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
+from infra.local.settings import LocalInfraSettings
+from parley.settings import CassandraSettings, KafkaSettings, from_env
 
 
 @pytest.fixture(scope="session")

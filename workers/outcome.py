@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from schemas.endings import ENGINE_ERROR, ENGINE_FAILED, ENGINE_PROTOCOL, ENGINE_REJECTED, ENGINE_UNAVAILABLE, WORKER_ERROR
 from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, Usage, UsageRecorded
 from workers.engine_api import EngineError, EngineRejected, EngineUnavailable
 
@@ -58,19 +59,19 @@ def from_engine_finish(reason: str, error: str | None) -> tuple[str, str | None,
     if reason in _ENGINE_FINISH:
         return _ENGINE_FINISH[reason], None, None
     if reason == "failed":
-        return "failed", "engine_failed", f"the engine failed the generation: {error or 'no reason given'}"[:500]
-    return "failed", "engine_protocol", f"the engine ended the stream with an unknown finish_reason {reason!r}"[:500]
+        return "failed", ENGINE_FAILED, f"the engine failed the generation: {error or 'no reason given'}"[:500]
+    return "failed", ENGINE_PROTOCOL, f"the engine ended the stream with an unknown finish_reason {reason!r}"[:500]
 
 
 def from_error(exc: BaseException) -> tuple[str, str]:
     """(error_code, error_message) for an exception out of the engine client or the worker itself."""
     if isinstance(exc, EngineUnavailable):
-        return "engine_unavailable", f"the engine is unavailable: {exc}"[:500]
+        return ENGINE_UNAVAILABLE, f"the engine is unavailable: {exc}"[:500]
     if isinstance(exc, EngineRejected):
-        return "engine_rejected", f"the engine refused the request: {exc}"[:500]
+        return ENGINE_REJECTED, f"the engine refused the request: {exc}"[:500]
     if isinstance(exc, EngineError):
-        return "engine_error", f"engine error: {exc}"[:500]
-    return "worker_error", f"the worker failed the generation ({type(exc).__name__})"
+        return ENGINE_ERROR, f"engine error: {exc}"[:500]
+    return WORKER_ERROR, f"the worker failed the generation ({type(exc).__name__})"
 
 
 def terminal_events(

@@ -33,6 +33,7 @@ from parley.errors import BrokerUnavailable
 from parley.ids import engine_rid
 from parley.logs import trace_context
 from parley.lru import LRU
+from schemas.endings import ENGINE_UNAVAILABLE
 from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers.cancels import CancelMemory
 from workers.chat_template import STOP, render_prompt
@@ -409,7 +410,7 @@ class Scheduler:
         outcome = await job.generation.run()
         if job.cancel_reason is not None:
             outcome = outcome.as_cancelled()
-        if outcome.error_code == "engine_unavailable":
+        if outcome.error_code == ENGINE_UNAVAILABLE:
             self._engine_suspect = True  # take no more records until its health answers again
         # Every chunk is acknowledged before GenerationCompleted: the stream is whole when the reply lands.
         lost = [r for r in await asyncio.gather(*acks, return_exceptions=True) if isinstance(r, BaseException)]

@@ -1,6 +1,6 @@
 // Server-Sent Events over any fetch() response (replies stream over POST, so no EventSource).
 //
-// The wire format, as parley/client.py reads it too: `id:`, `event:` and
+// The wire format, as tools/client.py reads it too: `id:`, `event:` and
 // `data:` lines; a blank line ends an event; `:` lines are keep-alive comments.
 
 /** Yields {event, data, id} for each event of `response`'s body; `data` is parsed JSON. */

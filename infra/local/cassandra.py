@@ -8,7 +8,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, N
 from cassandra.policies import RoundRobinPolicy
 
 from infra.local.jvm import HERE, JvmService, version_of
-from parley.settings import LocalInfraSettings
+from infra.local.settings import LocalInfraSettings
 
 POM = HERE / "cassandra.pom.xml"
 MAIN = "org.apache.cassandra.service.CassandraDaemon"

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from infra.local.jvm import HERE, InfraError, JvmService, version_of
-from parley.settings import LocalInfraSettings
+from infra.local.settings import LocalInfraSettings
 
 POM = HERE / "kafka.pom.xml"
 MAIN = "kafka.Kafka"

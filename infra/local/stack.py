@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.local import cassandra, jvm, kafka
-from parley.settings import LocalInfraSettings
+from infra.local.settings import LocalInfraSettings
 
 Echo = Callable[[str], None]
 

@@ -1,6 +1,6 @@
 """The web client in a real headless Chromium against the whole real stack.
 
-The stack is parley/isolated.py's (every service a process, on this run's own
+The stack is tools/isolated.py's (every service a process, on this run's own
 topics and keyspace) with a synthetic engine slow enough that a reply takes
 several seconds, so a test can stop it or reload the page while it streams.
 Chromium comes from Debian (tests/browser/install.sh); Playwright only drives it.
@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from parley import isolated
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tools import isolated
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -1,5 +1,5 @@
 """The whole stack as real processes (engine, worker, processors, gateway) on this run's
-topics and keyspace, started once for the e2e tests (parley/isolated.py)."""
+topics and keyspace, started once for the e2e tests (tools/isolated.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from parley import isolated
-from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tools import isolated
+from tools.client import ParleyClient
 
 #: A quick synthetic engine and short replies keep the suite fast on two cores.
 E2E_ENV = {

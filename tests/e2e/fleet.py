@@ -14,14 +14,14 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley import isolated
-from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.supervisor import Child
-from parley.topology import CONTEXT, GATEWAY, MATERIALIZER, ROUTER, Service
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import Event, GenerationCompleted, InferenceRouted, WorkerHeartbeat
+from tools import isolated
+from tools.client import ParleyClient
+from tools.supervisor import Child
+from tools.topology import CONTEXT, GATEWAY, MATERIALIZER, ROUTER, Service
 
 DEADLINE = 120.0
 HEARTBEAT_S = 0.5

@@ -25,14 +25,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from parley import isolated
-from parley.analysts import archive, counterfactual, digest, rebuild, replay, report, turns
-from parley.analysts.location import Location
 from parley.cassandra import connect
-from parley.client import ApiError, ParleyClient, parse_sse
 from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas.catalog import TOPICS
+from tools import isolated
+from tools.analysts import archive, counterfactual, digest, rebuild, replay, report, turns
+from tools.analysts.location import Location
+from tools.client import ApiError, ParleyClient, parse_sse
 
 ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",

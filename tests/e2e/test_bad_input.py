@@ -19,11 +19,11 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from parley.client import ParleyClient
 from parley.consumer import read_until
 from parley.partitioning import partition_for
 from schemas import codec
 from schemas.catalog import TOPICS
+from tools.client import ParleyClient
 
 MAX_MESSAGE_CHARS = 32_000  # PARLEY_GATEWAY_MAX_MESSAGE_CHARS's default: the e2e stack keeps it
 MAX_BODY_BYTES = 256 * 1024  # PARLEY_GATEWAY_MAX_BODY's default

@@ -12,11 +12,11 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from parley.client import ApiError, ParleyClient
 from parley.partitioning import partition_for
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import InferenceRequested
+from tools.client import ApiError, ParleyClient
 
 
 async def _settled(client: ParleyClient, cid: str, want_replies: int, timeout: float = 60) -> dict:

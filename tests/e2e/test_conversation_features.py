@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from parley import isolated
-from parley.client import ParleyClient, parse_sse
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.topology import GATEWAY
 from tests.e2e.test_chat_turn import _prompts
+from tools import isolated
+from tools.client import ParleyClient, parse_sse
+from tools.topology import GATEWAY
 
 SLOW_ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",

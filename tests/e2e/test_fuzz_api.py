@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from parley.client import ParleyClient
+from tools.client import ParleyClient
 
 #: Per operation; with derandomize the same examples every run. Bounded so the module takes a
 #: few minutes at most on two cores.

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from parley import isolated
-from parley.client import ApiError, ParleyClient, SseEvent, parse_sse
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.supervisor import Child
-from parley.topology import GATEWAY
+from tools import isolated
+from tools.client import ApiError, ParleyClient, SseEvent, parse_sse
+from tools.supervisor import Child
+from tools.topology import GATEWAY
 
 DEADLINE = 60.0
 ENV = {

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley import isolated
-from parley.client import ParleyClient
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
+from tools import isolated
+from tools.client import ParleyClient
 
 ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",

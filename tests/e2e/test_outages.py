@@ -27,14 +27,15 @@ from infra.local import cassandra as local_cassandra
 from infra.local import jvm
 from infra.local import kafka as local_kafka
 from infra.local import stack as local_stack
-from parley import isolated
+from infra.local.settings import LocalInfraSettings
 from parley.cassandra import connect
-from parley.client import ApiError, ParleyClient, SseEvent, parse_sse
 from parley.consumer import read_until
-from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
+from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import Event, GenerationCompleted, MessagePosted
+from tools import isolated
+from tools.client import ApiError, ParleyClient, SseEvent, parse_sse
 
 DEADLINE = 120.0
 ENV = {

@@ -24,15 +24,15 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from parley import isolated
-from parley.client import ParleyClient
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, poll_batch
 from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.topology import SERVICES
 from schemas import codec
 from schemas.catalog import POOLS, TOPICS
 from schemas.events import DeadLetter, GenerationCancelRequested, InferenceRequested, TokenChunk
+from tools import isolated
+from tools.client import ParleyClient
+from tools.topology import SERVICES
 
 DEADLINE = 120.0
 POISON_ENV = {

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from parley import isolated
-from parley.audit_sources import run_audit
-from parley.client import ParleyClient, Reply
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.supervisor import Child
-from parley.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
+from tools import isolated
+from tools.audit_sources import run_audit
+from tools.client import ParleyClient, Reply
+from tools.supervisor import Child
+from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
 
 CONVERSATIONS = 6
 TURNS = 4

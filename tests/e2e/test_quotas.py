@@ -27,15 +27,15 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley import isolated
-from parley.client import ParleyClient, parse_sse
 from parley.consumer import read_until
 from parley.settings import CassandraSettings, KafkaSettings, from_env
-from parley.topology import GATEWAY
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import UsageRecorded
 from streams.usage_fold import fold
+from tools import isolated
+from tools.client import ParleyClient, parse_sse
+from tools.topology import GATEWAY
 
 RPM = 3
 ENV = {

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from parley.client import ParleyClient
-from parley.topology import WORKER_MEDIUM, WORKER_SMALL
 from tests.e2e.fleet import COMMON_ENV, EXPIRY_S, HEARTBEAT_S, RoutingStack, start_stack, stop_stack
+from tools.client import ParleyClient
+from tools.topology import WORKER_MEDIUM, WORKER_SMALL
 
 
 # ------------------------------------------------------------------ three workers, one pool

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from parley.client import ParleyClient
 from parley.ops import Ops
-from parley.topology import CONTEXT, WORKER_SMALL
 from schemas.catalog import TOPICS
 from tests.e2e.fleet import COMMON_ENV, RoutingStack, start_stack, stop_stack, wait_for_fleet
+from tools.client import ParleyClient
+from tools.topology import CONTEXT, WORKER_SMALL
 
 ENV = {
     **COMMON_ENV,
@@ -73,7 +73,7 @@ async def test_a_second_worker_takes_partitions_serves_and_hands_them_back_when_
         assert {c.replica for c in first.values()} == {"w0"}
 
         began = time.monotonic()
-        from parley import isolated
+        from tools import isolated
 
         _, scaled.workers["w1"] = isolated.add_worker(scaled.inner, WORKER_SMALL, "w1")
         wait_for_fleet(scaled.inner.kafka, {"w0": "small", "w1": "small"})

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from parley import isolated
-from parley.client import ParleyClient, Reply, reply_text
-from parley.topology import WORKER_SMALL
 from schemas.events import Event, TokenChunk
 from tests.e2e.fleet import COMMON_ENV, RoutingStack, read_all, start_stack, stop_stack, wait_for_fleet
+from tools import isolated
+from tools.client import ParleyClient, Reply, reply_text
+from tools.topology import WORKER_SMALL
 
 DEADLINE_S = 120.0
 #: Tokens of every reply, at TOKENS_PER_S: about eight seconds each.

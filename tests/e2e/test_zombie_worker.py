@@ -24,17 +24,18 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from infra.local import stack as local_stack
-from parley import isolated
-from parley.client import Reply
+from infra.local.settings import LocalInfraSettings
 from parley.consumer import read_until
-from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, LocalInfraSettings, from_env
-from parley.topology import WORKER_SMALL
+from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import GenerationCompleted
 from tests.e2e.fleet import COMMON_ENV, PROCESSORS, RoutingStack, wait_for_fleet
 from tests.e2e.kafka_proxy import KafkaProxy
 from tests.e2e.test_worker_crash import assert_resumed_once, serving_worker, stored_reply
+from tools import isolated
+from tools.client import Reply
+from tools.topology import WORKER_SMALL
 
 ZOMBIE = "w-zombie"
 DEADLINE_S = 120.0

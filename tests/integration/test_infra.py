@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.local import jvm, stack
-from parley.settings import LocalInfraSettings
+from infra.local.settings import LocalInfraSettings
 
 
 def test_starting_twice_reuses_the_running_services(infra: LocalInfraSettings) -> None:

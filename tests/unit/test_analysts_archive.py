@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from parley.analysts import archive, digest, sample
-from parley.analysts.cli import parse_time
-from parley.analysts.location import Location
-from parley.analysts.logread import Raw
 from parley.errors import ConfigError
 from schemas import codec
+from tools.analysts import archive, digest, sample
+from tools.analysts.cli import parse_time
+from tools.analysts.location import Location
+from tools.analysts.logread import Raw
 
 
 def _raws(n: int, partition: int = 2, first: int = 40) -> list[Raw]:

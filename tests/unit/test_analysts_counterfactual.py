@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from parley.analysts import counterfactual, report
 from parley.errors import ConfigError
 from streams.router import Router, policy_from
 from streams.settings import RouterSettings
 from schemas.events import InferenceRouted, PromptMessage, InferenceRequested
+from tools.analysts import counterfactual, report
 
 EASY = "What's the capital of France?"
 CODE = "Why does this fail?\n```python\ndef f(x):\n    return x/0\n```"

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parley.analysts import charts, replay, report, sample, turns
 from parley.errors import ConfigError
+from tools.analysts import charts, replay, report, sample, turns
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from parley import ids
-from parley.analysts import sample, turns
 from schemas import events as ev
+from tools.analysts import sample, turns
 
 CID = "11111111-1111-4111-8111-111111111111"
 USER = "u1"

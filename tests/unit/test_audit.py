@@ -12,12 +12,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from parley.audit import audit, norm, repeated_opening
 from schemas import events as ev
 from streams.checkpoint import Checkpoint
 from streams.projection import Write
 from tests.unit.test_streams_projection import Tables, run, store
 from tests.unit.test_streams_tree import CID, U, conversation_log
+from tools.audit import audit, norm, repeated_opening
 
 
 def read_back(tables: Tables) -> dict[str, list[dict[str, Any]]]:

@@ -12,7 +12,8 @@ import yaml
 
 from infra.local import cassandra, kafka
 from infra.local.jvm import version_of
-from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, describe
+from infra.local.settings import LocalInfraSettings
+from parley.settings import CassandraSettings, KafkaSettings, describe
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 
@@ -54,7 +55,7 @@ def test_kafka_is_single_node_kraft() -> None:
 
 
 def test_every_service_of_the_topology_runs_in_compose() -> None:
-    from parley.topology import SERVICES
+    from tools.topology import SERVICES
 
     services = _compose()["services"]
     for service in SERVICES:

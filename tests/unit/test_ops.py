@@ -1,4 +1,5 @@
-from parley.ops import LagRow, compact, deployment_groups, in_namespace, lag_rows, retention, total_lag
+from parley.ops import LagRow, compact, in_namespace, lag_rows, retention, total_lag
+from tools.topology import deployment_groups
 
 
 def test_lag_is_the_end_minus_the_commit_and_the_whole_partition_without_one():

@@ -11,7 +11,8 @@ from schemas.catalog import TOPICS
 from schemas.events import GenerationCompleted, InferenceRequested, InferenceRouted, PromptMessage, TokenChunk
 from parley.clock import SKEW_S
 from streams.route_memory import Decided, RouteMemory
-from streams.router import Router, ending, policy_from
+from schemas.endings import ending
+from streams.router import Router, policy_from
 from streams.settings import RouterSettings
 
 PARTITIONS = TOPICS["chat.inference"].partitions

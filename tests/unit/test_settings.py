@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, describe, from_env
+from infra.local.settings import LocalInfraSettings
+from parley.settings import CassandraSettings, KafkaSettings, describe, from_env
 
 
 def test_defaults_work_locally() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 
 from schemas import events as ev
-from streams.context import CONTEXT_UNAVAILABLE, ContextBuilder
+from schemas.endings import CONTEXT_UNAVAILABLE
+from streams.context import ContextBuilder
 from streams.settings import ContextSettings
 from streams.tree import Conversation, empty, fold
 
@@ -76,7 +77,8 @@ async def test_a_question_that_never_appears_fails_the_turn_instead_of_guessing(
     _, g = _turn(cid, 1, None)
     rows = Rows()
     out = await ContextBuilder(CFG, rows).handle(g)
-    assert [type(e).__name__ for e in out] == ["TokenChunk", "GenerationCompleted"]
+    # The outcome on the log first, then the client's stream end: as every turn ends (schemas/endings.py).
+    assert [type(e).__name__ for e in out] == ["GenerationCompleted", "TokenChunk"]
     assert all(e.error_code == CONTEXT_UNAVAILABLE and e.finish_reason == "failed" for e in out)  # type: ignore[attr-defined]
     assert rows.loads > 1  # it waited for the materializer before giving up
 

@@ -6,8 +6,8 @@ import pytest
 
 from parley.errors import ConfigError
 from schemas.catalog import TOPICS
-from parley.topology import SERVICES
 from streams.processors import PROCESSORS, build, worker_args
+from tools.topology import SERVICES
 
 
 def test_the_topology_runs_every_processor_on_catalog_topics_only() -> None:

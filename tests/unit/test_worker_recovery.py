@@ -1,6 +1,6 @@
 """Recovering a redelivered request, without Kafka: the fold of earlier attempts into a verdict
 (workers/recovery.py), the scheduler acting on it, the ``restarted`` SSE event (gateway/replies.py)
-and the Python client's reading of it (parley/client.py)."""
+and the Python client's reading of it (tools/client.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 from gateway.replies import live
 from gateway.tokens import Chunk, Stream
-from parley.client import SseEvent, reply_text
 from schemas.events import (
     GenerationCompleted,
     InferenceRequested,
@@ -23,6 +22,7 @@ from schemas.events import (
     UsageRecorded,
 )
 from tests.unit.test_worker_scheduler import SETTINGS, MemorySink
+from tools.client import SseEvent, reply_text
 from workers.chat_template import render_prompt
 from workers.recovery import Finished, History, Resume, known_text, verdict
 from workers.scheduler import Scheduler

@@ -1,6 +1,6 @@
 """The audit's I/O: ``chat.events`` read whole, the tables of the conversations it names.
 
-``parley.audit`` is the pure comparison; ``run_audit`` reads both sides and
+``tools.audit`` is the pure comparison; ``run_audit`` reads both sides and
 hands them to it, again until the rows agree or ``wait_s`` ran out (the
 materializer may still be catching up).
 """
@@ -16,13 +16,13 @@ from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.cluster import Session
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from parley.audit import Report, audit
 from parley.cassandra import connect
 from parley.consumer import poll_batch, reached
 from parley.errors import BrokerUnavailable
 from parley.settings import CassandraSettings, KafkaSettings
 from schemas import codec
 from schemas import events as ev
+from tools.audit import Report, audit
 
 #: Longest a read of the log may go without a record before the broker counts as gone.
 STALL_S = 30.0

@@ -27,10 +27,10 @@ from datetime import datetime, timezone
 
 import fastavro
 
-from parley.analysts import logread
-from parley.analysts.location import Location
 from parley.settings import KafkaSettings
 from schemas.catalog import POOLS
+from tools.analysts import logread
+from tools.analysts.location import Location
 
 #: What `parley archive` copies by default: what replay and rebuild read.
 DEFAULT_TOPICS: tuple[str, ...] = (

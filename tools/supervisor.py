@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from parley.topology import Service
+from tools.topology import Service
 
 
 class StartFailed(RuntimeError):

@@ -8,6 +8,7 @@ this order (DESIGN.md §1).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -86,3 +87,13 @@ GATEWAY = Service(
 SERVICES: tuple[Service, ...] = (
     ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY
 )
+
+
+def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_prefix: str = "") -> list[str]:
+    """The groups of this deployment's topology (pure): other stacks on the cluster are left out.
+
+    Processor groups carry ``PARLEY_STREAMS_GROUP_PREFIX``; worker groups the topic prefix.
+    """
+    names = {s.group for s in SERVICES if s.group}
+    ours = {(streams_group_prefix if n.startswith("streams.") else topic_prefix) + n for n in names}
+    return sorted(g for g in ids if g in ours)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from parley.analysts import archive, logread
-from parley.analysts.location import Location
 from parley.settings import KafkaSettings
+from tools.analysts import archive, logread
+from tools.analysts.location import Location
 
 
 @dataclass

@@ -16,9 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from parley.analysts import timeline
-from parley.analysts.digest import PROJECTED
-from parley.analysts.location import Location
 from parley.cassandra import connect
 from parley.errors import ConfigError
 from parley.migrate import migrate
@@ -28,6 +25,9 @@ from schemas import events as ev
 from streams.projection import Write, writes_for
 from streams.store import Store
 from streams.tree import Conversation, apply, empty
+from tools.analysts import timeline
+from tools.analysts.digest import PROJECTED
+from tools.analysts.location import Location
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from parley import errors
-from parley.audit import Report
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tools.audit import Report
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -56,7 +56,7 @@ def audit_cmd(
     show: int = typer.Option(10, "--show", help="Differences listed of each kind"),
 ) -> None:
     """Compare Cassandra with the projection of chat.events, and check every turn ended once."""
-    from parley.audit_sources import run_audit
+    from tools.audit_sources import run_audit
 
     try:
         report, undecodable = run_audit(from_env(KafkaSettings), from_env(CassandraSettings), wait)

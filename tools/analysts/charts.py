@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parley.analysts.report import Report
+from tools.analysts.report import Report
 
 TTFT = "ttft_by_model_cache.png"
 SPEED = "tokens_per_s_by_model.png"

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parley.analysts.report import Price, turn_cost
 from parley.errors import ConfigError
 from parley.settings import from_env
 from schemas.events import InferenceRequested, PromptMessage
 from streams.settings import RouterSettings
+from tools.analysts.report import Price, turn_cost
 
 if TYPE_CHECKING:
     from streams.router import Policy

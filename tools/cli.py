@@ -13,14 +13,14 @@ import sys
 import time
 
 import typer
-
-from parley.ops_cli import app as ops_app
 from rich.console import Console
 from rich.table import Table
 
+from infra.local.settings import LocalInfraSettings
 from parley import errors
-from parley.analysts.cli import app as analysts_app
-from parley.settings import CassandraSettings, KafkaSettings, LocalInfraSettings, describe, from_env
+from parley.settings import CassandraSettings, KafkaSettings, describe, from_env
+from tools.analysts.cli import app as analysts_app
+from tools.ops_cli import app as ops_app
 
 app = typer.Typer(help="Parley: chat serving, event-sourced on Kafka.", no_args_is_help=True)
 infra_app = typer.Typer(help="Run Kafka and Cassandra locally from Maven Central jars (no Docker).")
@@ -32,7 +32,7 @@ app.add_typer(schemas_app, name="schemas")
 users_app = typer.Typer(help="Users and API keys.")
 app.add_typer(users_app, name="users")
 app.add_typer(analysts_app)  # no name: replay, report, counterfactual, archive, rebuild are top-level commands
-from parley.audit_cli import audit_cmd  # noqa: E402  (its module holds the rendering)
+from tools.audit_cli import audit_cmd  # noqa: E402  (its module holds the rendering)
 
 app.command("audit")(audit_cmd)
 app.add_typer(ops_app, name="ops")
@@ -245,9 +245,9 @@ def streams_cmd(ctx: typer.Context) -> None:
 @app.command("run")
 def run_cmd() -> None:
     """Start every service of the topology (engine, worker, processors, gateway); Ctrl-C stops them."""
-    from parley.settings import LocalInfraSettings
-    from parley.supervisor import StartFailed, Supervisor
-    from parley.topology import SERVICES
+    from infra.local.settings import LocalInfraSettings
+    from tools.supervisor import StartFailed, Supervisor
+    from tools.topology import SERVICES
 
     infra = from_env(LocalInfraSettings)
     ports = {
@@ -292,8 +292,8 @@ def run_cmd() -> None:
 @users_app.command("demo")
 def users_demo() -> None:
     """Ensure the demo user exists and print its API key (kept in .data/demo.key)."""
+    from infra.local.settings import LocalInfraSettings
     from parley.cassandra import connect
-    from parley.settings import LocalInfraSettings
     from parley.users import create_user, hash_key
 
     path = from_env(LocalInfraSettings).data_dir / "demo.key"
@@ -323,10 +323,10 @@ def chat_cmd(
     conversation: str = typer.Option(None, "--conversation", "-c", help="Continue this conversation"),
 ) -> None:
     """A terminal client: streams replies token by token."""
-    from parley.chat import chat
+    from tools.chat import chat
 
     if key is None:
-        from parley.settings import LocalInfraSettings
+        from infra.local.settings import LocalInfraSettings
 
         path = from_env(LocalInfraSettings).data_dir / "demo.key"
         if not path.exists():

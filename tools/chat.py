@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from parley.client import ApiError, ParleyClient
+from tools.client import ApiError, ParleyClient
 
 
 async def chat(url: str, key: str, conversation_id: str | None, message: str | None) -> None:

@@ -15,10 +15,10 @@ from parley.cassandra import connect
 from parley.kafka import admin
 from parley.migrate import migrate
 from parley.settings import CassandraSettings, KafkaSettings
-from parley.supervisor import Child, Supervisor, free_port
 from parley.topics import ensure_topics
-from parley.topology import ENGINE, SERVICES, Service
 from parley.users import create_user
+from tools.supervisor import Child, Supervisor, free_port
+from tools.topology import ENGINE, SERVICES, Service
 
 
 @dataclass

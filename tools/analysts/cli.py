@@ -70,7 +70,7 @@ def _progress(what: str) -> Iterator[tuple[Callable[[int], None], Callable[[int]
 
 
 def _location(url: str | None):  # type: ignore[no-untyped-def]
-    from parley.analysts.location import Location
+    from tools.analysts.location import Location
 
     return Location(url) if url else None
 
@@ -91,7 +91,7 @@ def replay_cmd(
     stats: Path = typer.Option(None, "--stats", help="Also write what was read from where (JSON)"),
 ) -> None:
     """Reconstruct every turn of a time range from the log (and the archive), without joining any consumer group."""
-    from parley.analysts import replay
+    from tools.analysts import replay
 
     query = replay.Query(parse_time(since), parse_time(until), conversation, user, lead_s, grace_s)
     try:
@@ -115,7 +115,7 @@ def report_cmd(
     prices: Path = typer.Option(None, "--prices", help="TOML price table, USD per million tokens by pool or model"),
 ) -> None:
     """TTFT percentiles, speed, routing mix, downgrade/shed rates and cost, as Markdown and PNG charts."""
-    from parley.analysts import charts, replay, report
+    from tools.analysts import charts, replay, report
 
     try:
         table = report.load_prices(prices)
@@ -137,7 +137,7 @@ def counterfactual_cmd(
     json_out: Path = typer.Option(None, "--json", help="Also write the comparison as JSON"),
 ) -> None:
     """Re-run the router's pool policy with other settings over the logged requests; compare mix, escalations, cost."""
-    from parley.analysts import counterfactual, replay, report
+    from tools.analysts import counterfactual, replay, report
 
     try:
         overrides = counterfactual.parse_overrides(set_, config)
@@ -158,7 +158,7 @@ def archive_cmd(
     topic: list[str] = typer.Option([], "--topic", help="Catalog topic to archive (repeatable); default: what replay and rebuild read"),
 ) -> None:
     """Copy records older than a cut-off into Avro files per topic and day (idempotent, incremental)."""
-    from parley.analysts import archive
+    from tools.analysts import archive
 
     cutoff = parse_time(before)
     assert cutoff is not None
@@ -183,7 +183,7 @@ def rebuild_cmd(
     compare: str = typer.Option(None, "--compare", help="Then compare its projected tables with this keyspace's, row by row"),
 ) -> None:
     """Recreate the Cassandra projections from the archive + the log into an empty keyspace."""
-    from parley.analysts import digest, rebuild
+    from tools.analysts import digest, rebuild
 
     cassandra = replace(from_env(CassandraSettings), keyspace=keyspace)
     try:

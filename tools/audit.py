@@ -2,7 +2,7 @@
 
 Pure: ``audit(events, tables)`` takes the log (decoded events, in log order)
 and the rows read back from the tables, and returns a ``Report``; reading them
-is ``parley.audit_sources``'s job, the ``parley audit`` command renders it.
+is ``tools.audit_sources``'s job, the ``parley audit`` command renders it.
 
 Rows. The log is folded with the materializer's own projection
 (``streams.projection.writes_for`` over ``streams.tree.apply``), and the

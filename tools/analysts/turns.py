@@ -27,6 +27,7 @@ from typing import Any
 
 from parley import ids
 from schemas import events as ev
+from schemas.endings import OVERLOADED
 from schemas.catalog import POOLS
 
 #: The topics a replay reads (catalog names), in the order the docs list them.
@@ -44,10 +45,6 @@ NEEDED: frozenset[str] = frozenset(
         ev.UsageRecorded,
     )
 )
-
-#: error_code of a shed turn (streams.router.OVERLOADED; not imported, to keep faust out of this module).
-OVERLOADED = "overloaded"
-
 
 @dataclass(frozen=True)
 class Logged:

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from parley.analysts import timeline, turns
-from parley.analysts.location import Location
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.catalog import TOPICS
+from tools.analysts import timeline, turns
+from tools.analysts.location import Location
 
 log = logging.getLogger(__name__)
 

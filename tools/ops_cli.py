@@ -13,11 +13,13 @@ from rich.console import Console, Group as RichGroup
 from rich.live import Live
 from rich.table import Table
 
+from infra.local.settings import LocalInfraSettings
 from parley.errors import BrokerUnavailable
 from parley.ops import Ops, compact, retention, total_lag
-from parley.settings import KafkaSettings, LocalInfraSettings, from_env
-from parley.supervisor import pid_file
+from parley.settings import KafkaSettings, from_env
 from streams.settings import StreamsSettings
+from tools.supervisor import pid_file
+from tools.topology import deployment_groups
 
 app = typer.Typer(help="Operate a running Parley: consumer lag, groups, topic drift, draining.", no_args_is_help=True)
 # Piped into a file or a doc, rich would wrap at 80 columns and cut topic names.
@@ -35,7 +37,7 @@ def _fail(exc: Exception) -> None:
 
 
 def _groups(ops: Ops, named: list[str] | None) -> list[str]:
-    return named or ops.our_groups(from_env(StreamsSettings).group_prefix)
+    return named or deployment_groups(ops.group_ids(), from_env(StreamsSettings).group_prefix, ops.kafka.topic_prefix)
 
 
 def lag_table(ops: Ops, groups: list[str], everything: bool = False) -> RichGroup:

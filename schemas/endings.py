@@ -1,0 +1,75 @@
+"""How a turn ends when no worker ends it, and every ``error_code`` a turn can end with.
+
+A turn's end is two events in one order, whoever writes them: the
+GenerationCompleted first (the log: the materializer, the next turn's prompt,
+recovery lookups), then the final TokenChunk (the client's SSE ``done`` or
+``error``). A client that sees its stream end and posts again must find the
+outcome on ``chat.events`` (DESIGN.md §1); workers keep the same order in their
+transactions (workers/scheduler.py).
+"""
+
+from __future__ import annotations
+
+from schemas.events import GenerationCompleted, GenerationRequested, InferenceRequested, TokenChunk
+
+# ------------------------------------------------------------------ error codes (TokenChunk / GenerationCompleted)
+
+#: The router: a model no pool serves.
+UNKNOWN_MODEL = "unknown_model"
+#: The router: prompt + max_tokens that no configured pool holds.
+CONTEXT_TOO_LONG = "context_too_long"
+#: The router: a shed turn (it carries ``retry_after``).
+OVERLOADED = "overloaded"
+#: The context builder: the message being answered is not in the conversation's history.
+CONTEXT_UNAVAILABLE = "context_unavailable"
+#: Workers (workers/outcome.py): the engine could not be reached, refused, failed, or broke the protocol.
+ENGINE_UNAVAILABLE = "engine_unavailable"
+ENGINE_REJECTED = "engine_rejected"
+ENGINE_ERROR = "engine_error"
+ENGINE_FAILED = "engine_failed"
+ENGINE_PROTOCOL = "engine_protocol"
+#: Workers: a bug of the worker's own.
+WORKER_ERROR = "worker_error"
+
+
+def ending(
+    request: InferenceRequested | GenerationRequested,
+    finish_reason: str,
+    code: str,
+    message: str,
+    *,
+    retry_after: float | None = None,
+    pool: str = "",
+    model: str = "",
+) -> list[GenerationCompleted | TokenChunk]:
+    """The events that end ``request``'s turn without a generation, in their order."""
+    completed = GenerationCompleted(
+        conversation_id=request.conversation_id,
+        user_id=request.user_id,
+        trace_id=request.trace_id,
+        request_id=request.request_id,
+        parent_id=request.parent_id,
+        attempt=getattr(request, "attempt", 0),
+        finish_reason=finish_reason,
+        pool=pool,
+        model=model,
+        error_code=code,
+        error_message=message,
+    )
+    return [completed, final_chunk(completed, retry_after)]
+
+
+def final_chunk(completed: GenerationCompleted, retry_after: float | None) -> TokenChunk:
+    """The TokenChunk that ends the client's stream of a turn ``completed`` ended (no text of its own)."""
+    return TokenChunk(
+        conversation_id=completed.conversation_id,
+        user_id=completed.user_id,
+        trace_id=completed.trace_id,
+        request_id=completed.request_id,
+        attempt=completed.attempt,
+        seq=0,
+        finish_reason=completed.finish_reason,
+        error_code=completed.error_code,
+        error_message=completed.error_message,
+        retry_after=retry_after,
+    )

@@ -1,0 +1,67 @@
+"""Layers only point down: no package imports one ranked above it (docs/design.md §2).
+
+The sources are parsed, not imported, so an import inside a function counts as
+much as one at the top of a module: it runs up the same way when it runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Bottom up; a package may import its own rank and any rank below it.
+RANKS = {
+    "schemas": 0,  # the contracts (events, codec, topic catalog, CQL) that every other layer speaks
+    "parley": 1,  # the shared shell: settings, Kafka and Cassandra clients, ids, logging, metrics
+    "infra": 2,  # runs Kafka and Cassandra locally, its settings read with parley's helpers
+    "workers": 3,  # below streams: the context builder reuses the engine client and chat template for summaries
+    "streams": 4,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
+    "gateway": 5,  # the HTTP edge, the last of the services
+    "tools": 6,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
+    "bench": 7,  # benchmarks start whole stacks through tools; nothing imports them
+}
+
+
+def imported_packages(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level package) of every absolute import of one of ours in ``path``, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(node.lineno, top) for top in {n.split(".")[0] for n in names} if top in RANKS]
+    return found
+
+
+def test_every_package_imports_only_its_own_layer_and_those_below() -> None:
+    upward = []
+    for package, rank in RANKS.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for line, imported in imported_packages(path):
+                if RANKS[imported] > rank:
+                    upward.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def test_imports_inside_functions_count_and_relative_ones_do_not(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import os\nimport parley.ids, tools.cli as c\n\n\ndef f():\n"
+        "    from streams import tree\n    from . import gateway\n    from .tools import x\n"
+    )
+    assert sorted(imported_packages(source)) == [(2, "parley"), (2, "tools"), (6, "streams")]
+
+
+def test_the_gateway_and_the_cores_it_reads_load_no_faust() -> None:
+    """The gateway reads the router's policy and the streams' folds; none of them may pull in faust."""
+    import subprocess
+    import sys
+
+    probe = "import sys, gateway.app, streams.router, tools.analysts.turns; print(sorted(m for m in sys.modules if m.split('.')[0] in ('faust', 'aiokafka', 'mode')))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
