@@ -55,6 +55,7 @@ def test_config_drift_is_reported_then_set_back(kafka: KafkaSettings) -> None:
     assert report.problems and "retention.ms" in report.problems[0]
     [fixed] = ensure_topics(kafka, client, [TOPICS["chat.tokens"]])
     assert fixed.config_fixed == {"retention.ms": ("1234", TOPICS["chat.tokens"].configs["retention.ms"])}
+    _await_config(client, name, "retention.ms", TOPICS["chat.tokens"].configs["retention.ms"])  # the fix, too, lands later
     [after] = verify_topics(kafka, client, [TOPICS["chat.tokens"]], fix_configs=False)
     assert after.ok
 
