@@ -44,17 +44,6 @@ def admin(settings: KafkaSettings) -> AdminClient:
     return AdminClient({"bootstrap.servers": settings.bootstrap})
 
 
-def wait_for_broker(settings: KafkaSettings, timeout: float = 10.0) -> int:
-    """Number of brokers once a metadata request answers; raises BrokerUnavailable."""
-    try:
-        md = admin(settings).list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise BrokerUnavailable(
-            f"no Kafka broker answers at {settings.bootstrap} (PARLEY_KAFKA_BOOTSTRAP); `make run` starts a local one"
-        ) from exc
-    return len(md.brokers)
-
-
 @dataclass(frozen=True)
 class Delivered:
     topic: str

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
-import os
 import sys
 import time
-from collections.abc import Iterator
+
+from parley.settings import TelemetrySettings, from_env
 
 #: The trace id of the request or event being handled: every log line made meanwhile carries it.
 TRACE_ID: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="")
@@ -21,15 +20,6 @@ def trace_context(trace_id: str) -> contextvars.Context:
     ctx.run(TRACE_ID.set, trace_id)
     return ctx
 
-
-@contextlib.contextmanager
-def traced(trace_id: str) -> Iterator[None]:
-    """Log lines inside carry ``trace_id`` (from the HTTP request, then every event that follows it)."""
-    token = TRACE_ID.set(trace_id)
-    try:
-        yield
-    finally:
-        TRACE_ID.reset(token)
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
 
@@ -60,6 +50,6 @@ def setup_logging(service: str) -> None:
     handler.setFormatter(JsonFormatter(service))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("PARLEY_LOG_LEVEL", "INFO").upper())
+    root.setLevel(from_env(TelemetrySettings).log_level.upper())
     for noisy in ("cassandra", "aiokafka", "faust", "mode", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -12,14 +12,13 @@ The gateway serves ``/metrics`` on its own port; every other process calls
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from parley.settings import KafkaSettings
+from parley.settings import KafkaSettings, TelemetrySettings, from_env
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +118,10 @@ def register_lag(kafka: KafkaSettings, groups: list[str]) -> None:
 
 def serve_from_env(service: str) -> int | None:
     """Start the metrics HTTP server on ``PARLEY_METRICS_PORT``; the port, or None when off."""
-    port = int(os.environ.get("PARLEY_METRICS_PORT", "0") or 0)
+    telemetry = from_env(TelemetrySettings)
+    port = telemetry.metrics_port
     if port <= 0:
         return None
-    start_http_server(port, addr=os.environ.get("PARLEY_METRICS_HOST", "127.0.0.1"))
+    start_http_server(port, addr=telemetry.metrics_host)
     log.info("metrics served", extra={"service": service, "port": port})
     return port

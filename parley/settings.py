@@ -56,6 +56,17 @@ def describe(cls: type) -> list[tuple[str, Any, str]]:
 
 
 @dataclass(frozen=True)
+class TelemetrySettings:
+    """Logs and metrics, the same for every process."""
+
+    log_level: str = env("PARLEY_LOG_LEVEL", "INFO", "Level of the JSON logs on stderr (DEBUG, INFO, WARNING, ERROR)")
+    metrics_port: int = env(
+        "PARLEY_METRICS_PORT", 0, "Port of a process's /metrics (0: off; the supervisor hands each child one)"
+    )
+    metrics_host: str = env("PARLEY_METRICS_HOST", "127.0.0.1", "Address that /metrics listens on")
+
+
+@dataclass(frozen=True)
 class KafkaSettings:
     bootstrap: str = env("PARLEY_KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)")
     replication: int = env("PARLEY_KAFKA_REPLICATION", 1, "Replication factor of topics Parley creates")

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from infra.local.settings import LocalInfraSettings
 from parley import errors
-from parley.settings import CassandraSettings, KafkaSettings, describe, from_env
+from parley.settings import CassandraSettings, KafkaSettings, TelemetrySettings, describe, from_env
 from tools.analysts.cli import app as analysts_app
 from tools.ops_cli import app as ops_app
 
@@ -90,14 +90,50 @@ def infra_status() -> None:
     out.print(table)
 
 
-@infra_app.command("settings")
-def infra_settings() -> None:
-    """List every setting with its environment variable and default."""
+def _settings_by_service() -> list[tuple[str, type]]:
+    """Every typed settings object, under the service that reads it (imported here: the services are below)."""
+    from gateway.settings import GatewaySettings, QuotaSettings
+    from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings, UsageSettings
+    from workers.engine.settings import EngineSettings
+    from workers.settings import WorkerSettings
+
+    return [
+        ("every service: Kafka", KafkaSettings),
+        ("every service: Cassandra", CassandraSettings),
+        ("every service: logs and metrics", TelemetrySettings),
+        ("local infrastructure (parley infra)", LocalInfraSettings),
+        ("engine (CPU)", EngineSettings),
+        ("worker", WorkerSettings),
+        ("stream processors", StreamsSettings),
+        ("context builder", ContextSettings),
+        ("router", RouterSettings),
+        ("materializer", MaterializerSettings),
+        ("usage", UsageSettings),
+        ("gateway", GatewaySettings),
+        ("gateway: quotas", QuotaSettings),
+    ]
+
+
+def _settings_table(groups: list[tuple[str, type]]) -> Table:
     table = Table("variable", "default", "meaning")
-    for cls in (KafkaSettings, CassandraSettings, LocalInfraSettings):
+    for title, cls in groups:
+        table.add_section()
+        table.add_row(f"[bold]{title}[/bold]", "", "")
         for name, default, doc in describe(cls):
             table.add_row(name, str(default), doc)
-    out.print(table)
+    return table
+
+
+@app.command("settings")
+def settings_cmd() -> None:
+    """List every setting of every service: its environment variable, default and meaning."""
+    out.print(_settings_table(_settings_by_service()))
+
+
+@infra_app.command("settings")
+def infra_settings() -> None:
+    """List the settings of Kafka, Cassandra and the local infrastructure (all of them: `parley settings`)."""
+    out.print(_settings_table([g for g in _settings_by_service() if g[1] in (KafkaSettings, CassandraSettings, LocalInfraSettings)]))
 
 
 # ---------------------------------------------------------------- topics

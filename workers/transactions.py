@@ -175,7 +175,6 @@ class TransactionalCommitter:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         delay = RETRY_S
         while True:
             try:

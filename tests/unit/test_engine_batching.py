@@ -15,7 +15,7 @@ import pytest
 from parley.settings import from_env
 from workers.engine import protocol
 from workers.engine.protocol import GenerateInput, Progress, Sampling
-from workers.engine.scheduler import TorchBackend
+from workers.engine.batcher import TorchBackend
 from workers.engine.settings import EngineSettings
 
 PROMPTS = ["Hello there", "A much longer prompt than the others, to force left padding", "x", "Fourth one"]

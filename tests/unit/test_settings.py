@@ -32,3 +32,21 @@ def test_every_setting_is_documented() -> None:
     for cls in (KafkaSettings, CassandraSettings, LocalInfraSettings):
         for name, _, doc in describe(cls):
             assert name.startswith("PARLEY_") and doc
+
+
+def test_parley_settings_lists_every_variable_the_services_read() -> None:
+    """`parley settings` is "every setting": a PARLEY_ variable read anywhere below the tools is in it."""
+    import ast
+    import re
+
+    from tools.cli import _settings_by_service
+
+    root = Path(__file__).resolve().parents[2]
+    listed = {name for _, cls in _settings_by_service() for name, _, _ in describe(cls)}
+    read = set()
+    for package in ("parley", "infra", "workers", "streams", "gateway"):
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"PARLEY_[A-Z0-9_]+", node.value):
+                    read.add(node.value)
+    assert read - listed == set()

@@ -47,17 +47,6 @@ NEEDED: frozenset[str] = frozenset(
 )
 
 @dataclass(frozen=True)
-class Logged:
-    """One decoded record and where it lies in the log."""
-
-    topic: str  # catalog name, without the deployment's prefix
-    partition: int
-    offset: int
-    timestamp_ms: int  # the record's Kafka timestamp
-    event: ev.Event
-
-
-@dataclass(frozen=True)
 class Turn:
     """One generation as the log tells it; every field derives from the events above."""
 

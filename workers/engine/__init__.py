@@ -1,7 +1,7 @@
 """Parley's CPU engine: SGLang's native HTTP API served from CPU, so workers never know which they talk to.
 
 Where things are: ``settings.py`` (EngineSettings), ``protocol.py`` (the wire
-shapes), ``app.py`` (routes), ``scheduler.py`` + ``torch_model.py`` (the torch
+shapes), ``app.py`` (routes), ``batcher.py`` + ``torch_model.py`` (the torch
 backend, continuous batching), ``synthetic.py`` + ``prefix_cache.py`` (the load
 test backend), ``detokenize.py`` / ``tokenizer.py``, ``server.py`` (``serve``).
 """

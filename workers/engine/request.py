@@ -41,7 +41,7 @@ class RequestState:
         self._event.set()
 
     def publish_threadsafe(self, progress: Progress) -> None:
-        """Called from a backend's own thread (the torch scheduler)."""
+        """Called from a backend's own thread (the torch batcher)."""
         self._loop.call_soon_threadsafe(self.publish, progress)
 
     async def progress(self) -> AsyncIterator[Progress]:
@@ -72,7 +72,7 @@ class LoadSnapshot:
 
 
 class Backend(Protocol):
-    """The engine behind the HTTP API: torch (scheduler.py) or synthetic (synthetic.py)."""
+    """The engine behind the HTTP API: torch (batcher.py) or synthetic (synthetic.py)."""
 
     model_path: str
     untrained: bool

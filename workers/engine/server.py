@@ -35,7 +35,7 @@ def make_backend(settings: EngineSettings) -> Backend:
         from workers.engine.synthetic import SyntheticBackend
 
         return SyntheticBackend(settings)
-    from workers.engine.scheduler import TorchBackend
+    from workers.engine.batcher import TorchBackend
 
     return TorchBackend(settings)
 

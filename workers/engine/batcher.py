@@ -1,7 +1,7 @@
-"""The torch backend: a continuous-batching scheduler on its own thread.
+"""The torch backend: a continuous batcher on its own thread.
 
 The event loop thread only tokenizes, validates and hands requests over; the
-scheduler thread owns the model and runs one loop, SGLang style::
+batcher thread owns the model and runs one loop, SGLang style::
 
     take new requests and aborts from the inbox
     admit waiting requests while the batch and the token budget allow
@@ -68,7 +68,7 @@ class TorchBackend:
         self._stopping = threading.Event()
         self._generator = torch.Generator().manual_seed(settings.seed)
         self._throughput = Throughput()
-        # Counters read by load(); written only by the scheduler thread.
+        # Counters read by load(); written only by the batcher thread.
         self._used_tokens = 0
         self.decode_steps = 0
         self.decode_tokens = 0
@@ -80,7 +80,7 @@ class TorchBackend:
     async def start(self) -> None:
         self._model = await asyncio.to_thread(load_model, self.settings.model_dir, self.context_length, self.settings.seed)
         self.model_path = self._model.name
-        self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="engine-batcher", daemon=True)
         self._thread.start()
         log.info(
             "torch engine ready",
@@ -135,7 +135,7 @@ class TorchBackend:
             },
         )
 
-    # ------------------------------------------------------------ scheduler thread
+    # ------------------------------------------------------------ batcher thread
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
