@@ -34,7 +34,7 @@ from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from gateway.tracing import TraceMiddleware
-from parley.cassandra import connect
+from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
@@ -159,7 +159,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = await asyncio.to_thread(connect, cassandra)
-        store = Store(session, cassandra.keyspace)
+        cql = AsyncCql(cassandra, session)
+        store = Store(cql)
         # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not
         # land much later: librdkafka gives it up at about the same time.
         producer = EventProducer(kafka, **{"delivery.timeout.ms": int(settings.append_timeout_s * 1000) + 1000})
@@ -172,7 +173,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         svc = Services(settings, store, producer, tokens, auth, session, pressure)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
-        svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(session, cassandra.keyspace))
+        svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(cql))
         app.state.draining = False
         svc.spawn(watch_broker(svc))
         try:

@@ -1,20 +1,17 @@
 """The gateway's reads (and its few direct writes) against Cassandra, as awaitables.
 
-Driver errors become ``StoreUnavailable``; the app answers 503 with a clear message.
+Driver errors become ``StoreUnavailable`` (``parley.cassandra.AsyncCql``); the app answers 503 with a
+clear message, and logs which settings point where.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from cassandra import DriverException
-from cassandra.cluster import NoHostAvailable, ResponseFuture, Session
-
-from parley.errors import StoreUnavailable
+from parley.cassandra import AsyncCql
 from schemas.events import ConversationEvent, MemoryUpdated
 from streams import memory, projection, tree
 
@@ -56,39 +53,14 @@ def _str(value: Any) -> str | None:
 
 
 class Store:
-    def __init__(self, session: Session, keyspace: str) -> None:
-        self._session = session
-        self._keyspace = keyspace
-        self._prepared: dict[str, Any] = {}
+    """The gateway's statements on its session (``parley.cassandra.AsyncCql``: prepared, every page)."""
+
+    def __init__(self, cql: AsyncCql) -> None:
+        self._cql = cql
 
     async def _run(self, cql: str, params: tuple = ()) -> list[Any]:
         """Run ``cql`` (tables written ``{ks}.name``) as a prepared statement."""
-        statement = self._prepared.get(cql)
-        if statement is None:
-            text = cql.replace("{ks}", self._keyspace)
-            statement = await self._wrap(lambda: self._session.prepare(text))
-            self._prepared[cql] = statement
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[Any]] = loop.create_future()
-        try:
-            future: ResponseFuture = self._session.execute_async(statement, params)
-        except (NoHostAvailable, DriverException) as exc:
-            raise StoreUnavailable(f"Cassandra: {type(exc).__name__}") from exc
-
-        def ok(rows: Any) -> None:
-            loop.call_soon_threadsafe(_settle, done, list(rows or []), None)
-
-        def failed(exc: BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, done, None, StoreUnavailable(f"Cassandra: {type(exc).__name__}"))
-
-        future.add_callbacks(ok, failed)
-        return await done
-
-    async def _wrap(self, fn: Any) -> Any:
-        try:
-            return await asyncio.to_thread(fn)
-        except (NoHostAvailable, DriverException, OSError) as exc:
-            raise StoreUnavailable(f"Cassandra: {type(exc).__name__}") from exc
+        return await self._cql.run(cql, params)
 
     # ------------------------------------------------------------ users
 
@@ -206,15 +178,6 @@ def _message(r: Any) -> Message:
         r.stream_offset,
         r.created_at,
     )
-
-
-def _settle(fut: asyncio.Future, value: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(value)
 
 
 def _iso(value: datetime | None) -> str | None:

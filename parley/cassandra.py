@@ -1,9 +1,19 @@
-"""Cassandra sessions, with driver errors translated into ``StoreUnavailable``."""
+"""Cassandra sessions, and CQL as awaitables, with driver errors translated into ``StoreUnavailable``.
+
+``AsyncCql`` is the one async adapter every service's store uses (the gateway's,
+the processors'): prepared statements, every page of a result, and errors that
+name the settings to check.
+"""
 
 from __future__ import annotations
 
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
+import asyncio
+from typing import Any
+
+from cassandra import DriverException, RequestExecutionException
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
+from cassandra.query import PreparedStatement
 
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
@@ -36,3 +46,75 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
             f"cannot reach Cassandra at {settings.hosts}:{settings.port} "
             "(PARLEY_CASSANDRA_HOSTS / PARLEY_CASSANDRA_PORT); is it running? `make run` starts a local one"
         ) from exc
+
+
+_ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
+
+
+class AsyncCql:
+    """CQL on one session as awaitables. ``{ks}`` in a statement stands for the keyspace of ``settings``.
+
+    Without a ``session`` it connects on first use (off the event loop: connecting blocks).
+    """
+
+    def __init__(self, settings: CassandraSettings, session: Session | None = None) -> None:
+        self.settings = settings
+        self._session = session
+        self._connecting = asyncio.Lock()  # concurrent first queries share one connection
+        self._prepared: dict[str, PreparedStatement] = {}
+
+    async def session(self) -> Session:
+        async with self._connecting:
+            if self._session is None:
+                self._session = await asyncio.to_thread(connect, self.settings, self.settings.keyspace)
+            return self._session
+
+    async def run(self, cql: str, values: tuple[Any, ...] = ()) -> list[Any]:
+        """Every row ``cql`` answers (all pages), as a prepared statement."""
+        try:
+            session = await self.session()
+            statement = self._prepared.get(cql)
+            if statement is None:
+                text = cql.replace("{ks}", self.settings.keyspace)
+                statement = self._prepared[cql] = await asyncio.to_thread(session.prepare, text)
+            return await _all_pages(session.execute_async(statement, values))
+        except StoreUnavailable:
+            raise
+        except _ERRORS as exc:
+            s = self.settings
+            raise StoreUnavailable(
+                f"Cassandra at {s.hosts}:{s.port} (keyspace {s.keyspace}; PARLEY_CASSANDRA_HOSTS, "
+                f"PARLEY_CASSANDRA_PORT, PARLEY_KEYSPACE) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.cluster.shutdown()
+            self._session = None
+
+
+def _all_pages(future: ResponseFuture) -> asyncio.Future[list[Any]]:
+    loop = asyncio.get_running_loop()
+    out: asyncio.Future[list[Any]] = loop.create_future()
+    rows: list[Any] = []
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if out.done():
+            return
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(result)
+
+    def on_rows(page: list[Any] | None) -> None:  # on the driver's thread
+        rows.extend(page or ())
+        if future.has_more_pages:
+            future.start_fetching_next_page()
+        else:
+            loop.call_soon_threadsafe(settle, rows, None)
+
+    def on_error(exc: BaseException) -> None:
+        loop.call_soon_threadsafe(settle, None, exc)
+
+    future.add_callbacks(on_rows, on_error)
+    return out

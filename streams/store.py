@@ -16,11 +16,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from cassandra import DriverException, RequestExecutionException
-from cassandra.cluster import NoHostAvailable, ResponseFuture, Session
-from cassandra.query import PreparedStatement
+from cassandra.cluster import Session
 
-from parley.cassandra import connect
+from parley.cassandra import AsyncCql
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
 from schemas.events import MemoryUpdated
@@ -38,7 +36,6 @@ _MESSAGES = (
     "FROM messages WHERE conversation_id = ?"
 )
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
-_ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
 
 
 def _us(value: datetime | None) -> int | None:
@@ -90,56 +87,30 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
 
 
 class Store:
-    """One Cassandra session for a processor, opened on first use."""
+    """One Cassandra session for a processor, opened on first use (``parley.cassandra.AsyncCql``)."""
 
     def __init__(self, settings: CassandraSettings) -> None:
-        self._settings = settings
-        self._session: Session | None = None
-        self._connecting = asyncio.Lock()  # concurrent first queries must share one connection
-        self._prepared: dict[Any, PreparedStatement] = {}
+        self._cql = AsyncCql(settings)
 
     async def session(self) -> Session:
-        async with self._connecting:
-            if self._session is None:
-                loop = asyncio.get_running_loop()
-                # connect() blocks for up to its timeout: keep it off the event loop.
-                self._session = await loop.run_in_executor(None, connect, self._settings, self._settings.keyspace)
-            return self._session
+        return await self._cql.session()
 
-    async def _prepare(self, key: Any, text: str) -> PreparedStatement:
-        stmt = self._prepared.get(key)
-        if stmt is None:
-            session = await self.session()
-            loop = asyncio.get_running_loop()
-            stmt = await loop.run_in_executor(None, session.prepare, text)
-            self._prepared[key] = stmt
-        return stmt
-
-    async def _run(self, key: Any, text: str, values: tuple[Any, ...]) -> list[Any]:
-        try:
-            stmt = await self._prepare(key, text)
-            session = await self.session()
-            return await _result(session.execute_async(stmt, values))
-        except StoreUnavailable:
-            raise
-        except _ERRORS as exc:
-            raise StoreUnavailable(
-                f"Cassandra at {self._settings.hosts}:{self._settings.port} (keyspace {self._settings.keyspace}, "
-                f"PARLEY_CASSANDRA_HOSTS / PARLEY_KEYSPACE) failed: {type(exc).__name__}: {exc}"
-            ) from exc
+    async def run(self, text: str, values: tuple[Any, ...] = ()) -> list[Any]:
+        """Every row of a prepared statement; StoreUnavailable naming the settings on failure."""
+        return await self._cql.run(text, values)
 
     async def load(self, conversation_id: str) -> Conversation:
         """The conversation as materialized so far (empty when it has no rows)."""
         cid = uuid.UUID(conversation_id)
         conv, msgs = await asyncio.gather(
-            self._run("load.conversation", _CONVERSATION, (cid,)),
-            self._run("load.messages", _MESSAGES, (cid,)),
+            self.run(_CONVERSATION, (cid,)),
+            self.run(_MESSAGES, (cid,)),
         )
         return state_from_rows(conversation_id, conv[0] if conv else None, msgs)
 
     async def reply(self, conversation_id: str, message_id: str) -> StoredReply | None:
         """A reply's text as stored (for checkpoints resuming after a restart); None when it has no row."""
-        rows = await self._run("load.reply", _REPLY, (uuid.UUID(conversation_id), uuid.UUID(message_id)))
+        rows = await self.run(_REPLY, (uuid.UUID(conversation_id), uuid.UUID(message_id)))
         if not rows:
             return None
         r = rows[0]
@@ -147,44 +118,15 @@ class Store:
 
     async def write(self, writes: list[Write]) -> None:
         """Execute ``writes`` (concurrently: they commute, each carrying its own timestamp)."""
-        await asyncio.gather(*(self._run(w.shape, cql(w.shape), w.values) for w in writes))
+        await asyncio.gather(*(self.run(cql(w.shape), w.values) for w in writes))
 
     async def write_memory(self, event: MemoryUpdated) -> None:
         """A user's memory snapshot replaces their rows (streams/memory.py)."""
         for statement in memory.writes_for(event):
-            await self._run(statement.cql, statement.cql.replace("{ks}.", ""), statement.values)
+            await self.run(statement.cql, statement.values)
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.cluster.shutdown()
-            self._session = None
-
-
-def _result(future: ResponseFuture) -> asyncio.Future[list[Any]]:
-    loop = asyncio.get_running_loop()
-    out: asyncio.Future[list[Any]] = loop.create_future()
-    rows: list[Any] = []
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if out.done():
-            return
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(result)
-
-    def on_rows(page: list[Any] | None) -> None:
-        rows.extend(page or ())
-        if future.has_more_pages:
-            future.start_fetching_next_page()
-        else:
-            loop.call_soon_threadsafe(settle, rows, None)
-
-    def on_error(exc: BaseException) -> None:
-        loop.call_soon_threadsafe(settle, None, exc)
-
-    future.add_callbacks(on_rows, on_error)
-    return out
+        self._cql.close()
 
 
 async def retrying(what: str, attempt_once: Callable[[], Awaitable[T]], max_pause_s: float) -> T:

@@ -2,29 +2,23 @@
 builder that has not seen a conversation's SummaryWritten events (a restart, an
 evicted conversation) starts from.
 
-Reads go through the processor's ``Store`` session; driver errors become
+Reads go through the processor's ``Store``; driver errors become
 ``StoreUnavailable``, which the builder retries like any other load.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from cassandra import DriverException, RequestExecutionException
-from cassandra.cluster import NoHostAvailable
-
-from parley.errors import StoreUnavailable
 from streams.store import Store
 from streams.summary import Summary
 
 _SELECT = (
     "SELECT summary_id, through_message_id, covered_message_ids, content, tokens, model "
-    "FROM summaries WHERE conversation_id = %s"
+    "FROM summaries WHERE conversation_id = ?"
 )
-_ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
 
 
 def summaries_from_rows(rows: Iterable[Any]) -> list[Summary]:
@@ -45,12 +39,5 @@ class SummaryRows:
         self._store = store
 
     async def summaries(self, conversation_id: str) -> list[Summary]:
-        cid = uuid.UUID(conversation_id)
-        try:
-            session = await self._store.session()
-            loop = asyncio.get_running_loop()
-            # The driver's synchronous execute, off the event loop: one small partition read.
-            rows = await loop.run_in_executor(None, lambda: list(session.execute(_SELECT, (cid,))))
-        except _ERRORS as exc:
-            raise StoreUnavailable(f"reading summaries from Cassandra failed: {type(exc).__name__}: {exc}") from exc
+        rows = await self._store.run(_SELECT, (uuid.UUID(conversation_id),))
         return summaries_from_rows(rows)

@@ -54,7 +54,7 @@ class UsageStore(Store):
             k.user_id, k.day, k.model, k.request_id, k.attempt, row.conversation_id, row.pool, row.finish_reason,
             row.prompt_tokens, row.cached_tokens, row.completion_tokens, recorded_at, row.occurred_at,
         )  # fmt: skip
-        await self._run("usage.record", _INSERT, values)
+        await self.run(_INSERT, values)
 
 
 class UsageFolder:

@@ -90,3 +90,30 @@ def test_a_new_migration_applies_once(tmp_path: Path, cassandra, cassandra_setti
 def test_an_unreachable_cluster_is_a_clear_error(cassandra_settings: CassandraSettings) -> None:
     with pytest.raises(StoreUnavailable, match="PARLEY_CASSANDRA_HOSTS"):
         connect(replace(cassandra_settings, port=1), connect_timeout=1)
+
+
+def test_async_cql_reads_every_page_and_names_the_settings_when_it_fails(cassandra, cassandra_settings: CassandraSettings) -> None:
+    """The one async adapter of the gateway and the processors: a result larger than a page comes whole
+    (the gateway's reads used to stop at the first), and a failure says which settings point where."""
+    import asyncio
+
+    from parley.cassandra import AsyncCql
+
+    user = f"pages-{uuid.uuid4().hex[:8]}"
+    ks = cassandra_settings.keyspace
+    for i in range(11):
+        cassandra.execute(f"INSERT INTO {ks}.user_memory (user_id, position, text) VALUES (%s, %s, %s)", (user, i, f"fact {i}"))
+    cql = AsyncCql(cassandra_settings, cassandra)
+    before = cassandra.default_fetch_size
+    cassandra.default_fetch_size = 3  # four pages
+    try:
+        rows = asyncio.run(cql.run("SELECT text FROM {ks}.user_memory WHERE user_id = ?", (user,)))
+    finally:
+        cassandra.default_fetch_size = before
+    assert sorted(r.text for r in rows) == sorted(f"fact {i}" for i in range(11))
+
+    with pytest.raises(StoreUnavailable, match="PARLEY_CASSANDRA_HOSTS.*PARLEY_KEYSPACE.*InvalidRequest"):
+        asyncio.run(cql.run("SELECT nothing FROM {ks}.no_such_table"))
+    unreachable = AsyncCql(replace(cassandra_settings, port=1))
+    with pytest.raises(StoreUnavailable, match="PARLEY_CASSANDRA_PORT"):
+        asyncio.run(unreachable.run("SELECT now() FROM system.local"))

@@ -14,6 +14,7 @@ import asyncio
 import signal
 import time
 import uuid
+from dataclasses import replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from gateway.quotas import QuotaStore
 from parley.consumer import poll_batch
 from parley.kafka import EventProducer
-from parley.settings import CassandraSettings, KafkaSettings
+from parley.cassandra import AsyncCql
+from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS, dlq_name
 from schemas.events import DeadLetter, Usage, UsageRecorded
@@ -65,8 +67,13 @@ def _events(users: list[str]) -> list[UsageRecorded]:
     return out
 
 
+def _quota_store(session: Any, keyspace: str) -> QuotaStore:
+    """The gateway's quota store on the test's session."""
+    return QuotaStore(AsyncCql(replace(from_env(CassandraSettings), keyspace=keyspace), session))
+
+
 def _stored(session: Any, keyspace: str, users: list[str]) -> dict[tuple[str, date, str], Totals]:
-    store = QuotaStore(session, keyspace)
+    store = _quota_store(session, keyspace)
     days = [TODAY.date(), date.fromordinal(TODAY.date().toordinal() - 1)]
 
     async def read() -> dict[tuple[str, date, str], Totals]:
@@ -80,7 +87,7 @@ def _stored(session: Any, keyspace: str, users: list[str]) -> dict[tuple[str, da
 
 
 def _tokens_today(session: Any, keyspace: str, user: str) -> int:
-    return asyncio.run(QuotaStore(session, keyspace).tokens_on(user, TODAY.date()))
+    return asyncio.run(_quota_store(session, keyspace).tokens_on(user, TODAY.date()))
 
 
 def _wait_caught_up(kafka: KafkaSettings, group: str, worker: Worker) -> None:
