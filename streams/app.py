@@ -1,6 +1,8 @@
-"""The faust-streaming shell every processor shares.
+"""The faust-streaming shell every processor shares: the one runner of a ``streams.wiring.Wiring``.
 
-``make_app`` builds a faust App from Parley's settings (faust speaks to Kafka
+``wired_app`` turns any processor's wiring into a faust App (an agent per topic
+it reads, dispatching by event type; produce with ack; dead-letter), so a
+processor itself never imports faust. ``make_app`` builds a faust App from Parley's settings (faust speaks to Kafka
 through aiokafka; both work against Kafka 4.x, proven by
 ``tests/integration/test_faust.py``), reading only committed records. Topics are raw bytes to faust: Parley's
 codec decodes them, and ``decoded`` dead-letters what it cannot decode, so an
@@ -11,20 +13,25 @@ partition.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiokafka
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
 from parley.logs import TRACE_ID
 from parley.metrics import DEAD_LETTERS
 from parley.settings import KafkaSettings
 from schemas import codec
-from schemas.catalog import dlq_name
-from schemas.events import Event
+from schemas.catalog import dlq_name, topic_name_for
+from schemas.events import Event, InferenceRouted
+from streams.settings import StreamsSettings
+from streams.wiring import Agent, RebalanceHook, Wiring
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +118,106 @@ async def dead_letter(app: faust.App, record: faust.EventT, consumer: str, error
         "dead-lettered a record",
         extra={"topic": msg.topic, "offset": msg.offset, "error_type": letter.error_type, "error": letter.error},
     )
+
+
+# ------------------------------------------------------------------ the one runner
+
+
+def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str) -> tuple[faust.App, str]:
+    """The faust App of ``processor`` and its consumer group, with a datadir of its own."""
+    group = streams.group(processor)
+    datadir = streams.datadir / group
+    datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
+    # After a crash (no LeaveGroup) its partitions stay with the dead member until the session times out:
+    # faust's 60 s default would stall every conversation of those partitions for a minute.
+    session = streams.session_timeout_s
+    app = make_app(
+        group,
+        kafka,
+        datadir=str(datadir),
+        broker_session_timeout=session,
+        broker_client_id=f"{group}@{socket.gethostname()}-{os.getpid()}",  # who is who in `parley ops groups`
+        broker_heartbeat_interval=min(3.0, session / 3),
+    )
+    return app, group
+
+
+def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wiring: Wiring) -> faust.App:
+    """``processor`` as a faust App: an agent per topic it reads, its tasks, timers and hooks."""
+    app, group = processor_app(streams, kafka, processor)
+    sinks = {name: raw_topic(app, kafka, name) for name in wiring.writes}
+    by_physical = {kafka.topic(a.topic): a.topic for a in wiring.agents}
+
+    for agent in wiring.agents:
+        app.agent(raw_topic(app, kafka, agent.topic), name=agent.topic)(_agent_loop(app, group, agent, sinks))
+    for task in wiring.tasks:
+        app.task(task)
+    for timer in wiring.timers:
+        app.timer(interval=timer.interval_s, name=f"{processor}.{timer.run.__name__}")(timer.run)
+
+    def rebalance(hooks: Sequence[RebalanceHook]) -> Callable[..., Awaitable[None]]:
+        async def tell(_: object, partitions: set[TP], **__: object) -> None:
+            by_topic: dict[str, set[int]] = {}
+            for tp in partitions:
+                if tp.topic in by_physical:
+                    by_topic.setdefault(by_physical[tp.topic], set()).add(tp.partition)
+            for hook in hooks:
+                for topic, ps in by_topic.items():
+                    await hook(topic, ps)
+
+        return tell
+
+    if wiring.on_assigned:
+        app.on_partitions_assigned.connect(rebalance(wiring.on_assigned))
+    if wiring.on_revoked:
+        app.on_partitions_revoked.connect(rebalance(wiring.on_revoked))
+    for stop in wiring.on_stop:
+        app.on_before_shutdown.connect(_ignoring_sender(stop))
+    return app
+
+
+def _agent_loop(
+    app: faust.App, group: str, agent: Agent, sinks: Mapping[str, faust.TopicT]
+) -> Callable[[faust.StreamT], Awaitable[None]]:
+    async def loop(stream: faust.StreamT) -> None:
+        async for event in decoded(app, stream, consumer=group):
+            handler = agent.handler_for(event)
+            if handler is None:  # no business on this topic: not dropped silently
+                await _dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
+                continue
+            try:
+                out = await handler(event)
+            except ValueError as exc:  # an id that is not a UUID, and the like: the record is bad
+                await _dead_letter_current(app, stream, group, exc)
+                continue
+            for produced in out:
+                partition = produced.partition if isinstance(produced, InferenceRouted) else None
+                await send_event(sinks[topic_name_for(produced)], produced, partition=partition)
+
+    loop.__name__ = f"handle_{agent.topic.replace('.', '_')}"
+    return loop
+
+
+def _ignoring_sender(stop: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    async def receiver(*_: object, **__: object) -> None:
+        await stop()
+
+    return receiver
+
+
+async def send_event(topic: faust.TopicT, event: Event, *, partition: int | None = None) -> None:
+    """Produce ``event`` keyed by its catalog key and wait for the acknowledgement.
+
+    Waiting keeps "acked input ⇒ output on the broker": faust commits the
+    input offset once the agent moves on, so nothing may still be in flight then.
+    """
+    pending = await topic.send(key=event.key, value=codec.encode(event), partition=partition)
+    await pending
+
+
+async def _dead_letter_current(app: faust.App, stream: faust.StreamT, consumer: str, error: Exception) -> None:
+    """Send the record ``stream`` is on to its topic's DLQ, with ``error`` as the cause."""
+    current = stream.current_event
+    if current is None:  # cannot happen inside the agent's loop; refuse to drop silently
+        raise RuntimeError("no current record to dead-letter") from error
+    await dead_letter(app, current, consumer, error)

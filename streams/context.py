@@ -32,21 +32,17 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol
 
-import faust
-
 from parley.errors import Unavailable
 from parley.settings import KafkaSettings
 from schemas import events as ev
 from schemas.endings import CONTEXT_UNAVAILABLE, ending
-from schemas.catalog import topic_name_for
-from streams.app import decoded, raw_topic
 from streams import summary
 from streams.context_tokens import TokenCounter
 from parley.lru import LRU
 from streams.prompt import Layout, Prompt, Window, choose_window, render
-from streams.settings import ContextSettings, StreamsSettings
+from streams.settings import ContextSettings
+from streams.wiring import Agent, Wiring
 from streams.memory import MemoryReader
-from streams.shell import dead_letter_current, processor_app, send_event
 from streams.store import Store, retrying
 from streams.summary import Summary, from_event, with_summary
 from streams.summary_engine import Summariser, SummaryUnavailable
@@ -229,10 +225,7 @@ class ContextBuilder:
         return out
 
 
-def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: ContextSettings, store: Store) -> faust.App:
-    app, group = processor_app(streams, kafka, "context")
-    source = raw_topic(app, kafka, "chat.events")
-    sinks = {name: raw_topic(app, kafka, name) for name in ("chat.inference", "chat.tokens", "chat.events")}
+def wiring(kafka: KafkaSettings, cfg: ContextSettings, store: Store) -> Wiring:
     summariser = None
     if cfg.summary_url:
         engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
@@ -240,7 +233,6 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: ContextSettin
     memories = MemoryReader(kafka)
     builder = ContextBuilder(cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of)
 
-    @app.task
     async def follow_memory() -> None:
         # The compacted user.memory topic, read whole into memory: a prompt never waits on Cassandra for it.
         while True:
@@ -249,15 +241,8 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: ContextSettin
             except Unavailable:
                 await asyncio.sleep(1.0)
 
-    @app.agent(source, name="context")
-    async def context(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            try:
-                out = await builder.handle(event)
-            except ValueError as exc:  # an id that is not a UUID, and the like: the record is bad
-                await dead_letter_current(app, stream, group, exc)
-                continue
-            for produced in out:
-                await send_event(sinks[topic_name_for(produced)], produced)
-
-    return app
+    return Wiring(
+        agents=[Agent("chat.events", {ev.Event: builder.handle})],
+        writes=("chat.inference", "chat.tokens", "chat.events"),
+        tasks=[follow_memory],
+    )

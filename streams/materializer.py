@@ -24,20 +24,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
-import faust
-
-from parley.settings import KafkaSettings
 from schemas import events as ev
-from streams.app import decoded, raw_topic
 from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
 from parley.lru import LRU
 from streams.projection import PROJECTION, Write, writes_for
-from streams.settings import MaterializerSettings, StreamsSettings
-from streams.shell import dead_letter_current, processor_app
+from streams.settings import MaterializerSettings
 from streams.store import Store, retrying
 from streams.tree import Conversation, apply
+from streams.wiring import Agent, Timer, Wiring, returning_nothing
 
 log = logging.getLogger(__name__)
 
@@ -120,42 +116,19 @@ class Checkpoints:
         return writes
 
 
-def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: MaterializerSettings, store: Store) -> faust.App:
-    app, group = processor_app(streams, kafka, "materializer")
-    source = raw_topic(app, kafka, "chat.events")
-    tokens = raw_topic(app, kafka, "chat.tokens")
+def wiring(cfg: MaterializerSettings, store: Store) -> Wiring:
     materializer = Materializer(cfg, store)
     checkpoints = Checkpoints(cfg, store)
 
-    @app.agent(source, name="materializer")
-    async def materialize(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            try:
-                await materializer.handle(event)
-            except ValueError as exc:  # an id that is not a UUID: no row can hold it
-                await dead_letter_current(app, stream, group, exc)
+    async def write_memory(event: ev.Event) -> list[ev.Event]:
+        assert isinstance(event, ev.MemoryUpdated)  # the only type dispatched here
+        await retrying("writing a user's memory", lambda: store.write_memory(event), cfg.retry_max_s)
+        return []
 
-    @app.agent(tokens, name="checkpoints")
-    async def checkpoint(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            try:
-                await checkpoints.handle(event)
-            except (ValueError, TypeError) as exc:
-                await dead_letter_current(app, stream, group, exc)
-
-    @app.agent(raw_topic(app, kafka, "user.memory"), name="memory")
-    async def project_memory(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            if isinstance(event, ev.MemoryUpdated):
-                await retrying("writing a user's memory", lambda e=event: store.write_memory(e), cfg.retry_max_s)
-            else:  # another event type has no business on user.memory: not dropped silently
-                await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
-
-    @app.timer(interval=cfg.checkpoint_tick_s, name="checkpoints.flush")
     async def flush_due() -> None:
         await checkpoints.flush()
 
-    async def flush_all(*_: Any, **__: Any) -> None:
+    async def flush_all() -> None:
         # Offsets of the chunks taken are committed by now: write their text
         # before another instance (or this one, restarted) resumes from the row.
         try:
@@ -163,6 +136,16 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: MaterializerS
         except asyncio.TimeoutError:
             log.warning("the last checkpoints were not written (Cassandra unavailable?)")
 
-    app.on_partitions_revoked.connect(flush_all)
-    app.on_before_shutdown.connect(flush_all)
-    return app
+    async def flush_on_revoke(topic: str, partitions: set[int]) -> None:
+        await flush_all()
+
+    return Wiring(
+        agents=[
+            Agent("chat.events", {ev.Event: returning_nothing(materializer.handle)}),
+            Agent("chat.tokens", {ev.TokenChunk: returning_nothing(checkpoints.handle)}),
+            Agent("user.memory", {ev.MemoryUpdated: write_memory}),
+        ],
+        timers=[Timer(cfg.checkpoint_tick_s, flush_due)],
+        on_revoked=[flush_on_revoke],
+        on_stop=[flush_all],
+    )

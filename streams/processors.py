@@ -1,4 +1,5 @@
-"""The stream processors by name, and how to run one (what each reads and writes: tools/topology.py).
+"""The stream processors by name, and how to run one (what each reads and writes is its ``Wiring``;
+tools/topology.py is checked against it).
 
 ``run(name)`` runs a processor as a faust worker (``python -m streams NAME``
 and ``parley streams NAME`` both come here).
@@ -14,6 +15,7 @@ import faust
 from parley.errors import ConfigError
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings, UsageSettings
+from streams.wiring import Wiring
 
 
 DEFAULT_ARGS = ("worker", "-l", "warn")
@@ -32,43 +34,35 @@ def worker_args(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def _context() -> faust.App:
+def _context(kafka: KafkaSettings) -> Wiring:
     from streams import context
     from streams.store import Store
 
-    return context.build_app(
-        from_env(StreamsSettings), from_env(KafkaSettings), from_env(ContextSettings), Store(from_env(CassandraSettings))
-    )
+    return context.wiring(kafka, from_env(ContextSettings), Store(from_env(CassandraSettings)))
 
 
-def _router() -> faust.App:
-    from streams import router_app
+def _router(kafka: KafkaSettings) -> Wiring:
+    from streams import router_wiring
 
-    return router_app.build_app(from_env(StreamsSettings), from_env(KafkaSettings), from_env(RouterSettings))
+    return router_wiring.wiring(kafka, from_env(RouterSettings))
 
 
-def _materializer() -> faust.App:
+def _materializer(kafka: KafkaSettings) -> Wiring:
     from streams import materializer
     from streams.store import Store
 
-    return materializer.build_app(
-        from_env(StreamsSettings),
-        from_env(KafkaSettings),
-        from_env(MaterializerSettings),
-        Store(from_env(CassandraSettings)),
-    )
+    return materializer.wiring(from_env(MaterializerSettings), Store(from_env(CassandraSettings)))
 
 
-def _usage() -> faust.App:
+def _usage(kafka: KafkaSettings) -> Wiring:
     from streams import usage
 
-    return usage.build_app(
-        from_env(StreamsSettings), from_env(KafkaSettings), from_env(UsageSettings), usage.UsageStore(from_env(CassandraSettings))
-    )
+    return usage.wiring(from_env(UsageSettings), usage.UsageStore(from_env(CassandraSettings)))
 
 
-#: The processors, by the name the command line uses.
-PROCESSORS: dict[str, Callable[[], faust.App]] = {
+#: The processors, by the name the command line uses (group ``streams.<name>``): each a core module's
+#: ``wiring`` from its settings. Adding a processor is its module and a row here.
+PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "context": _context,
     "router": _router,
     "materializer": _materializer,
@@ -76,12 +70,19 @@ PROCESSORS: dict[str, Callable[[], faust.App]] = {
 }
 
 
-def build(processor: str) -> faust.App:
+def wiring(processor: str) -> Wiring:
     try:
         factory = PROCESSORS[processor]
     except KeyError:
         raise ConfigError(f"unknown processor {processor!r}; choose one of {sorted(PROCESSORS)}") from None
-    return factory()
+    return factory(from_env(KafkaSettings))
+
+
+def build(processor: str) -> faust.App:
+    """``processor``'s faust App, run by the one runner (``streams.app.wired_app``)."""
+    from streams.app import wired_app
+
+    return wired_app(from_env(StreamsSettings), from_env(KafkaSettings), processor, wiring(processor))
 
 
 def run(processor: str, argv: Sequence[str] = ()) -> None:

@@ -23,15 +23,11 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Protocol
 
-import faust
-
-from parley.settings import KafkaSettings
 from schemas.events import Event, UsageRecorded
-from streams.app import decoded, raw_topic
-from streams.settings import StreamsSettings, UsageSettings
-from streams.shell import dead_letter_current, processor_app
+from streams.settings import UsageSettings
 from streams.store import Store, retrying
 from streams.usage_fold import UsageRow, row_for
+from streams.wiring import Agent, Wiring, returning_nothing
 
 _INSERT = (
     "INSERT INTO usage_by_request (user_id, day, model, request_id, attempt, conversation_id, pool, finish_reason, "
@@ -73,16 +69,6 @@ class UsageFolder:
         return row
 
 
-def build_app(streams: StreamsSettings, kafka: KafkaSettings, cfg: UsageSettings, store: UsageStore) -> faust.App:
-    app, group = processor_app(streams, kafka, "usage")
+def wiring(cfg: UsageSettings, store: UsageStore) -> Wiring:
     folder = UsageFolder(cfg, store)
-
-    @app.agent(raw_topic(app, kafka, "chat.usage"), name="usage")
-    async def fold_usage(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            try:
-                await folder.handle(event)
-            except (TypeError, ValueError) as exc:
-                await dead_letter_current(app, stream, group, exc)
-
-    return app
+    return Wiring(agents=[Agent("chat.usage", {UsageRecorded: returning_nothing(folder.handle)})])

@@ -50,7 +50,7 @@ WORKER_FRONTIER = _worker("frontier")
 CONTEXT = Service(
     "context",
     ("streams", "context"),
-    consumes=("chat.events",),
+    consumes=("chat.events", "user.memory"),  # user.memory: read whole, outside the group (every prompt's facts)
     produces=("chat.inference", "chat.tokens", "chat.events"),  # the last two only to fail a turn it cannot build
     group="streams.context",
 )
@@ -77,8 +77,8 @@ USAGE = Service(
 GATEWAY = Service(
     "gateway",
     ("gateway",),
-    consumes=("chat.tokens",),
-    produces=("chat.events",),
+    consumes=("chat.tokens", "fleet.heartbeats"),  # outside any group: live streams' partitions; pool pressure
+    produces=("chat.events", "chat.control", "user.memory"),  # turns and edits; cancels; a user's memory
     health_url="http://127.0.0.1:{gateway_port}/readyz",
     own_metrics=True,
 )

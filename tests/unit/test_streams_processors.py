@@ -6,7 +6,7 @@ import pytest
 
 from parley.errors import ConfigError
 from schemas.catalog import TOPICS
-from streams.processors import PROCESSORS, build, worker_args
+from streams.processors import PROCESSORS, build, wiring, worker_args
 from tools.topology import SERVICES
 
 
@@ -17,6 +17,15 @@ def test_the_topology_runs_every_processor_on_catalog_topics_only() -> None:
         assert set(service.consumes) <= set(TOPICS) and set(service.produces) <= set(TOPICS), service.name
         if service.module_args[0] == "streams":
             assert service.group == f"streams.{service.module_args[1]}"
+
+
+def test_the_topology_says_what_each_processor_reads_and_writes_as_its_wiring_does() -> None:
+    """tools/topology.py is the map operators read; the wirings are what runs. A drift fails here."""
+    by_name = {s.module_args[1]: s for s in SERVICES if s.module_args[0] == "streams"}
+    for name in PROCESSORS:
+        wired, service = wiring(name), by_name[name]
+        assert set(wired.reads) <= set(service.consumes), name  # the topology adds reads outside the group
+        assert set(wired.writes) == set(service.produces), name
 
 
 def test_every_processor_builds_its_app_with_its_own_group(tmp_path, monkeypatch) -> None:

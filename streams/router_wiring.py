@@ -1,4 +1,4 @@
-"""The router as a faust agent: ``chat.inference`` in, each turn routed by ``streams.router``'s core.
+"""The router's wiring: ``chat.inference`` in, each turn routed by ``streams.router``'s core.
 
 Beside the agent, a task reads every worker heartbeat (no group: each router
 instance needs them all). On assignment and revocation of ``chat.inference``
@@ -14,31 +14,23 @@ import asyncio
 import logging
 import time
 
-import faust
-
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
-from schemas.catalog import inference_topic, topic_name_for
-from schemas.events import InferenceRequested, InferenceRouted
-from streams.app import decoded, raw_topic
+from schemas.catalog import inference_topic
+from schemas.events import Event, InferenceRequested
 from streams.fleet import HeartbeatReader
 from streams.route_recall import read_decisions
 from streams.router import Router, count_verdicts, policy_from
-from streams.settings import RouterSettings, StreamsSettings
-from streams.shell import dead_letter_current, processor_app, send_event
+from streams.settings import RouterSettings
+from streams.wiring import Agent, Wiring
 
 log = logging.getLogger(__name__)
 
 
-def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSettings) -> faust.App:
+def wiring(kafka: KafkaSettings, settings: RouterSettings) -> Wiring:
     policy = policy_from(settings)  # fail at start-up, naming the setting, not on the first event
-    app, group = processor_app(streams, kafka, "router")
-    source = raw_topic(app, kafka, "chat.inference")
-    names = [inference_topic(pool) for pool in policy.pools] + ["chat.events", "chat.tokens"]
-    sinks = {name: raw_topic(app, kafka, name) for name in names}
     router = Router(policy)
 
-    @app.task
     async def heartbeats() -> None:
         # Every router instance reads every beat (no group), so this runs beside the agent, not as one.
         reader = await asyncio.to_thread(HeartbeatReader, kafka)
@@ -55,16 +47,11 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSe
         finally:
             reader.close()
 
-    source_name = kafka.topic("chat.inference")
+    async def assigned(topic: str, partitions: set[int]) -> None:
+        router.memory.assigned(partitions, time.time())
 
-    async def assigned(_: object, assigned: set[faust.types.TP], **__: object) -> None:
-        router.memory.assigned((tp.partition for tp in assigned if tp.topic == source_name), time.time())
-
-    async def revoked(_: object, revoked: set[faust.types.TP], **__: object) -> None:
-        router.memory.revoked(tp.partition for tp in revoked if tp.topic == source_name)
-
-    app.on_partitions_assigned.connect(assigned)
-    app.on_partitions_revoked.connect(revoked)
+    async def revoked(topic: str, partitions: set[int]) -> None:
+        router.memory.revoked(partitions)
 
     async def recall(since: float) -> None:
         # The request may have been decided by a router before this one: route it the same way or not at all.
@@ -79,19 +66,19 @@ def build_app(streams: StreamsSettings, kafka: KafkaSettings, settings: RouterSe
             log.info("earlier routing decisions read", extra={"since": since, "records": len(records)})
             return
 
-    @app.agent(source, name="router")
-    async def route(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            if not isinstance(event, InferenceRequested):
-                await dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
-                continue
-            since = router.memory.recall_from(event)
-            if since is not None:
-                await recall(since)
-            outs = router.route(event, time.monotonic(), time.time())
-            count_verdicts(event, outs)
-            for out in outs:
-                partition = out.partition if isinstance(out, InferenceRouted) else None
-                await send_event(sinks[topic_name_for(out)], out, partition=partition)
+    async def route(event: Event) -> list[Event]:
+        assert isinstance(event, InferenceRequested)  # the only type dispatched here
+        since = router.memory.recall_from(event)
+        if since is not None:
+            await recall(since)
+        outs = router.route(event, time.monotonic(), time.time())
+        count_verdicts(event, outs)
+        return outs
 
-    return app
+    return Wiring(
+        agents=[Agent("chat.inference", {InferenceRequested: route})],
+        writes=(*(inference_topic(pool) for pool in policy.pools), "chat.events", "chat.tokens"),
+        tasks=[heartbeats],
+        on_assigned=[assigned],
+        on_revoked=[revoked],
+    )
