@@ -45,6 +45,12 @@ TOKENS = Counter("parley_generated_tokens", "Tokens generated; rate() is tokens 
 REPLIES = Counter("parley_replies", "Replies ended, by finish reason", ["pool", "model", "finish_reason"])
 QUEUE_DEPTH = Gauge("parley_worker_queue_depth", "Requests accepted and waiting for an engine slot", ["pool", "worker"])
 RUNNING = Gauge("parley_worker_running", "Generations running in the worker's engine", ["pool", "worker"])
+TRANSACTIONS = Counter(
+    "parley_worker_transactions",
+    "A worker's Kafka transactions (closings and offsets): committed, aborted (fenced, or the broker away), "
+    "and producers replaced (stuck in a call, or after a broker outage)",
+    ["outcome"],
+)
 
 # ------------------------------------------------------------------ router, gateway
 

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from parley.kafka import producer_config
+from parley.metrics import TRANSACTIONS
 from parley.settings import KafkaSettings
 from schemas import catalog, codec
 from schemas.events import Event
@@ -129,8 +130,6 @@ class TransactionalCommitter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._committed: dict[int, int] = {}  # positions the last transaction committed (committer thread)
-        self.transactions = 0
-        self.aborted = 0
 
     # ------------------------------------------------------------ event-loop side
 
@@ -188,7 +187,7 @@ class TransactionalCommitter:
             try:
                 await self._in_thread(events)
             except Aborted as exc:
-                self.aborted += 1
+                TRANSACTIONS.labels("aborted").inc()
                 log.warning(
                     "transaction aborted; trying again",
                     extra={"closings": len(batch), "error": str(exc), "retry_in_s": delay},
@@ -233,14 +232,13 @@ class TransactionalCommitter:
             await asyncio.wait_for(asyncio.shield(work), WEDGED_CALLS * self._call_s)
         except TimeoutError:
             log.error("the transactional producer is stuck in a call; replacing it", extra={"after_s": WEDGED_CALLS * self._call_s})
-            self._wedged.append((self._producer, self._executor))
-            await self._replace(stuck=True)
+            await self._replace()
             raise Aborted("the stuck producer was replaced") from None
 
-    async def _replace(self, stuck: bool = False) -> None:
+    async def _replace(self) -> None:
         """A new producer with the same transactional id: its init aborts and fences the old one."""
-        if not stuck:
-            self._wedged.append((self._producer, self._executor))  # an offsets commit may still run on it
+        self._wedged.append((self._producer, self._executor))  # a call may still run on it
+        TRANSACTIONS.labels("replaced").inc()
         self._executor.shutdown(wait=False)
         self._producer = Producer(self._config)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transactions")
@@ -292,7 +290,7 @@ class TransactionalCommitter:
         except Aborted:
             self._abort(p)
             raise
-        self.transactions += 1
+        TRANSACTIONS.labels("committed").inc()
         self._committed = positions
 
     def _produce(self, p: Producer, event: Event) -> None:

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from prometheus_client import REGISTRY
 
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
@@ -170,6 +171,7 @@ async def test_a_reply_streams_coalesced_chunks_and_lands_on_chat_events_before_
 ) -> None:
     r = routed("[[tokens:60]][[step_ms:1]] tell me", partition=0)
     rid = r.request.request_id
+    committed_before = REGISTRY.get_sample_value("parley_worker_transactions_total", {"outcome": "committed"}) or 0.0
     await submit(worker, r)
 
     # Read chat.tokens until the final chunk; at that moment note how far chat.events reaches.
@@ -211,6 +213,8 @@ async def test_a_reply_streams_coalesced_chunks_and_lands_on_chat_events_before_
     assert recorded.usage == final.usage == completed.usage
     assert recorded.finish_reason == "stop" and recorded.queue_ms >= 0 and recorded.duration_ms >= recorded.ttft_ms
     assert u.timestamp <= chunk_seen[-1].timestamp  # committed with the completion, before the final chunk
+    # …in a transaction the worker counts (parley_worker_transactions_total, docs/operations.md).
+    assert (REGISTRY.get_sample_value("parley_worker_transactions_total", {"outcome": "committed"}) or 0.0) > committed_before
 
 
 async def test_the_group_commits_only_below_a_request_still_running(worker: Running, kafka: KafkaSettings) -> None:
