@@ -27,13 +27,12 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
-from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge
+from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, reader
 from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
@@ -77,19 +76,11 @@ class TokenStreams:
     def __init__(self, settings: KafkaSettings) -> None:
         self._topic = settings.topic(TOKENS)
         self._partitions = TOPICS[TOKENS].partitions
-        config = {
-            "bootstrap.servers": settings.bootstrap,
-            # Required by librdkafka, never joined: we assign partitions ourselves and commit nothing.
-            "group.id": f"gateway-tokens-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "fetch.wait.max.ms": 10,  # latency over batching: these are live token streams
-            "fetch.min.bytes": 1,
-        }
-        self._consumer = Consumer(config)
+        # Latency over batching: these are live token streams.
+        self._consumer = reader(settings, "gateway-tokens", fetch_wait_max_ms=10, fetch_min_bytes=1)
         # Watermark queries get a client of their own: a consumer blocked in poll() on the reader
         # thread also blocks other calls on it.
-        self._meta = Consumer(config)
+        self._meta = reader(settings, "gateway-tokens-meta")
         self._meta_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams

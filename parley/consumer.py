@@ -89,19 +89,22 @@ def read_until(consumer: Consumer, ends: dict[tuple[str, int], int], timeout_s: 
             del left[where]
 
 
-def reader(kafka: KafkaSettings, purpose: str) -> Consumer:
-    """A consumer outside any group (``assign`` only, nothing committed) reading committed records only."""
-    return Consumer(
-        {
-            "bootstrap.servers": kafka.bootstrap,
-            # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
-            "group.id": f"parley-{purpose}-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
-            "isolation.level": "read_committed",
-        }
-    )
+def reader(kafka: KafkaSettings, purpose: str, **overrides: Any) -> Consumer:
+    """A consumer outside any group (``assign`` only, nothing committed) reading committed records only:
+    what every group-less reader starts from (the gateway's token streams, heartbeats, memory, cancels,
+    recovery lookups, the router's recall, the audit, the analysts). ``overrides``: librdkafka
+    settings with dots as underscores (``auto_offset_reset="latest"``)."""
+    config = {
+        "bootstrap.servers": kafka.bootstrap,
+        # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
+        "group.id": f"parley-{purpose}-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "isolation.level": "read_committed",
+    }
+    config.update({key.replace("_", "."): value for key, value in overrides.items()})
+    return Consumer(config)
 
 
 def records_since(consumer: Consumer, starts: list[TopicPartition], timeout_s: float) -> Iterator[Message]:

@@ -20,13 +20,12 @@ old to matter, so a restarted router starts from what is live.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from parley.consumer import read_events
+from parley.consumer import read_events, reader
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS
 from schemas.events import WorkerHeartbeat
@@ -105,15 +104,7 @@ class HeartbeatReader:
 
     def __init__(self, kafka: KafkaSettings, timeout_s: float = 10.0) -> None:
         self.topic = kafka.topic(TOPIC)
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": kafka.bootstrap,
-                # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
-                "group.id": f"parley-router-fleet-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            }
-        )
+        self._consumer = reader(kafka, "fleet")
         partitions = range(TOPICS[TOPIC].partitions)
         self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
 

@@ -12,9 +12,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from parley.consumer import read_events
+from parley.consumer import read_events, reader
 from parley.ids import NS
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS
@@ -58,13 +58,7 @@ class MemoryReader:
     def __init__(self, kafka: KafkaSettings) -> None:
         self.topic = kafka.topic(TOPIC)
         self.facts: dict[str, tuple[int, list[str]]] = {}  # user → (occurred_at, texts)
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": kafka.bootstrap,
-                "group.id": f"parley-memory-{uuid.uuid4().hex}",  # never joined: assign() only
-                "enable.auto.commit": False,
-            }
-        )
+        self._consumer = reader(kafka, "memory")
         self._consumer.assign(
             [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(TOPICS[TOPIC].partitions)]
         )

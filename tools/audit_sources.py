@@ -14,10 +14,10 @@ from typing import Any
 
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.cluster import Session
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from parley.cassandra import connect
-from parley.consumer import poll_batch, reached
+from parley.consumer import poll_batch, reached, reader
 from parley.errors import BrokerUnavailable
 from parley.settings import CassandraSettings, KafkaSettings
 from schemas import codec
@@ -32,9 +32,7 @@ def read_log(kafka: KafkaSettings, topic: str = "chat.events") -> tuple[list[ev.
     """Every event of ``topic`` up to the end offsets it had when called, in partition order; and how many
     records did not decode. Outside any group: nothing is committed, nobody's offsets move."""
     name = kafka.topic(topic)
-    consumer = Consumer(
-        {"bootstrap.servers": kafka.bootstrap, "group.id": f"parley-audit-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
-    )
+    consumer = reader(kafka, "audit")
     try:
         try:
             meta = consumer.list_topics(name, timeout=10).topics[name]

@@ -13,11 +13,10 @@ every worker reads the same record, and N copies in the DLQ would help no one.
 from __future__ import annotations
 
 import time
-import uuid
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
-from parley.consumer import read_events
+from parley.consumer import read_events, reader
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from schemas.events import GenerationCancelRequested
@@ -32,16 +31,7 @@ class ControlListener:
     def __init__(self, kafka: KafkaSettings, lookback_s: float, timeout_s: float = 10.0) -> None:
         self.topic = kafka.topic(TOPIC)
         self.skipped = 0
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": kafka.bootstrap,
-                # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
-                "group.id": f"parley-worker-control-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "latest",
-            }
-        )
+        self._consumer = reader(kafka, "worker-control", auto_offset_reset="latest")
         try:
             self._consumer.assign(self._start_positions(lookback_s, timeout_s))
         except BaseException:

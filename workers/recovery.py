@@ -55,14 +55,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from parley.consumer import poll_batch, reached
+from parley.consumer import poll_batch, reached, reader
 from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
@@ -216,20 +215,10 @@ class HistoryReader:
             ("chat.events", routed.conversation_id),
             ("chat.usage", routed.user_id),
         ]
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self._kafka.bootstrap,
-                # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
-                "group.id": f"parley-worker-recovery-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": False,
-                # Never an aborted transaction's records (a fenced worker's closing events), and the end
-                # offsets are the last stable ones; pending transactions of the partition's previous owner
-                # were waited out by the intake's start offset (workers/transactions.py).
-                "isolation.level": "read_committed",
-            }
-        )
+        # Committed records only: never an aborted transaction's (a fenced worker's closing events), and
+        # the end offsets are the last stable ones; pending transactions of the partition's previous owner
+        # were waited out by the intake's start offset (workers/transactions.py).
+        consumer = reader(self._kafka, "worker-recovery")
         try:
             return self._read(consumer, routed.request.request_id, wanted, since_ms)
         except KafkaException as exc:

@@ -11,12 +11,12 @@ live system still finishes.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from parley import consumer as shared
 from parley.consumer import poll_batch
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
@@ -54,18 +54,14 @@ class Span:
 
 
 def reader(kafka: KafkaSettings) -> Consumer:
-    """A consumer that only ever uses ``assign``: the group id is required by librdkafka but never joined."""
-    return Consumer(
-        {
-            "bootstrap.servers": kafka.bootstrap,
-            "group.id": f"parley-analysts-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "fetch.max.bytes": 16 * 1024 * 1024,
-            "max.partition.fetch.bytes": 4 * 1024 * 1024,
-        }
+    """A consumer that only ever uses ``assign``, in large fetches, told when a partition ends."""
+    return shared.reader(
+        kafka,
+        "analysts",
+        enable_partition_eof=True,
+        auto_offset_reset="earliest",
+        fetch_max_bytes=16 * 1024 * 1024,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
     )
 
 
