@@ -21,7 +21,7 @@ lowers the horizon of every owned partition to that time.
 
 A partition's horizon starts at its assignment, so the first request asked for
 before it costs one read; later ones are newer. Every comparison allows
-``parley.clock.SKEW_S`` of clock skew between the gateway (``requested_at``) and the
+``SKEW_S`` of clock skew between the gateway (``requested_at``) and the
 router (record timestamps). Forgetting (the memory is bounded) raises the
 horizon past the newest decision forgotten.
 """
@@ -32,10 +32,19 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from parley.clock import SKEW_S, requested_at_s
 from parley.lru import LRU
 from parley.partitioning import partition_for
 from schemas.events import Event, InferenceRequested
+
+#: Clock skew allowed between the gateway (which stamps ``requested_at``) and the router (record timestamps).
+SKEW_S = 5.0
+
+
+def requested_at_s(request: InferenceRequested) -> float:
+    """When the turn was asked for, in seconds; a request from a writer older than the field falls back
+    to when it was built (a re-emission's is later than its first decision: recall may then miss it)."""
+    return (request.requested_at or request.occurred_at) / 1e6
+
 
 def attempt_key(request_id: str, attempt: int) -> str:
     return f"{request_id}:{attempt}"

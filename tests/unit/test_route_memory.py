@@ -9,8 +9,7 @@ from dataclasses import replace
 from parley.partitioning import partition_for
 from schemas.catalog import TOPICS
 from schemas.events import GenerationCompleted, InferenceRequested, InferenceRouted, PromptMessage, TokenChunk
-from parley.clock import SKEW_S
-from streams.route_memory import Decided, RouteMemory
+from streams.route_memory import SKEW_S, Decided, RouteMemory
 from schemas.endings import ending
 from streams.router import Router, policy_from
 from streams.settings import RouterSettings
