@@ -5,7 +5,7 @@ These classes are the source of the Avro schemas in ``schemas/avro/*.avsc``
 docstring says who produces the event and who consumes it; each field's ``doc``
 ends up in the ``.avsc`` so readers in other languages see it too.
 
-Compatibility rule (enforced by ``tests/unit/test_schema_compat.py``): a new
+Compatibility rule (enforced by ``tests/unit/schemas/test_schema_compat.py``): a new
 field must have a default; a field is never removed or retyped. Strings stand in
 for enums (``finish_reason``, ``reason``) because adding an Avro enum symbol
 breaks old readers; the allowed values are the ``*_VALUES`` sets below.

@@ -103,7 +103,7 @@ def ids(stack) -> Ids:
     return Ids(key, cid, reply_id, user_message_id, foreign_cid, foreign_reply)
 
 
-#: The document the gateway serves at /openapi.yaml (the same file; tests/unit/test_openapi.py keeps it
+#: The document the gateway serves at /openapi.yaml (the same file; tests/unit/gateway/test_openapi.py keeps it
 #: equal to the routes), loaded at collection so each operation is a test of its own.
 schema = schemathesis.openapi.from_path(
     OPENAPI,

@@ -13,7 +13,7 @@ from streams.materializer import Checkpoints, Materializer
 from streams.projection import Write
 from streams.settings import MaterializerSettings
 from streams.tree import Conversation, empty
-from tests.unit.test_streams_tree import CID, conversation_log
+from tests.unit.streams.test_tree import CID, conversation_log
 
 
 class FlakyStore:

@@ -1,7 +1,7 @@
 """The audit's pure core: the log's projection against rows, and the turn invariants.
 
 "Cassandra" here is the materializer's loop applied to a last-write-wins table
-(tests/unit/test_streams_projection.py), read back the way the driver hands
+(tests/unit/streams/test_projection.py), read back the way the driver hands
 rows: dicts of every column, times at millisecond precision.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 from schemas import events as ev
 from streams.checkpoint import Checkpoint
 from streams.projection import Write
-from tests.unit.test_streams_projection import Tables, run, store
-from tests.unit.test_streams_tree import CID, U, conversation_log
+from tests.unit.streams.test_projection import Tables, run, store
+from tests.unit.streams.test_tree import CID, U, conversation_log
 from tools.audit import audit, norm, repeated_opening
 
 

@@ -11,8 +11,8 @@ import pytest
 from schemas import events as ev
 from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
 from streams.projection import cql, to_time
-from tests.unit.test_streams_projection import rows, run, store
-from tests.unit.test_streams_tree import CID
+from tests.unit.streams.test_projection import rows, run, store
+from tests.unit.streams.test_tree import CID
 
 T0 = 1_700_000_000_000_000
 

@@ -41,7 +41,7 @@ def test_parley_settings_lists_every_variable_the_services_read() -> None:
 
     from tools.cli import _settings_by_service
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     listed = {name for _, cls in _settings_by_service() for name, _, _ in describe(cls)}
     read = set()
     for package in ("parley", "infra", "workers", "streams", "gateway"):

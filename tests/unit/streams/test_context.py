@@ -155,7 +155,7 @@ async def test_a_regenerate_of_a_conversation_reloaded_from_the_rows_is_built_to
 
 
 async def test_prompts_come_from_the_branch_of_the_parent_only_never_from_siblings() -> None:
-    from tests.unit.test_streams_tree import CID, branching_log
+    from tests.unit.streams.test_tree import CID, branching_log
 
     log, ids = branching_log()
     b = ContextBuilder(CFG, Rows())

@@ -22,7 +22,7 @@ from workers.sglang import (
     parse_sse_line,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang"
 
 
 def lines(name: str) -> list[bytes]:

@@ -15,7 +15,7 @@ from infra.local.jvm import version_of
 from infra.local.settings import LocalInfraSettings
 from parley.settings import CassandraSettings, KafkaSettings, describe
 
-COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+COMPOSE = Path(__file__).resolve().parents[3] / "docker-compose.yml"
 
 
 def _compose() -> dict:

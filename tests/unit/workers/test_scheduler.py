@@ -30,7 +30,8 @@ from schemas.events import (
 )
 from workers.chat_template import STOP, render_prompt
 from workers.engine_api import EngineLoad
-from workers.scheduler import HEALTH_PROBE_S, Scheduler
+from workers.engine_health import PROBE_S
+from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
 from workers.settings import WorkerSettings
 
@@ -314,7 +315,7 @@ async def test_after_an_unavailable_engine_no_records_are_taken_until_its_health
     assert not await h.scheduler.engine_ready()  # probed before the first record
     h.engine.healthy = True
     assert not await h.scheduler.engine_ready()  # probes are spaced out
-    now[0] += HEALTH_PROBE_S
+    now[0] += PROBE_S
     assert await h.scheduler.engine_ready()
     assert await h.scheduler.engine_ready()  # healthy: no probe needed
 
@@ -322,10 +323,10 @@ async def test_after_an_unavailable_engine_no_records_are_taken_until_its_health
     h.scheduler.accept(routed("down"), partition=0, offset=0)
     await until(lambda: h.finished == [(0, 0)])
     assert h.completed("down").error_code == "engine_unavailable"
-    now[0] += HEALTH_PROBE_S
+    now[0] += PROBE_S
     assert not await h.scheduler.engine_ready()
     h.engine.healthy = True
-    now[0] += HEALTH_PROBE_S
+    now[0] += PROBE_S
     assert await h.scheduler.engine_ready()
 
 

@@ -15,7 +15,7 @@ import pytest
 from schemas import events as ev
 from streams.projection import Write, cql, to_time, writes_for
 from streams.tree import Conversation, apply, empty
-from tests.unit.test_streams_tree import CID, U, conversation_log
+from tests.unit.streams.test_tree import CID, U, conversation_log
 
 Tables = dict[tuple[str, tuple[Any, ...]], dict[str, tuple[int, Any]]]
 
@@ -139,7 +139,7 @@ def test_statements_are_timestamped_upserts() -> None:
 
 
 def test_branches_and_the_selected_leaf_in_the_tables_match_the_tree_after_every_event() -> None:
-    from tests.unit.test_streams_tree import branching_log
+    from tests.unit.streams.test_tree import branching_log
     from streams.tree import fold
 
     log, ids = branching_log()

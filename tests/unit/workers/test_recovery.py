@@ -21,7 +21,7 @@ from schemas.events import (
     Usage,
     UsageRecorded,
 )
-from tests.unit.test_worker_scheduler import SETTINGS, MemorySink
+from tests.unit.workers.test_scheduler import SETTINGS, MemorySink
 from tools.client import SseEvent, reply_text
 from workers.chat_template import render_prompt
 from workers.recovery import Finished, History, Resume, known_text, verdict

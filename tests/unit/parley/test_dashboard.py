@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 import parley.metrics  # noqa: F401  (registers every series)
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "parley.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "infra" / "grafana" / "parley.json"
 
 
 def exported() -> set[str]:

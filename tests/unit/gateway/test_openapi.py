@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from gateway.app import ROUTES
 
-DOC = yaml.safe_load((Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml").read_text())
+DOC = yaml.safe_load((Path(__file__).resolve().parents[3] / "schemas" / "openapi.yaml").read_text())
 UNDOCUMENTED = {"/", "/metrics", "/openapi.yaml", "/openapi.json"}
 
 

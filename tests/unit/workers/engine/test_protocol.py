@@ -10,7 +10,7 @@ import pytest
 from workers.engine import protocol
 from workers.engine.protocol import InvalidRequest, Progress
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "sglang"
 
 
 def test_parse_generate_reads_the_worker_body() -> None:
