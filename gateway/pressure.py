@@ -18,7 +18,8 @@ from parley.errors import Unavailable
 from parley.settings import KafkaSettings
 from streams.admission import AdmissionConfig, Shed, admit
 from streams.classify import RANKS
-from streams.fleet import Fleet, HeartbeatReader, pool_load
+from streams.fleet import Fleet, pool_load
+from streams.readers import HeartbeatReader
 
 log = logging.getLogger(__name__)
 

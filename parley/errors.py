@@ -29,5 +29,9 @@ class StoreUnavailable(Unavailable):
     pass
 
 
+class Fenced(ParleyError):
+    """Another producer took this process's transactional id: this one is the zombie and must stop."""
+
+
 class MigrationError(ParleyError):
     pass

@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from parley.settings import KafkaSettings, TelemetrySettings, from_env
+from parley.settings import TelemetrySettings, from_env
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +107,6 @@ class LagCollector(Collector):
         except Exception as exc:  # a scrape must never fail on a sick broker
             log.warning("consumer lag not collected", extra={"error": type(exc).__name__})
         yield family
-
-
-def register_lag(kafka: KafkaSettings, groups: list[str]) -> None:
-    """Export the lag of ``groups`` from this process's /metrics."""
-    from parley.ops import Ops  # the admin client only where lag is exported
-
-    ops = Ops(kafka)
-
-    def rows() -> Iterator[tuple[str, str, int, int]]:
-        for r in ops.lag(groups):
-            yield r.group, r.topic, r.partition, r.lag
-
-    REGISTRY.register(LagCollector(rows))
 
 
 def serve_from_env(service: str) -> int | None:

@@ -5,18 +5,20 @@ group, so asking never triggers a rebalance). The folds from admin answers to
 rows are plain functions, unit-tested without a broker; ``parley ops`` (in
 ``tools/ops_cli.py``) renders them. It sits in the shared shell, not in
 ``tools``, because workers and processors export their lag with it
-(``parley.metrics.register_lag``); which groups are the deployment's is the
+(``register_lag``, below); which groups are the deployment's is the
 topology's answer (``tools.topology.deployment_groups``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client import REGISTRY
 
+from parley import metrics
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS
@@ -170,3 +172,14 @@ class Ops:
             ends = self.end_offsets(self.partitions_of(sorted(topics)))
             rows.extend(lag_rows(gid, committed, ends))
         return rows
+
+
+def register_lag(kafka: KafkaSettings, groups: list[str]) -> None:
+    """Export the lag of ``groups`` from this process's /metrics."""
+    ops = Ops(kafka)
+
+    def rows() -> Iterator[tuple[str, str, int, int]]:
+        for r in ops.lag(groups):
+            yield r.group, r.topic, r.partition, r.lag
+
+    REGISTRY.register(metrics.LagCollector(rows))

@@ -32,23 +32,17 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol
 
-from parley.errors import Unavailable
-from parley.settings import KafkaSettings
+from parley.lru import LRU
+from parley.retry import retrying
 from schemas import events as ev
 from schemas.endings import CONTEXT_UNAVAILABLE, ending
 from streams import summary
 from streams.context_tokens import TokenCounter
-from parley.lru import LRU
 from streams.prompt import Layout, Prompt, Window, choose_window, render
 from streams.settings import ContextSettings
-from streams.wiring import Agent, Wiring
-from streams.memory import MemoryReader
-from streams.store import Store, retrying
 from streams.summary import Summary, from_event, with_summary
 from streams.summary_engine import Summariser, SummaryUnavailable
-from streams.summary_store import SummaryRows
 from streams.tree import FOLD, Conversation, apply, branch
-from workers.sglang import SGLangClient
 
 log = logging.getLogger(__name__)
 
@@ -223,26 +217,3 @@ class ContextBuilder:
             out.append(event)
             previous = from_event(event)
         return out
-
-
-def wiring(kafka: KafkaSettings, cfg: ContextSettings, store: Store) -> Wiring:
-    summariser = None
-    if cfg.summary_url:
-        engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
-        summariser = Summariser(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
-    memories = MemoryReader(kafka)
-    builder = ContextBuilder(cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of)
-
-    async def follow_memory() -> None:
-        # The compacted user.memory topic, read whole into memory: a prompt never waits on Cassandra for it.
-        while True:
-            try:
-                await asyncio.to_thread(memories.poll, 0.5)
-            except Unavailable:
-                await asyncio.sleep(1.0)
-
-    return Wiring(
-        agents=[Agent("chat.events", {ev.Event: builder.handle})],
-        writes=("chat.inference", "chat.tokens", "chat.events"),
-        tasks=[follow_memory],
-    )

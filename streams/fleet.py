@@ -12,9 +12,10 @@ owns no partitions. During a consumer-group rebalance two workers may claim a
 partition for a moment; the fresher beat wins, so a partition that moved is
 just a cache move for the conversations homed on it.
 
-``HeartbeatReader`` is the I/O edge: it reads the compacted topic whole (no
-consumer group: every router instance needs every beat) and skips beats too
-old to matter, so a restarted router starts from what is live.
+``streams/readers.py HeartbeatReader`` is the I/O edge: it reads the
+compacted topic whole (no consumer group: every router instance needs every
+beat); ``observe`` skips beats too old to matter, so a restarted router starts
+from what is live.
 """
 
 from __future__ import annotations
@@ -23,11 +24,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-from parley.consumer import read_events, reader
-from parley.settings import KafkaSettings
-from schemas.catalog import TOPICS
 from schemas.events import WorkerHeartbeat
 from streams.admission import Load
 from streams.placement import Replica
@@ -97,19 +93,3 @@ def pool_load(replicas: Iterable[Replica], load_of: dict[str, float] | None = No
         return None
     demand = sum((load_of or {}).get(r.id, r.load) for r in taking)
     return Load(demand=demand, capacity=sum(r.capacity for r in taking))
-
-
-class HeartbeatReader:
-    """Blocking: call ``poll`` from a thread."""
-
-    def __init__(self, kafka: KafkaSettings, timeout_s: float = 10.0) -> None:
-        self.topic = kafka.topic(TOPIC)
-        self._consumer = reader(kafka, "fleet")
-        partitions = range(TOPICS[TOPIC].partitions)
-        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
-
-    def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[WorkerHeartbeat]:
-        return read_events(self._consumer, WorkerHeartbeat, max_records, timeout, "heartbeat")[0]
-
-    def close(self) -> None:
-        self._consumer.close()

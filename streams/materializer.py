@@ -20,26 +20,20 @@ acknowledged; a restart loses at most that, and resumes from the row.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from schemas import events as ev
-from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
 from parley.lru import LRU
+from parley.retry import retrying
+from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
 from streams.projection import PROJECTION, Write, writes_for
 from streams.settings import MaterializerSettings
-from streams.store import Store, retrying
 from streams.tree import Conversation, apply
-from streams.wiring import Agent, Timer, Wiring, returning_nothing
 
 log = logging.getLogger(__name__)
-
-#: Longest a shutdown or rebalance waits for the last checkpoints (Cassandra may be down).
-FINAL_FLUSH_S = 5.0
-
 
 class TreeStore(Protocol):
     async def load(self, conversation_id: str) -> Conversation: ...
@@ -114,38 +108,3 @@ class Checkpoints:
         if writes:
             await retrying("writing checkpoints", lambda: self._store.write(writes), self.cfg.retry_max_s)
         return writes
-
-
-def wiring(cfg: MaterializerSettings, store: Store) -> Wiring:
-    materializer = Materializer(cfg, store)
-    checkpoints = Checkpoints(cfg, store)
-
-    async def write_memory(event: ev.Event) -> list[ev.Event]:
-        assert isinstance(event, ev.MemoryUpdated)  # the only type dispatched here
-        await retrying("writing a user's memory", lambda: store.write_memory(event), cfg.retry_max_s)
-        return []
-
-    async def flush_due() -> None:
-        await checkpoints.flush()
-
-    async def flush_all() -> None:
-        # Offsets of the chunks taken are committed by now: write their text
-        # before another instance (or this one, restarted) resumes from the row.
-        try:
-            await asyncio.wait_for(checkpoints.flush(force=True), FINAL_FLUSH_S)
-        except asyncio.TimeoutError:
-            log.warning("the last checkpoints were not written (Cassandra unavailable?)")
-
-    async def flush_on_revoke(topic: str, partitions: set[int]) -> None:
-        await flush_all()
-
-    return Wiring(
-        agents=[
-            Agent("chat.events", {ev.Event: returning_nothing(materializer.handle)}),
-            Agent("chat.tokens", {ev.TokenChunk: returning_nothing(checkpoints.handle)}),
-            Agent("user.memory", {ev.MemoryUpdated: write_memory}),
-        ],
-        timers=[Timer(cfg.checkpoint_tick_s, flush_due)],
-        on_revoked=[flush_on_revoke],
-        on_stop=[flush_all],
-    )

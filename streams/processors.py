@@ -1,22 +1,48 @@
-"""The stream processors by name, and how to run one (what each reads and writes is its ``Wiring``;
-tools/topology.py is checked against it).
+"""The stream processors: each a core module wired from its settings, one row each, and how to run one.
 
-``run(name)`` runs a processor as a faust worker (``python -m streams NAME``
-and ``parley streams NAME`` both come here).
+A row is a function ``(KafkaSettings) -> Wiring`` (streams/wiring.py): the
+topics the processor reads in its group with the core's handler for each
+event type, the topics it writes, and the tasks, timers and rebalance hooks it
+needs. ``PROCESSORS`` names the rows; tools/topology.py is checked against
+them. ``run(name)`` runs one as a faust worker through the one runner
+(``streams.app.wired_app``): ``python -m streams NAME`` and ``parley streams
+NAME`` both come here. The cores import no faust, Kafka or Cassandra client;
+everything that touches one is here, in streams/app.py, or in the stores and
+readers these rows hand to the cores.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 import faust
 
-from parley.errors import ConfigError
+from parley.errors import BrokerUnavailable, ConfigError, Unavailable
+from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from schemas.catalog import inference_topic
+from schemas.events import Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
+from streams.context import ContextBuilder
+from streams.materializer import Checkpoints, Materializer
+from streams.readers import HeartbeatReader, MemoryReader
+from streams.route_recall import read_decisions
+from streams.router import Router, count_verdicts, policy_from
 from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings, UsageSettings
-from streams.wiring import Wiring
+from streams.store import Store, UsageStore
+from streams.summary_engine import Summariser
+from streams.summary_store import SummaryRows
+from streams.usage import UsageFolder
+from streams.wiring import Agent, Timer, Wiring, returning_nothing
+from workers.sglang import SGLangClient
 
+log = logging.getLogger(__name__)
+
+#: Longest a shutdown or rebalance waits for the last checkpoints (Cassandra may be down).
+FINAL_FLUSH_S = 5.0
 
 DEFAULT_ARGS = ("worker", "-l", "warn")
 
@@ -34,34 +60,147 @@ def worker_args(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def _context(kafka: KafkaSettings) -> Wiring:
-    from streams import context
-    from streams.store import Store
+# ------------------------------------------------------------------ the rows: each core wired from its settings
 
-    return context.wiring(kafka, from_env(ContextSettings), Store(from_env(CassandraSettings)))
+
+def _context(kafka: KafkaSettings) -> Wiring:
+
+    cfg = from_env(ContextSettings)
+    store = Store(from_env(CassandraSettings))
+    summariser = None
+    if cfg.summary_url:
+        engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
+        summariser = Summariser(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
+    memories = MemoryReader(kafka)
+    builder = ContextBuilder(cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of)
+
+    async def follow_memory() -> None:
+        # The compacted user.memory topic, read whole into memory: a prompt never waits on Cassandra for it.
+        while True:
+            try:
+                await asyncio.to_thread(memories.poll, 0.5)
+            except Unavailable:
+                await asyncio.sleep(1.0)
+
+    return Wiring(
+        agents=[Agent("chat.events", {Event: builder.handle})],
+        writes=("chat.inference", "chat.tokens", "chat.events"),
+        tasks=[follow_memory],
+    )
 
 
 def _router(kafka: KafkaSettings) -> Wiring:
-    from streams import router_wiring
+    """``chat.inference`` in, each turn routed by ``streams.router``'s core.
 
-    return router_wiring.wiring(kafka, from_env(RouterSettings))
+    Beside the agent, a task reads every worker heartbeat (no group: each
+    router instance needs them all). On assignment and revocation of
+    ``chat.inference`` partitions the core's memory of decisions is told, and
+    before a turn older than that memory is routed, the decisions are read back
+    from the log (``streams.route_recall``) — retried until the broker answers,
+    since routing it without them could send one attempt to two workers.
+    """
+    policy = policy_from(from_env(RouterSettings))  # fail at start-up, naming the setting, not on the first event
+    router = Router(policy)
+
+    async def heartbeats() -> None:
+        reader = await asyncio.to_thread(HeartbeatReader, kafka)
+        try:
+            while True:
+                try:
+                    beats = await asyncio.to_thread(reader.poll, 0.5)
+                except BrokerUnavailable as exc:  # placement falls back to hashing once the beats expire
+                    log.warning("reading fleet.heartbeats failed; retrying", extra={"error": str(exc)})
+                    await asyncio.sleep(1.0)
+                    continue
+                for beat in beats:
+                    router.heartbeat(beat, time.monotonic())
+        finally:
+            reader.close()
+
+    async def assigned(topic: str, partitions: set[int]) -> None:
+        router.memory.assigned(partitions, time.time())
+
+    async def revoked(topic: str, partitions: set[int]) -> None:
+        router.memory.revoked(partitions)
+
+    async def recall(since: float) -> None:
+        # The request may have been decided by a router before this one: route it the same way or not at all.
+        while True:
+            try:
+                records = await asyncio.to_thread(read_decisions, kafka, policy.pools, since)
+            except BrokerUnavailable as exc:
+                log.warning("reading earlier routing decisions failed; retrying", extra={"error": str(exc)})
+                await asyncio.sleep(1.0)
+                continue
+            router.recall(since, records)
+            log.info("earlier routing decisions read", extra={"since": since, "records": len(records)})
+            return
+
+    async def route(event: Event) -> list[Event]:
+        assert isinstance(event, InferenceRequested)  # the only type dispatched here
+        since = router.memory.recall_from(event)
+        if since is not None:
+            await recall(since)
+        outs = router.route(event, time.monotonic(), time.time())
+        count_verdicts(event, outs)
+        return outs
+
+    return Wiring(
+        agents=[Agent("chat.inference", {InferenceRequested: route})],
+        writes=(*(inference_topic(pool) for pool in policy.pools), "chat.events", "chat.tokens"),
+        tasks=[heartbeats],
+        on_assigned=[assigned],
+        on_revoked=[revoked],
+    )
 
 
 def _materializer(kafka: KafkaSettings) -> Wiring:
-    from streams import materializer
-    from streams.store import Store
 
-    return materializer.wiring(from_env(MaterializerSettings), Store(from_env(CassandraSettings)))
+    cfg = from_env(MaterializerSettings)
+    store = Store(from_env(CassandraSettings))
+    materializer = Materializer(cfg, store)
+    checkpoints = Checkpoints(cfg, store)
+
+    async def write_memory(event: Event) -> list[Event]:
+        assert isinstance(event, MemoryUpdated)  # the only type dispatched here
+        await retrying("writing a user's memory", lambda: store.write_memory(event), cfg.retry_max_s)
+        return []
+
+    async def flush_due() -> None:
+        await checkpoints.flush()
+
+    async def flush_all() -> None:
+        # Offsets of the chunks taken are committed by now: write their text
+        # before another instance (or this one, restarted) resumes from the row.
+        try:
+            await asyncio.wait_for(checkpoints.flush(force=True), FINAL_FLUSH_S)
+        except asyncio.TimeoutError:
+            log.warning("the last checkpoints were not written (Cassandra unavailable?)")
+
+    async def flush_on_revoke(topic: str, partitions: set[int]) -> None:
+        if topic == "chat.tokens":  # the checkpoints are of chunks; the other topics keep nothing back
+            await flush_all()
+
+    return Wiring(
+        agents=[
+            Agent("chat.events", {Event: returning_nothing(materializer.handle)}),
+            Agent("chat.tokens", {TokenChunk: returning_nothing(checkpoints.handle)}),
+            Agent("user.memory", {MemoryUpdated: write_memory}),
+        ],
+        timers=[Timer(cfg.checkpoint_tick_s, flush_due)],
+        on_revoked=[flush_on_revoke],
+        on_stop=[flush_all],
+    )
 
 
 def _usage(kafka: KafkaSettings) -> Wiring:
-    from streams import usage
 
-    return usage.wiring(from_env(UsageSettings), usage.UsageStore(from_env(CassandraSettings)))
+    folder = UsageFolder(from_env(UsageSettings), UsageStore(from_env(CassandraSettings)))
+    return Wiring(agents=[Agent("chat.usage", {UsageRecorded: returning_nothing(folder.handle)})])
 
 
-#: The processors, by the name the command line uses (group ``streams.<name>``): each a core module's
-#: ``wiring`` from its settings. Adding a processor is its module and a row here.
+#: The processors, by the name the command line uses (group ``streams.<name>``): each a core module
+#: wired from its settings by the function above. Adding a processor is its core module and a row here.
 PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "context": _context,
     "router": _router,
@@ -87,10 +226,10 @@ def build(processor: str) -> faust.App:
 
 def run(processor: str, argv: Sequence[str] = ()) -> None:
     """Run ``processor`` as a faust worker until stopped (faust's CLI handles signals)."""
-    from parley import metrics
+    from parley import metrics, ops
 
     app = build(processor)
     if metrics.serve_from_env(f"streams.{processor}") is not None:
-        metrics.register_lag(from_env(KafkaSettings), [from_env(StreamsSettings).group(processor)])
+        ops.register_lag(from_env(KafkaSettings), [from_env(StreamsSettings).group(processor)])
     sys.argv = [f"streams {processor}", *worker_args(argv)]
     app.main()

@@ -10,25 +10,23 @@ caller's decision.
 from __future__ import annotations
 
 import asyncio
-import logging
+import datetime as _dt
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 from cassandra.cluster import Session
 
 from parley.cassandra import AsyncCql
-from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
 from schemas.events import MemoryUpdated
 from streams import memory
 from streams.checkpoint import StoredReply
 from streams.projection import EPOCH, Write, cql
+from streams.usage_fold import UsageRow
 from streams.tree import FINAL_STATUSES, Conversation, Message, frozen_messages
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _CONVERSATION = "SELECT user_id, title, model, created_at, selected_leaf_id FROM conversations WHERE conversation_id = ?"
 _MESSAGES = (
@@ -129,19 +127,21 @@ class Store:
         self._cql.close()
 
 
-async def retrying(what: str, attempt_once: Callable[[], Awaitable[T]], max_pause_s: float) -> T:
-    """Call ``attempt_once()`` until it stops raising StoreUnavailable, backing off up to ``max_pause_s``.
+_INSERT_USAGE = (
+    "INSERT INTO usage_by_request (user_id, day, model, request_id, attempt, conversation_id, pool, finish_reason, "
+    "prompt_tokens, cached_tokens, completion_tokens, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "USING TIMESTAMP ?"
+)
 
-    The event in hand is not acknowledged meanwhile, so an outage delays the
-    projection instead of losing from it.
-    """
-    pause = 0.2
-    failures = 0
-    while True:
-        try:
-            return await attempt_once()
-        except StoreUnavailable as exc:
-            failures += 1
-            log.warning("%s failed (attempt %d), retrying in %.1fs: %s", what, failures, pause, exc)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, max_pause_s)
+
+class UsageStore(Store):
+    """The processors' Cassandra session, plus the one write the usage fold makes."""
+
+    async def record(self, row: UsageRow) -> None:
+        k = row.key
+        recorded_at = _dt.datetime.fromtimestamp(row.occurred_at / 1_000_000, tz=_dt.timezone.utc)
+        values = (
+            k.user_id, k.day, k.model, k.request_id, k.attempt, row.conversation_id, row.pool, row.finish_reason,
+            row.prompt_tokens, row.cached_tokens, row.completion_tokens, recorded_at, row.occurred_at,
+        )  # fmt: skip
+        await self.run(_INSERT_USAGE, values)

@@ -1,4 +1,5 @@
-"""Usage processor: ``chat.usage`` (UsageRecorded, keyed by user) → Cassandra ``usage_by_request``.
+"""Usage processor: ``chat.usage`` (UsageRecorded, keyed by user) → Cassandra ``usage_by_request``
+(the write itself: ``streams/store.py UsageStore``).
 
 Consumer group ``streams.usage``. Each event becomes one row per generation
 attempt (``streams.usage_fold.row_for``), upserted with ``USING TIMESTAMP``
@@ -20,37 +21,16 @@ which ``gateway/quotas.py`` and ``GET /v1/usage`` sum server-side.
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Protocol
 
+from parley.retry import retrying
 from schemas.events import Event, UsageRecorded
 from streams.settings import UsageSettings
-from streams.store import Store, retrying
 from streams.usage_fold import UsageRow, row_for
-from streams.wiring import Agent, Wiring, returning_nothing
-
-_INSERT = (
-    "INSERT INTO usage_by_request (user_id, day, model, request_id, attempt, conversation_id, pool, finish_reason, "
-    "prompt_tokens, cached_tokens, completion_tokens, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "USING TIMESTAMP ?"
-)
 
 
 class UsageWriter(Protocol):
     async def record(self, row: UsageRow) -> None: ...
-
-
-class UsageStore(Store):
-    """The processors' Cassandra session, plus the one write the usage fold makes."""
-
-    async def record(self, row: UsageRow) -> None:
-        k = row.key
-        recorded_at = _dt.datetime.fromtimestamp(row.occurred_at / 1_000_000, tz=_dt.timezone.utc)
-        values = (
-            k.user_id, k.day, k.model, k.request_id, k.attempt, row.conversation_id, row.pool, row.finish_reason,
-            row.prompt_tokens, row.cached_tokens, row.completion_tokens, recorded_at, row.occurred_at,
-        )  # fmt: skip
-        await self.run(_INSERT, values)
 
 
 class UsageFolder:
@@ -67,8 +47,3 @@ class UsageFolder:
         row = row_for(event)
         await retrying("writing a usage row", lambda: self._store.record(row), self.cfg.retry_max_s)
         return row
-
-
-def wiring(cfg: UsageSettings, store: UsageStore) -> Wiring:
-    folder = UsageFolder(cfg, store)
-    return Wiring(agents=[Agent("chat.usage", {UsageRecorded: returning_nothing(folder.handle)})])

@@ -20,9 +20,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from parley.errors import BrokerUnavailable
+from parley.errors import BrokerUnavailable, Fenced
 from parley.logs import trace_context
+from parley.retry import retrying
 from schemas.endings import ENGINE_UNAVAILABLE
 from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers.chat_template import STOP, render_prompt
@@ -34,14 +36,28 @@ from workers.jobs import Abort, Action, Done, Job, JobBook, LookUp, Resend, Run
 from workers.outcome import Outcome, terminal_events
 from workers.recovery import Resume, Verdict
 from workers.settings import WorkerSettings
-from workers.sink import EventSink
 from workers.telemetry import record_load, record_outcome
-from workers.transactions import Fenced
 
 log = logging.getLogger(__name__)
 
 #: How long abandoning waits for cancelled jobs to stop.
 ABANDON_TIMEOUT_S = 10.0
+
+
+class EventSink(Protocol):
+    def send_nowait(self, event: Event) -> asyncio.Future[Any]:
+        """Queue ``event`` now (so queue order is produce order); the future resolves on its ack."""
+        ...
+
+    async def send(self, event: Event) -> Any:
+        """Produce ``event`` and wait for its ack; raises ``parley.errors.BrokerUnavailable`` when none comes."""
+        ...
+
+    async def commit(self, events: Sequence[Event]) -> None:
+        """Write ``events`` all or none, only while this worker still owns their request's partition;
+        returns once they are committed. Raises ``parley.errors.Fenced`` if this process was
+        replaced by another with its id."""
+        ...
 
 
 @dataclass(eq=False)
@@ -347,24 +363,14 @@ class Scheduler:
         chunks = [e for e in events if isinstance(e, TokenChunk)]
         settling = [e for e in events if not isinstance(e, TokenChunk)]
         if settling:
-            await self._retrying(lambda: self._sink.commit(settling), job, "the settling transaction")
+            await self._retrying("the settling transaction", lambda: self._sink.commit(settling), job)
         for chunk in chunks:
-            await self._retrying(lambda: self._sink.send(chunk), job, "TokenChunk")
+            await self._retrying("producing the final chunk", lambda: self._sink.send(chunk), job)
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[object]], job: Job, what: str) -> None:
-        """Retry while the broker is away: the closing events must not be skipped."""
-        delay = 0.5
-        while True:
-            try:
-                await attempt()
-                return
-            except BrokerUnavailable as exc:
-                log.warning(
-                    f"{what} not acknowledged; retrying",
-                    extra=job.ids | {"error": str(exc), "retry_in_s": delay},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+    @staticmethod
+    async def _retrying(what: str, attempt: Callable[[], Awaitable[object]], job: Job) -> None:
+        """Retried while the broker is away: the closing events must not be skipped."""
+        await retrying(what, attempt, 10.0, on=BrokerUnavailable, first_pause_s=0.5, ids=job.ids)
 
     async def _abort(self, job: Job, generation: Generation, stop_on_error: bool = False) -> None:
         try:

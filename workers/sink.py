@@ -1,41 +1,24 @@
-"""Where a worker's events go: an interface, and the Kafka implementation.
+"""Where a worker's events go: Kafka's implementation of the scheduler's ``EventSink``.
 
-The scheduler needs three ways to produce: ``send_nowait`` for token chunks
+The scheduler (workers/scheduler.py) needs three ways to produce: ``send_nowait`` for token chunks
 (in order, without waiting for each acknowledgement, so a slow ack never holds
 up the stream), ``send`` for the final chunk (acknowledged before the request
 counts as finished), and ``commit`` for the events that settle a request
 (GenerationCompleted, UsageRecorded): one fenced transaction, so a worker that
 lost the request's partition can never land them (workers/transactions.py).
-Unit tests implement this interface in memory.
+Unit tests implement the interface in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message
 
 from parley.kafka import Delivered, EventProducer, ProduceFailed
 from schemas.events import Event
 from workers.transactions import TransactionalCommitter
-
-
-class EventSink(Protocol):
-    def send_nowait(self, event: Event) -> asyncio.Future[Any]:
-        """Queue ``event`` now (so queue order is produce order); the future resolves on its ack."""
-        ...
-
-    async def send(self, event: Event) -> Any:
-        """Produce ``event`` and wait for its ack; raises ``parley.errors.BrokerUnavailable`` when none comes."""
-        ...
-
-    async def commit(self, events: Sequence[Event]) -> None:
-        """Write ``events`` all or none, only while this worker still owns their request's partition;
-        returns once they are committed. Raises ``workers.transactions.Fenced`` if this process was
-        replaced by another with its id."""
-        ...
 
 
 class KafkaSink:

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from parley.errors import Fenced
 from parley.kafka import producer_config
 from parley.metrics import TRANSACTIONS
 from parley.settings import KafkaSettings
@@ -84,10 +85,6 @@ class Aborted(Exception):
 
 #: Errors that mean the broker was out of reach (down, restarting, a network partition).
 _CUT_OFF = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT}
-
-
-class Fenced(Exception):
-    """Another producer took this worker's transactional id: this process is the zombie and must stop."""
 
 
 @dataclass(eq=False)

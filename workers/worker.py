@@ -27,7 +27,7 @@ from schemas.events import InferenceRouted
 from workers.control import ControlListener
 from workers.engine_api import EngineClient, EngineLoad
 from workers.intake import Intake
-from workers.recovery import HistoryReader, Recovery
+from workers.history_reader import HistoryReader, Recovery
 from workers.scheduler import Scheduler
 from workers.settings import WorkerSettings
 from workers.sink import KafkaSink
@@ -218,10 +218,10 @@ async def serve(worker: WorkerSettings, kafka: KafkaSettings) -> None:
 def main(argv: list[str] | None = None) -> None:
     from parley.logs import setup_logging
 
-    from parley import metrics
+    from parley import metrics, ops
 
     setup_logging("worker")
     settings, kafka = settings_from(parse_args(argv)), from_env(KafkaSettings)
     if metrics.serve_from_env("worker") is not None:
-        metrics.register_lag(kafka, [kafka.topic_prefix + settings.group])
+        ops.register_lag(kafka, [kafka.topic_prefix + settings.group])
     asyncio.run(serve(settings, kafka))

@@ -10,7 +10,6 @@ not committed; the group hands their partitions on after the session timeout
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass

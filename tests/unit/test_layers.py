@@ -65,3 +65,81 @@ def test_the_gateway_and_the_cores_it_reads_load_no_faust() -> None:
     probe = "import sys, gateway.app, streams.router, tools.analysts.turns; print(sorted(m for m in sys.modules if m.split('.')[0] in ('faust', 'aiokafka', 'mode')))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+#: Clients of the broker and the store, and the stream framework: only the shells may load them.
+IO_CLIENTS = {"faust", "mode", "aiokafka", "confluent_kafka", "cassandra"}
+
+#: The modules of streams/ and workers/ that touch Kafka or Cassandra; every other one is a core.
+SHELLS = {
+    "streams.__main__", "streams.app", "streams.processors", "streams.readers", "streams.route_recall",
+    "streams.store", "streams.summary_store",
+    "workers.__main__", "workers.worker", "workers.intake", "workers.control", "workers.sink",
+    "workers.transactions", "workers.history_reader",
+}  # fmt: skip
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Modules ``path`` imports at any depth, leaving out ``if TYPE_CHECKING:`` blocks (never run)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def _ours(name: str) -> Path | None:
+    path = ROOT.joinpath(*name.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def io_clients_reached(module: str) -> dict[str, str]:
+    """Each I/O client ``module`` loads, through any chain of our modules, with the module that imports it."""
+    seen: set[str] = set()
+    found: dict[str, str] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = _ours(name)
+        if path is None or name in seen:
+            continue
+        seen.add(name)
+        for imported in _module_imports(path):
+            top = imported.split(".")[0]
+            if top in IO_CLIENTS:
+                found.setdefault(top, name)
+            elif top in RANKS:
+                todo.append(imported)
+    return found
+
+
+def test_no_core_loads_faust_kafka_or_cassandra_clients() -> None:
+    """Cores are state and ``handle(event) -> effects``; their I/O is handed to them by a shell."""
+    cores = [
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for package in ("streams", "workers")
+        for path in sorted((ROOT / package).glob("*.py"))
+    ]
+    impure = {m: io_clients_reached(m) for m in cores if m not in SHELLS}
+    assert not {m: found for m, found in impure.items() if found}
+    assert all(_ours(m) for m in SHELLS), "a shell listed here no longer exists"
+
+
+def test_the_purity_check_follows_chains_and_skips_type_checking_blocks() -> None:
+    assert io_clients_reached("streams.summary_store") == {"cassandra": "streams.store"}
+    assert "cassandra" not in io_clients_reached("streams.materializer")

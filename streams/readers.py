@@ -1,0 +1,58 @@
+"""The streams' readers of compacted topics, each read whole from the beginning outside any group.
+
+Every router instance needs every worker's heartbeat, and every context builder
+every user's memory, so neither may share a group's partitions; a restart reads
+the topic again from the start (compaction keeps it small). Blocking: call
+``poll`` from a thread. What they fold into is pure: ``streams.fleet.Fleet``
+for heartbeats; the newest snapshot per user for memory.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from parley.consumer import read_events, reader
+from parley.settings import KafkaSettings
+from schemas.catalog import TOPICS
+from schemas.events import MemoryUpdated, WorkerHeartbeat
+from streams import fleet, memory
+
+
+def _whole(kafka: KafkaSettings, topic: str, purpose: str) -> Consumer:
+    consumer = reader(kafka, purpose)
+    name = kafka.topic(topic)
+    consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS[topic].partitions)])
+    return consumer
+
+
+class HeartbeatReader:
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._consumer = _whole(kafka, fleet.TOPIC, "fleet")
+
+    def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[WorkerHeartbeat]:
+        return read_events(self._consumer, WorkerHeartbeat, max_records, timeout, "heartbeat")[0]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class MemoryReader:
+    """Every user's latest memory; ``of(user)`` answers from it without waiting on anything."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.facts: dict[str, tuple[int, list[str]]] = {}  # user → (occurred_at, texts)
+        self._consumer = _whole(kafka, memory.TOPIC, "memory")
+
+    def poll(self, timeout: float = 0.5) -> int:
+        events, _ = read_events(self._consumer, MemoryUpdated, 500, timeout, "memory")
+        for event in events:
+            known = self.facts.get(event.user_id)
+            if known is None or known[0] <= event.occurred_at:
+                self.facts[event.user_id] = (event.occurred_at, [f.text for f in event.facts])
+        return len(events)
+
+    def of(self, user_id: str) -> list[str]:
+        return list(self.facts.get(user_id, (0, []))[1])
+
+    def close(self) -> None:
+        self._consumer.close()
