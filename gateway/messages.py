@@ -9,7 +9,7 @@ from gateway import replies, turns
 from gateway.auth import Principal
 from gateway.errors import NotFound, Unprocessable
 from gateway.services import Services, services, trace_id
-from gateway.store import Message
+from gateway.store import MessageRow
 from gateway.validation import json_body, string
 from parley import ids
 from schemas.events import GenerationCancelRequested, GenerationRequested
@@ -17,7 +17,7 @@ from schemas.events import GenerationCancelRequested, GenerationRequested
 ID_MAX = 200
 
 
-async def _owned_message(svc: Services, user: Principal, message_id: str) -> tuple[str, Message]:
+async def _owned_message(svc: Services, user: Principal, message_id: str) -> tuple[str, MessageRow]:
     found = await svc.store.find_message(message_id)
     if found is None:
         raise NotFound("no such message")

@@ -182,7 +182,7 @@ def conversation_id_for(user_id: str, end_user: str, messages: Sequence[ChatMess
 
 
 class Node(Protocol):
-    """What the plan reads of a stored message (``gateway.store.Message``)."""
+    """What the plan reads of a stored message (``gateway.store.MessageRow``)."""
 
     id: str
     parent_id: str | None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from gateway.store import Conversation, Message
+from gateway.store import ConversationRow, MessageRow
 from schemas.events import ConversationCreated, Event, GenerationRequested, LeafSelected, MessagePosted
 from parley.lru import LRU
 
@@ -25,15 +25,15 @@ PER_CONVERSATION = 500
 
 @dataclass
 class _Known:
-    conversation: Conversation
-    messages: dict[str, Message] = field(default_factory=dict)  # id → message, oldest first, without text
+    conversation: ConversationRow
+    messages: dict[str, MessageRow] = field(default_factory=dict)  # id → message, oldest first, without text
 
 
 class Recent:
     def __init__(self, conversations: int = 10_000) -> None:
         self._known: LRU[str, _Known] = LRU(conversations)
 
-    def saw(self, conversation: Conversation, messages: list[Message] | None = None) -> None:
+    def saw(self, conversation: ConversationRow, messages: list[MessageRow] | None = None) -> None:
         """Cassandra answered: remember what it said (``messages`` None: only the conversation was read)."""
         known = self._known.get(conversation.id)
         kept = known.messages if known is not None and messages is None else {}
@@ -41,11 +41,11 @@ class Recent:
             kept[m.id] = replace(m, content="")
         self._known.put(conversation.id, _Known(conversation, _trim(kept)))
 
-    def conversation(self, conversation_id: str) -> Conversation | None:
+    def conversation(self, conversation_id: str) -> ConversationRow | None:
         known = self._known.get(conversation_id)
         return None if known is None else known.conversation
 
-    def messages(self, conversation_id: str) -> list[Message] | None:
+    def messages(self, conversation_id: str) -> list[MessageRow] | None:
         known = self._known.get(conversation_id)
         return None if known is None else list(known.messages.values())
 
@@ -53,7 +53,7 @@ class Recent:
         """Fold in an event this gateway appended, as the materializer will."""
         if isinstance(event, ConversationCreated):
             created = _time(event.occurred_at)
-            conversation = Conversation(event.conversation_id, event.user_id, event.title, event.model, None, created)
+            conversation = ConversationRow(event.conversation_id, event.user_id, event.title, event.model, None, created)
             self._known.put(event.conversation_id, _Known(conversation))
             return
         cid = getattr(event, "conversation_id", None)
@@ -63,14 +63,14 @@ class Recent:
         if isinstance(event, MessagePosted):
             known.messages.setdefault(
                 event.message_id,
-                Message(event.message_id, event.parent_id, event.role, "", event.model, "complete", None, None, None, None,
+                MessageRow(event.message_id, event.parent_id, event.role, "", event.model, "complete", None, None, None, None,
                         _time(event.occurred_at)),
             )
             known.conversation = replace(known.conversation, selected_leaf_id=event.message_id)
         elif isinstance(event, GenerationRequested):
             known.messages.setdefault(
                 event.request_id,
-                Message(event.request_id, event.parent_id, "assistant", "", event.model, "streaming", None, None,
+                MessageRow(event.request_id, event.parent_id, "assistant", "", event.model, "streaming", None, None,
                         0, event.token_offset, _time(event.occurred_at)),
             )
             known.conversation = replace(known.conversation, selected_leaf_id=event.request_id)
@@ -79,7 +79,7 @@ class Recent:
         known.messages = _trim(known.messages)
 
 
-def _trim(messages: dict[str, Message]) -> dict[str, Message]:
+def _trim(messages: dict[str, MessageRow]) -> dict[str, MessageRow]:
     if len(messages) <= PER_CONVERSATION:
         return messages
     return dict(list(messages.items())[-PER_CONVERSATION:])

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.store import Message
+from gateway.store import MessageRow
 from gateway.tokens import Chunk, Stream, TokenStreams
 from parley.metrics import GATEWAY_TTFT
 from schemas.events import TokenChunk
@@ -102,7 +102,7 @@ def restarted(chunk: Chunk) -> dict[str, Any]:
     return sse("restarted", data, f"{chunk.partition}:{chunk.offset - 1}")
 
 
-def stored(reply: Message, head: list[dict[str, Any]], cursor: str) -> list[dict[str, Any]]:
+def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[dict[str, Any]]:
     """A finished reply from Cassandra, as the events a live stream would have ended with."""
     events = list(head)
     if reply.content:

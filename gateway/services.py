@@ -16,7 +16,7 @@ from gateway.recent import Recent
 from gateway.tracing import trace_for
 from parley.metrics import ADMISSION
 from gateway.settings import GatewaySettings
-from gateway.store import Conversation, Message, Store
+from gateway.store import ConversationRow, MessageRow, Store
 from gateway.tokens import TokenStreams
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
@@ -99,7 +99,7 @@ class Services:
                 retry_after=shed.retry_after_s,
             )
 
-    async def owned(self, user: Principal, conversation_id: str, *, cached_ok: bool = False) -> Conversation:
+    async def owned(self, user: Principal, conversation_id: str, *, cached_ok: bool = False) -> ConversationRow:
         """The user's conversation, else 404. ``cached_ok``: while Cassandra is down, one this
         process served recently will do (its owner never changes)."""
         try:
@@ -115,7 +115,7 @@ class Services:
             raise NotFound("no such conversation")  # another user's conversation is indistinguishable from none
         return conversation
 
-    async def messages_for_posting(self, conversation: Conversation) -> list[Message]:
+    async def messages_for_posting(self, conversation: ConversationRow) -> list[MessageRow]:
         """The conversation's messages; while Cassandra is down, as this process last knew them."""
         try:
             messages = await self.store.messages(conversation.id)

@@ -17,7 +17,9 @@ from streams import memory, projection, tree
 
 
 @dataclass(frozen=True)
-class Conversation:
+class ConversationRow:
+    """A ``conversations`` row as the gateway reads it (the fold's state is ``streams.tree.Conversation``)."""
+
     id: str
     user_id: str
     title: str
@@ -27,7 +29,9 @@ class Conversation:
 
 
 @dataclass(frozen=True)
-class Message:
+class MessageRow:
+    """A ``messages`` row as the gateway reads it (the fold's node is ``streams.tree.Message``)."""
+
     id: str
     parent_id: str | None
     role: str
@@ -88,7 +92,7 @@ class Store:
         rows = await self._run("SELECT fact_id, text FROM {ks}.user_memory WHERE user_id = ?", (user_id,))
         return [{"id": str(r.fact_id), "text": r.text} for r in rows]
 
-    async def conversation(self, conversation_id: str) -> Conversation | None:
+    async def conversation(self, conversation_id: str) -> ConversationRow | None:
         cid = _uuid(conversation_id)
         if cid is None:
             return None
@@ -100,7 +104,7 @@ class Store:
         if not rows or rows[0].user_id is None:
             return None
         r = rows[0]
-        return Conversation(str(r.conversation_id), r.user_id, r.title or "", r.model, _str(r.selected_leaf_id), r.created_at)
+        return ConversationRow(str(r.conversation_id), r.user_id, r.title or "", r.model, _str(r.selected_leaf_id), r.created_at)
 
     async def conversations_of(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
         rows = await self._run(
@@ -113,7 +117,7 @@ class Store:
         "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at"
     )
 
-    async def messages(self, conversation_id: str) -> list[Message]:
+    async def messages(self, conversation_id: str) -> list[MessageRow]:
         """Every message of the conversation, oldest first."""
         cid = _uuid(conversation_id)
         if cid is None:
@@ -122,7 +126,7 @@ class Store:
         out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
         return _in_order(out)
 
-    async def find_message(self, message_id: str) -> tuple[str, Message] | None:
+    async def find_message(self, message_id: str) -> tuple[str, MessageRow] | None:
         """(conversation id, message) of a message known only by its id."""
         mid = _uuid(message_id)
         if mid is None:
@@ -141,7 +145,7 @@ class Store:
         rows = await self._run("SELECT reader_at FROM {ks}.reply_readers WHERE request_id = ?", (uuid.UUID(request_id),))
         return rows[0].reader_at.replace(tzinfo=timezone.utc) if rows and rows[0].reader_at else None
 
-    async def message(self, conversation_id: str, message_id: str) -> Message | None:
+    async def message(self, conversation_id: str, message_id: str) -> MessageRow | None:
         cid, mid = _uuid(conversation_id), _uuid(message_id)
         if cid is None or mid is None:
             return None
@@ -151,7 +155,7 @@ class Store:
         return _message(rows[0]) if rows and rows[0].role is not None else None
 
 
-def _in_order(messages: list[Message]) -> list[Message]:
+def _in_order(messages: list[MessageRow]) -> list[MessageRow]:
     """Oldest first; a reply and its question share a millisecond, so depth breaks the tie."""
     parents = {m.id: m.parent_id for m in messages}
 
@@ -164,8 +168,8 @@ def _in_order(messages: list[Message]) -> list[Message]:
     return sorted(messages, key=lambda m: (m.created_at or datetime.min, depth(m.id), m.id))
 
 
-def _message(r: Any) -> Message:
-    return Message(
+def _message(r: Any) -> MessageRow:
+    return MessageRow(
         str(r.message_id),
         _str(r.parent_id),
         r.role,

@@ -26,7 +26,7 @@ from gateway import replies
 from gateway.drain import is_cut, until_cut
 from gateway.errors import BadRequest, ServiceUnavailable
 from gateway.services import Services
-from gateway.store import Message
+from gateway.store import MessageRow
 from gateway.tokens import Stream
 from parley.errors import Unavailable
 from schemas.events import ConversationEvent, GenerationCancelRequested, GenerationRequested
@@ -84,7 +84,7 @@ def parse_cursor(value: str | None, partition: int) -> int | None:
     return int(found[2]) + 1
 
 
-def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: Message, after: str | None) -> Response:
+def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: MessageRow, after: str | None) -> Response:
     """A reply's stream: after a cursor, or from its start; a finished reply without a cursor from storage.
 
     After a cursor the rest always comes from ``chat.tokens`` (kept a day), finished or not: only
@@ -94,7 +94,7 @@ def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: s
 
 
 def resume_events(
-    svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: Message, after: str | None
+    svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: MessageRow, after: str | None
 ) -> AsyncIterator[dict[str, Any]]:
     """``resume`` without the SSE response: the reply's events, for another wire format."""
     partition = svc.tokens.partition_of(conversation_id)

@@ -93,9 +93,6 @@ class Placement:
         self._placed[replica.id] = self._placed.get(replica.id, 0.0) + 1.0
         return Decision(partition, replica.id, reason)
 
-    def forget(self, conversation_id: str) -> None:
-        self._homes.pop(conversation_id, None)
-
 
 def _tiebreak(conversation_id: str, replica_id: str) -> int:
     """Spread ties between equally loaded workers by conversation, deterministically."""

@@ -54,10 +54,6 @@ class TimelineStats:
     def records(self) -> int:
         return sum(s.archive_records + s.kafka_records for s in self.partitions.values())
 
-    @property
-    def planned(self) -> int:
-        return sum(max(0, s.kafka_end - s.kafka_start) for s in self.partitions.values())
-
     def to_record(self) -> list[dict[str, object]]:
         return [vars(s) for _, s in sorted(self.partitions.items())]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.drain import Drain, is_cut, until_cut
 from gateway.recent import Recent
-from gateway.store import Conversation
+from gateway.store import ConversationRow
 from schemas.events import ConversationCreated, GenerationRequested, MessagePosted
 
 
@@ -66,6 +66,6 @@ def test_posting_knows_the_owner_and_the_branch_end_from_what_this_gateway_did()
     assert messages is not None and [(m.id, m.role, m.content) for m in messages] == [("m1", "user", ""), ("r1", "assistant", "")]
     assert messages[1].stream_offset == 7 and messages[1].status == "streaming"
     # What Cassandra says replaces it when it answers.
-    recent.saw(Conversation(cid, "u1", "", None, "m1", None), [])
+    recent.saw(ConversationRow(cid, "u1", "", None, "m1", None), [])
     assert recent.messages(cid) == [] and recent.conversation(cid).selected_leaf_id == "m1"  # type: ignore[union-attr]
     assert recent.conversation("unknown") is None and recent.messages("unknown") is None
