@@ -59,3 +59,13 @@ async def test_reports_the_upstream_model_id(smol_engine: str) -> None:
         await client.close()
     assert (info.model, info.untrained, info.context_length) == (MODEL_ID, False, 1024)
     assert httpx.get(smol_engine + "/v1/models").json()["data"][0]["id"] == MODEL_ID
+
+
+async def test_repetition_penalty_is_applied(smol_engine: str) -> None:
+    def greedy(penalty: float) -> list[int]:
+        body = {"text": chat("Tell me about rain."), "sampling_params": {"max_new_tokens": 24, "temperature": 0.0, "ignore_eos": True, "repetition_penalty": penalty}}
+        return httpx.post(smol_engine + "/generate", json=body, timeout=60).json()["output_ids"]
+
+    plain, penalised = greedy(1.0), greedy(1.5)
+    assert len(plain) == len(penalised) == 24 and plain != penalised
+    assert len(set(penalised)) >= len(set(plain))

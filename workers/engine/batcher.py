@@ -239,7 +239,7 @@ class TorchBackend:
     def _take_tokens(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
         assert self._model is not None
         params = [s.state.request.sampling for s in seqs]
-        tokens = sample(logits, [p.temperature for p in params], [p.top_p for p in params], [p.top_k for p in params], self._generator)
+        tokens = sample(logits, params, [s.output_ids for s in seqs], self._generator)
         eos = self._model.tokenizer.eos_ids
         for seq, token, p in zip(seqs, tokens, params):
             seq.output_ids.append(token)

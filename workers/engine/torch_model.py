@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from workers.engine.protocol import Sampling
 from workers.engine.settings import EngineSettings
 from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
@@ -102,24 +103,37 @@ def _random_model(context_length: int) -> LoadedModel:
     return LoadedModel(model, tok, tok.PAD, RANDOM_MODEL_NAME, untrained=True)
 
 
-def sample(logits: torch.Tensor, temperature: Sequence[float], top_p: Sequence[float], top_k: Sequence[int], generator: torch.Generator) -> list[int]:
-    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params."""
+def sample(logits: torch.Tensor, params: Sequence[Sampling], outputs: Sequence[Sequence[int]], generator: torch.Generator) -> list[int]:
+    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params and tokens so far."""
     out: list[int] = []
-    for row, t, p, k in zip(logits.float(), temperature, top_p, top_k):
-        if t < 1e-6 or k == 1:
+    for row, s, generated in zip(logits.float(), params, outputs):
+        row = penalise_repetition(row, generated, s.repetition_penalty)
+        if s.greedy:
             out.append(int(row.argmax()))
             continue
-        scores = row / t
-        if k > 0:
-            kth = torch.topk(scores, min(k, scores.numel())).values[-1]
+        scores = row / s.temperature
+        if s.top_k > 0:
+            kth = torch.topk(scores, min(s.top_k, scores.numel())).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        if p < 1.0:
+        if s.top_p < 1.0:
             sorted_p, idx = probs.sort(descending=True)
-            keep = sorted_p.cumsum(-1) - sorted_p < p  # always keeps the most likely token
+            keep = sorted_p.cumsum(-1) - sorted_p < s.top_p  # always keeps the most likely token
             probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
         out.append(int(torch.multinomial(probs, 1, generator=generator)))
     return out
+
+
+def penalise_repetition(row: torch.Tensor, generated: Sequence[int], penalty: float) -> torch.Tensor:
+    """SGLang's repetition_penalty: logits of tokens already generated (not the prompt's) are divided by
+    ``penalty`` when positive and multiplied when negative, before temperature and top-k/p."""
+    if penalty == 1.0 or not generated:
+        return row
+    seen = torch.tensor(sorted(set(generated)), dtype=torch.long)
+    picked = row[seen]
+    row = row.clone()
+    row[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return row
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
