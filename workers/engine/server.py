@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
     flags = {
         "host": str, "port": int, "backend": str, "model_dir": str, "max_batch": int, "context_length": int,
         "max_total_tokens": int, "synthetic_ttft_ms": float, "synthetic_tokens_per_s": float,
-        "synthetic_cache_tokens": int, "seed": int, "log_level": str,
+        "synthetic_cache_tokens": int, "threads": int, "seed": int, "log_level": str,
     }
     docs = {f.name: f"{f.metadata['doc']} (env {f.metadata['env']}, now {getattr(base, f.name)!r})" for f in fields(EngineSettings)}
     for name, kind in flags.items():

@@ -52,12 +52,19 @@ class EngineSettings:
         200_000,
         "Synthetic backend: tokens the simulated radix prefix cache keeps (LRU beyond that)",
     )
+    threads: int = env(
+        "PARLEY_ENGINE_THREADS",
+        0,
+        "torch threads of the torch and random backends; 0 = the CPUs this process may use, less one for the HTTP loop",
+    )
     seed: int = env("PARLEY_ENGINE_SEED", 0, "Seed of the random model's weights and of sampling")
     log_level: str = env("PARLEY_ENGINE_LOG_LEVEL", "info", "Log level of the engine and uvicorn")
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"PARLEY_ENGINE_BACKEND={self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.threads < 0:
+            raise ConfigError(f"PARLEY_ENGINE_THREADS={self.threads}: must be 0 (automatic) or more")
         if self.max_batch < 1:
             raise ConfigError(f"PARLEY_ENGINE_MAX_BATCH={self.max_batch}: must be at least 1")
         if self.context_length < 2:

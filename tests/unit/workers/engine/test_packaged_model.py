@@ -15,7 +15,7 @@ from parley.errors import ConfigError
 from parley.settings import from_env
 from workers.engine import packaged_model as pm
 from workers.engine.settings import EngineSettings
-from workers.engine.torch_model import RANDOM_MODEL_NAME, model_name
+from workers.engine.torch_model import RANDOM_MODEL_NAME, model_name, torch_threads
 
 
 def source(tmp_path: Path, version: str = "0.1.2") -> pm.Packaged:
@@ -121,3 +121,10 @@ def test_torch_serves_the_packaged_model_by_default_and_random_only_when_asked(t
     assert model_name(replace(default, model_dir=str(tmp_path))) == str(tmp_path)
     with pytest.raises(ConfigError, match="PARLEY_ENGINE_BACKEND=random"):
         from_env(EngineSettings, {"PARLEY_ENGINE_BACKEND": "random", "PARLEY_ENGINE_MODEL_DIR": str(tmp_path)})
+
+
+def test_torch_threads_leave_a_cpu_for_the_event_loop() -> None:
+    assert [torch_threads(0, n) for n in (1, 2, 8)] == [1, 1, 7]
+    assert torch_threads(3, 2) == 3
+    with pytest.raises(ConfigError, match="PARLEY_ENGINE_THREADS"):
+        from_env(EngineSettings, {"PARLEY_ENGINE_THREADS": "-1"})
