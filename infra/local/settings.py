@@ -14,7 +14,9 @@ class LocalInfraSettings:
 
     data_dir: Path = env("PARLEY_DATA_DIR", REPO_ROOT / ".data", "Data, logs and pid files of local services")
     cache_dir: Path = env(
-        "PARLEY_CACHE_DIR", Path("~/.cache/parley").expanduser(), "Jars fetched from Maven Central (outside the repo)"
+        "PARLEY_CACHE_DIR",
+        Path("~/.cache/parley").expanduser(),
+        "Jars fetched from Maven Central and the CPU engine's converted default model (outside the repo)",
     )
     kafka_port: int = env("PARLEY_KAFKA_PORT", 9092, "Local Kafka broker port")
     kafka_controller_port: int = env("PARLEY_KAFKA_CONTROLLER_PORT", 9093, "Local KRaft controller port")

@@ -71,7 +71,7 @@ def start_engine(*flags: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def torch_engine() -> Iterator[str]:
-    yield from start_engine("--backend", "torch", "--max-batch", "8", "--context-length", "256", "--max-total-tokens", "4096")
+    yield from start_engine("--backend", "random", "--max-batch", "8", "--context-length", "256", "--max-total-tokens", "4096")
 
 
 @pytest.fixture(scope="module")

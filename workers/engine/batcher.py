@@ -20,6 +20,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from workers.engine.detokenize import IncrementalText
 from workers.engine.protocol import GenerateInput, Progress
 from workers.engine.request import LoadSnapshot, RequestState, Throughput
 from workers.engine.settings import EngineSettings
-from workers.engine.torch_model import BatchCache, LoadedModel, left_pad, load_model, sample
+from workers.engine.torch_model import BatchCache, LoadedModel, left_pad, load_model, model_name, sample
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ class TorchBackend:
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self.context_length = settings.context_length
-        self.model_path = settings.model_dir or "parley-random-llama-2l-untrained"
-        self.untrained = not settings.model_dir
+        self.model_path = model_name(settings)
+        self.untrained = settings.backend == "random"
         self._model: LoadedModel | None = None
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._live: set[str] = set()
@@ -78,13 +79,19 @@ class TorchBackend:
     # ------------------------------------------------------------ event loop side
 
     async def start(self) -> None:
-        self._model = await asyncio.to_thread(load_model, self.settings.model_dir, self.context_length, self.settings.seed)
+        began = time.monotonic()
+        self._model = await asyncio.to_thread(load_model, self.settings)
         self.model_path = self._model.name
         self._thread = threading.Thread(target=self._loop, name="engine-batcher", daemon=True)
         self._thread.start()
         log.info(
             "torch engine ready",
-            extra={"model": self.model_path, "untrained": self.untrained, "max_batch": self.settings.max_batch},
+            extra={
+                "model": self.model_path,
+                "untrained": self.untrained,
+                "max_batch": self.settings.max_batch,
+                "load_s": round(time.monotonic() - began, 1),
+            },
         )
 
     async def stop(self) -> None:
@@ -232,7 +239,7 @@ class TorchBackend:
     def _take_tokens(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
         assert self._model is not None
         params = [s.state.request.sampling for s in seqs]
-        tokens = sample(logits, [p.temperature for p in params], [p.top_p for p in params], [p.top_k for p in params], self._generator)
+        tokens = sample(logits, params, [s.output_ids for s in seqs], self._generator)
         eos = self._model.tokenizer.eos_ids
         for seq, token, p in zip(seqs, tokens, params):
             seq.output_ids.append(token)

@@ -31,7 +31,9 @@ SGLANG_SAMPLING_KEYS = frozenset(
         "regex", "ebnf", "structural_tag", "custom_params", "logit_bias", "sampling_seed",
     }
 )
-IMPLEMENTED = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "no_stop_trim"})
+IMPLEMENTED = frozenset(
+    {"max_new_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "no_stop_trim", "repetition_penalty"}
+)
 
 
 class InvalidRequest(ValueError):
@@ -47,6 +49,7 @@ class Sampling:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     no_stop_trim: bool = False  # keep the matched stop string in the text
+    repetition_penalty: float = 1.0  # 1.0: none; over the generated tokens only, as in SGLang
 
     @property
     def greedy(self) -> bool:
@@ -94,6 +97,7 @@ def parse_sampling(raw: Any) -> Sampling:
         temperature = float(raw.get("temperature", 1.0))
         top_p = float(raw.get("top_p", 1.0))
         top_k = int(raw.get("top_k", -1))
+        repetition_penalty = float(1.0 if raw.get("repetition_penalty") is None else raw["repetition_penalty"])
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"Invalid sampling parameter: {exc}") from exc
     stop_raw = raw.get("stop") or ()
@@ -107,6 +111,8 @@ def parse_sampling(raw: Any) -> Sampling:
         raise InvalidRequest(f"top_p must be in (0, 1], got {top_p}.")
     if top_k < 1 and top_k != -1:
         raise InvalidRequest(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
+    if not 0.0 < repetition_penalty <= 2.0:
+        raise InvalidRequest(f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.")
     if max_new_tokens < 0:
         raise InvalidRequest(f"max_new_tokens must be at least 0, got {max_new_tokens}.")
     return Sampling(
@@ -117,6 +123,7 @@ def parse_sampling(raw: Any) -> Sampling:
         stop=tuple(s for s in stop if s),
         ignore_eos=bool(raw.get("ignore_eos", False)),
         no_stop_trim=bool(raw.get("no_stop_trim", False)),
+        repetition_penalty=repetition_penalty,
     )
 
 

@@ -37,7 +37,7 @@ def make_backend(settings: EngineSettings) -> Backend:
         return SyntheticBackend(settings)
     from workers.engine.batcher import TorchBackend
 
-    return TorchBackend(settings)
+    return TorchBackend(settings)  # torch and random
 
 
 def _configure_logging(level: str) -> None:
@@ -57,7 +57,7 @@ def serve(settings: EngineSettings) -> None:
     backend = make_backend(settings)
     if backend.untrained:
         logging.getLogger("workers.engine").warning(
-            "serving an UNTRAINED random model: replies are noise; set PARLEY_ENGINE_MODEL_DIR for a real one"
+            "serving an UNTRAINED random model: replies are noise; PARLEY_ENGINE_BACKEND=torch serves a real one"
         )
     info = {"backend": settings.backend, "host": settings.host, "port": settings.port}
     app = create_app(backend, info)
@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
     flags = {
         "host": str, "port": int, "backend": str, "model_dir": str, "max_batch": int, "context_length": int,
         "max_total_tokens": int, "synthetic_ttft_ms": float, "synthetic_tokens_per_s": float,
-        "synthetic_cache_tokens": int, "seed": int, "log_level": str,
+        "synthetic_cache_tokens": int, "threads": int, "seed": int, "log_level": str,
     }
     docs = {f.name: f"{f.metadata['doc']} (env {f.metadata['env']}, now {getattr(base, f.name)!r})" for f in fields(EngineSettings)}
     for name, kind in flags.items():

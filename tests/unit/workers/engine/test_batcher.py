@@ -23,7 +23,7 @@ LENGTHS = [12, 5, 9, 7]  # different lengths: requests leave the batch at differ
 
 
 def settings(**kw: object) -> EngineSettings:
-    return replace(from_env(EngineSettings, {}), context_length=256, max_total_tokens=4096, **kw)
+    return replace(from_env(EngineSettings, {}), backend="random", context_length=256, max_total_tokens=4096, **kw)
 
 
 async def run(backend: TorchBackend, prompts: list[str], lengths: list[int], stagger: bool) -> list[Progress]:
