@@ -1,8 +1,8 @@
 """One contract, every engine a worker can face (workers/engine_api.py).
 
 The same checks run against the scripted engine the unit tests drive the
-worker with (workers/scripted.py), Parley's CPU engine over HTTP (torch and
-synthetic backends, real processes), and SGLang's own wire shapes
+worker with (workers/scripted.py), Parley's CPU engine over HTTP (real
+processes: SmolLM2, the random test model and the synthetic backend), and SGLang's own wire shapes
 (tests/fixtures/sglang, served to the same HTTP client a worker uses). If the
 stand-in and the real engines ever disagree on what a stream, a cap, an abort
 or a refusal looks like, a test here names which.
@@ -20,6 +20,8 @@ import pytest
 import pytest_asyncio
 
 from tests.integration.test_engine import start_engine
+from schemas.events import PromptMessage
+from workers.chat_template import render_prompt
 from workers.engine_api import EngineClient, EngineDelta, EngineRejected, GenerateRequest
 from workers.scripted import ScriptedEngine
 from workers.sglang import SGLangClient
@@ -73,13 +75,25 @@ def _recorded_sglang() -> Subject:
 
 
 def _over_http(name: str, url: str, context_tokens: int) -> Subject:
-    prompts = {"long": "Tell me a very long story.", "abort": "Count slowly:", "refuse": "word " * (context_tokens + 10)}
+    def asked(text: str) -> str:  # what a worker sends: the chat template rendered, ending where the reply begins
+        return render_prompt([PromptMessage(role="user", content=text)])
+
+    prompts = {
+        "long": asked("Tell me a very long story about a lighthouse."),
+        "abort": asked("Count slowly from one to a hundred."),
+        "refuse": asked("word " * (context_tokens + 10)),
+    }
     return Subject(name, SGLangClient(url), prompts)
 
 
 @pytest.fixture(scope="module")
-def torch_url() -> Iterator[str]:
+def smollm2_url() -> Iterator[str]:
     yield from start_engine("--backend", "torch", "--max-batch", "4", "--context-length", "256", "--max-total-tokens", "4096")
+
+
+@pytest.fixture(scope="module")
+def random_url() -> Iterator[str]:
+    yield from start_engine("--backend", "random", "--max-batch", "4", "--context-length", "256", "--max-total-tokens", "4096")
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +103,7 @@ def synthetic_url() -> Iterator[str]:
     )
 
 
-@pytest_asyncio.fixture(params=["scripted", "cpu-torch", "cpu-synthetic", "sglang-recorded"], loop_scope="module")
+@pytest_asyncio.fixture(params=["scripted", "cpu-smollm2", "cpu-random", "cpu-synthetic", "sglang-recorded"], loop_scope="module")
 async def subject(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
     name = request.param
     if name == "scripted":
@@ -98,7 +112,7 @@ async def subject(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
     elif name == "sglang-recorded":
         s = _recorded_sglang()
     else:
-        url = request.getfixturevalue("torch_url" if name == "cpu-torch" else "synthetic_url")
+        url = request.getfixturevalue(f"{name.removeprefix('cpu-')}_url")
         s = _over_http(name, url, 256)
     yield s
     close = getattr(s.client, "close", None)
