@@ -10,12 +10,17 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import turns
 from gateway.errors import Unprocessable
+from gateway.openai_request import MAX_TOKENS
+from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
 from gateway.validation import MISSING, json_body, string, uuid_string
 from parley import ids
-from schemas.events import ConversationCreated, GenerationRequested, LeafSelected, MessagePosted
+from schemas.events import ConversationCreated, GenerationRequested, LeafSelected, MessagePosted, Sampling
 
 ID_MAX = 200  # client ids, model names
+#: What a posted message may carry; anything else is refused by name.
+POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens"})
+SAMPLING_FIELDS = frozenset({*RANGES, "seed", "stop"})
 
 
 async def create_conversation(request: Request) -> Response:
@@ -69,6 +74,7 @@ def _message_json(m: Any) -> dict[str, Any]:
         "model": m.model,
         "status": m.status,
         "finish_reason": m.finish_reason,
+        "tokens": m.tokens,
         "created_at": m.created_at.replace(tzinfo=timezone.utc).isoformat() if m.created_at else None,
     }
 
@@ -78,8 +84,12 @@ async def post_message(request: Request) -> Response:
     svc = services(request)
     user = await svc.auth(request)
     body = await json_body(request, svc.settings.max_body_bytes)
+    unknown = sorted(set(body) - POST_FIELDS)
+    if unknown:
+        raise Unprocessable(f"`{unknown[0]}` is not a field of a message; send {', '.join(sorted(POST_FIELDS))}", code="unknown_field")
     content = string(body, "content", max_chars=svc.settings.max_message_chars)
     client_message_id = string(body, "client_message_id", max_chars=ID_MAX)
+    sampling, max_tokens = turn_options(body)
     model = string(body, "model", max_chars=ID_MAX, required=False)
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     model = None if model is MISSING else model
@@ -120,8 +130,30 @@ async def post_message(request: Request) -> Response:
         client_message_id=client_message_id,
         model=model,
         tier=user.tier,
+        max_tokens=max_tokens,
+        sampling=sampling,
     )
     return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
+
+
+def turn_options(body: dict[str, Any]) -> tuple[Sampling, int | None]:
+    """``sampling`` (an object of ``temperature``, ``top_p``, ``seed``, ``stop``, ``presence_penalty``,
+    ``frequency_penalty``) and ``max_tokens``, checked; 422 naming the field."""
+    raw = body.get("sampling")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise Unprocessable("`sampling` must be an object")
+    unknown = sorted(set(raw) - SAMPLING_FIELDS)
+    if unknown:
+        raise Unprocessable(
+            f"`sampling.{unknown[0]}` is not supported; send {', '.join(sorted(SAMPLING_FIELDS))}", code="unsupported_parameter"
+        )
+    sampling = parse_sampling(raw, lambda message, field: Unprocessable(message), prefix="sampling.")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS):
+        raise Unprocessable(f"`max_tokens` must be an integer from 1 to {MAX_TOKENS}")
+    return sampling, max_tokens
 
 
 async def select_leaf(request: Request) -> Response:

@@ -110,6 +110,10 @@ def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[d
     if reply.status in ("failed", "rejected"):
         events.append(sse("error", {"code": reply.finish_reason or reply.status, "message": f"the generation {reply.status}"}, cursor))
     else:
-        usage = {"prompt_tokens": 0, "completion_tokens": reply.tokens or 0, "cached_tokens": 0}
+        usage = {
+            "prompt_tokens": reply.prompt_tokens or 0,
+            "completion_tokens": reply.tokens or 0,
+            "cached_tokens": reply.cached_tokens or 0,
+        }
         events.append(sse("done", {"message_id": reply.id, "finish_reason": reply.finish_reason, "usage": usage}, cursor))
     return events

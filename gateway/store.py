@@ -43,6 +43,8 @@ class MessageRow:
     attempt: int | None
     stream_offset: int | None
     created_at: datetime | None
+    prompt_tokens: int | None = None  # the reply's prompt as the engine counted it
+    cached_tokens: int | None = None  # of which served from its prefix cache
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -114,7 +116,8 @@ class Store:
         return [{"id": str(r.conversation_id), "title": r.title or "", "created_at": _iso(r.created_at)} for r in rows]
 
     _MESSAGE_COLUMNS = (
-        "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at"
+        "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
+        "prompt_tokens, cached_tokens"
     )
 
     async def messages(self, conversation_id: str) -> list[MessageRow]:
@@ -181,6 +184,8 @@ def _message(r: Any) -> MessageRow:
         r.attempt,
         r.stream_offset,
         r.created_at,
+        r.prompt_tokens,
+        r.cached_tokens,
     )
 
 

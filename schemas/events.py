@@ -79,6 +79,22 @@ class Usage:
     completion_tokens: int = doc("Tokens generated", default=0)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """How one turn's reply is sampled, as the user asked (gateway → context → router → worker → engine).
+    None (or empty): the pool's default."""
+
+    temperature: float | None = doc("0 = greedy; up to 2", default=None)
+    top_p: float | None = doc("Nucleus sampling mass, (0, 1]", default=None)
+    seed: int | None = doc("Seed of the engine's sampler: the same seed and prompt give the same reply", default=None)
+    stop: list[str] = doc("Strings that end the reply (not included in it); at most 4", default_factory=list)
+    presence_penalty: float | None = doc("-2..2, OpenAI's meaning", default=None)
+    frequency_penalty: float | None = doc("-2..2, OpenAI's meaning", default=None)
+    json_schema: str | None = doc(
+        "A JSON Schema the reply must match (SGLang's structured output; OpenAI's response_format)", default=None
+    )
+
+
 # ------------------------------------------------------------------ chat.events
 
 
@@ -116,6 +132,7 @@ class GenerationRequested(ConversationEvent):
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise: admission and routing use it", default="free")
     max_tokens: int | None = doc("Cap on generated tokens; null for the pool's default", default=None)
+    sampling: Sampling = doc("How the reply is sampled, as asked", default_factory=Sampling)
     token_offset: int = doc(
         "Offset of chat.tokens, in the conversation's partition, at or before the reply's first chunk; "
         "any gateway replays the reply's stream from it (-1: unknown)",
@@ -194,6 +211,7 @@ class InferenceRequested(ConversationEvent):
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise", default="free")
     resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="")
+    sampling: Sampling = doc("How the reply is sampled, as the turn asked", default_factory=Sampling)
     requested_at: int = doc(
         "When the turn was asked for (µs; the GenerationRequested's occurred_at): the same in every re-emission, "
         "so the router can tell whether its memory of decisions reaches back that far (0: unknown, older writers)",

@@ -308,12 +308,18 @@ class Scheduler:
 
     async def _generate(self, job: Job) -> tuple[Outcome, int, int, float]:
         req = job.routed.request
+        asked = req.sampling
         request = GenerateRequest(
             rid=job.rid,
             text=render_prompt(req.messages, req.resume_text),
             max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
-            temperature=self._settings.temperature,
-            stop=STOP,
+            temperature=self._settings.temperature if asked.temperature is None else asked.temperature,
+            top_p=1.0 if asked.top_p is None else asked.top_p,
+            stop=(*STOP, *asked.stop),
+            seed=asked.seed,
+            presence_penalty=asked.presence_penalty or 0.0,
+            frequency_penalty=asked.frequency_penalty or 0.0,
+            json_schema=asked.json_schema,
         )
         coalescer = Coalescer(
             self._settings.coalesce_ms / 1000, self._settings.coalesce_tokens, start_chars=len(req.resume_text)
