@@ -37,7 +37,8 @@ The mapping is deterministic, so the same history always lands on the same nodes
 Models: ``model`` is a pool or a pool's model name (``PARLEY_ROUTER_POOLS``), the
 user's choice as in ``post_message``; ``auto`` or empty lets the router choose.
 Any other name is a 404 ``model_not_found`` before anything is appended (the
-router would fail the turn with ``unknown_model``). Responses echo the model asked for.
+router would fail the turn with ``unknown_model``). Responses name the model that answered
+(its engine's name for it, carried by the first chunk of text).
 
 Replies: streaming is ``text/event-stream`` of ``chat.completion.chunk`` objects
 (the role first, then content deltas, a last chunk with ``finish_reason``, a usage
@@ -132,7 +133,6 @@ async def _complete(request: Request, svc: Services) -> Response:
     model = resolve_model(chat.model, request.app.state.router_policy)
     idempotency = _idempotency_key(request)
     plan, events = await _turn(svc, user, chat, model, trace_id(request), idempotency)
-    shape = shape_for(plan.reply_id, chat.model, time.time())
     replies = pieces(events)
     try:
         first = await anext(replies, None)
@@ -141,6 +141,8 @@ async def _complete(request: Request, svc: Services) -> Response:
     except BaseException:
         await finish_reading(replies)
         raise
+    # The model that answers, as its engine names it (the first text carries it), not the name asked for.
+    shape = shape_for(plan.reply_id, first.model or chat.model, time.time())
     if chat.stream:
         return EventSourceResponse(
             _as_events(stream_chunks(shape, first, replies, chat.include_usage)),

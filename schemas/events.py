@@ -254,6 +254,9 @@ class TokenChunk(ConversationEvent):
     finish_reason: str | None = doc("Set on the last chunk only", default=None)
     usage: Usage | None = doc("Set on the last chunk only", default=None)
     replica: str = doc("Worker id", default="")
+    model: str = doc(
+        "The model generating the reply, as its engine names it: on an attempt's first chunk and on the last", default=""
+    )
     error_code: str | None = doc("On a last chunk that failed or was rejected: machine-readable cause", default=None)
     error_message: str | None = doc("On a last chunk that failed or was rejected: human-readable cause", default=None)
     retry_after: float | None = doc("On a rejected last chunk: seconds after which a retry may succeed", default=None)

@@ -270,7 +270,7 @@ class Scheduler:
                 seq, chars, queue_ms = 0, len(job.routed.request.resume_text), self._queue_ms(job)
             new_tokens = outcome.usage.completion_tokens  # before resumed(): this attempt's own tokens
             outcome = outcome.resumed(job.resume_tokens)
-            model = self.model or self._settings.model_name or job.routed.model
+            model = self._model(job)
             record_outcome(outcome, pool=self._settings.pool, model=model, new_tokens=new_tokens)
             completed, final, usage = terminal_events(
                 job.routed,
@@ -356,7 +356,12 @@ class Scheduler:
             tokens=piece.tokens,
             offset_chars=piece.offset_chars,
             replica=self._settings.worker_id,
+            model=self._model(job) if piece.seq == 0 else "",  # a reader learns the model with the first text
         )
+
+    def _model(self, job: Job) -> str:
+        """What the engine serves (its model_info), else the configured name, else the pool's."""
+        return self.model or self._settings.model_name or job.routed.model
 
     def _queue_ms(self, job: Job) -> float:
         """From the router's InferenceRouted to now (engine submission)."""
