@@ -15,9 +15,23 @@ from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
 from gateway.validation import MISSING, json_body, string, uuid_string
 from parley import ids
-from schemas.events import ConversationCreated, GenerationRequested, LeafSelected, MessagePosted, Sampling
+from gateway.store import ConversationRow
+from schemas.events import (
+    ConversationArchived,
+    ConversationCreated,
+    ConversationDeleted,
+    ConversationEvent,
+    ConversationRenamed,
+    GenerationRequested,
+    LeafSelected,
+    MessagePosted,
+    Sampling,
+)
+from streams import tree
+from streams.projection import from_time
 
 ID_MAX = 200  # client ids, model names
+TITLE_MAX = 200
 #: What a posted message may carry; anything else is refused by name.
 POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens"})
 SAMPLING_FIELDS = frozenset({*RANGES, "seed", "stop"})
@@ -44,9 +58,67 @@ async def create_conversation(request: Request) -> Response:
 
 
 async def list_conversations(request: Request) -> Response:
+    """The user's conversations, newest first; ``?archived=true``: the archived ones instead."""
     svc = services(request)
     user = await svc.auth(request)
-    return JSONResponse({"conversations": await svc.store.conversations_of(user.user_id)})
+    flag = request.query_params.get("archived", "false").lower()
+    if flag not in ("true", "false"):
+        raise Unprocessable("`archived` must be true or false")
+    return JSONResponse({"conversations": await svc.store.conversations_of(user.user_id, archived=flag == "true")})
+
+
+async def update_conversation(request: Request) -> Response:
+    """``PATCH``: a new ``title`` and/or ``archived``; each an event, written through for the next read."""
+    svc = services(request)
+    user = await svc.auth(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    unknown = sorted(set(body) - {"title", "archived"})
+    if unknown or not body:
+        raise Unprocessable(
+            f"`{unknown[0]}` cannot be changed; send title and/or archived" if unknown else "send title and/or archived",
+            code="unknown_field" if unknown else "missing_field",
+        )
+    title = string(body, "title", max_chars=TITLE_MAX, required=False)
+    archived = body.get("archived", MISSING)
+    if archived is not MISSING and not isinstance(archived, bool):
+        raise Unprocessable("`archived` must be true or false")
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
+    events: list[ConversationEvent] = []
+    if title is not MISSING and title is not None:
+        events.append(ConversationRenamed(**common, title=title.strip(), by="user"))
+    if archived is not MISSING:
+        events.append(ConversationArchived(**common, archived=archived))
+    await svc.append(*events)
+    await svc.write_through(*events, state=_state(conversation))
+    return JSONResponse(
+        {
+            "id": conversation.id,
+            "title": title.strip() if isinstance(title, str) else conversation.title,
+            "archived": archived if archived is not MISSING else conversation.archived,
+        }
+    )
+
+
+async def delete_conversation(request: Request) -> Response:
+    """Gone from every read path at once (its rows are marked, written through); 204."""
+    svc = services(request)
+    user = await svc.auth(request)
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    event = ConversationDeleted(conversation_id=conversation.id, user_id=user.user_id, trace_id=trace_id(request))
+    await svc.append(event)
+    await svc.write_through(event, state=_state(conversation))
+    return Response(status_code=204)
+
+
+def _state(conversation: ConversationRow) -> tree.Conversation:
+    """What the projection needs of a stored conversation: its owner and creation (the list's key)."""
+    return tree.Conversation(
+        conversation_id=conversation.id,
+        user_id=conversation.user_id,
+        title=conversation.title,
+        created_at=from_time(conversation.created_at),
+    )
 
 
 async def get_conversation(request: Request) -> Response:

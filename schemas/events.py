@@ -181,9 +181,23 @@ class LeafSelected(ConversationEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class ConversationRenamed(ConversationEvent):
-    """The conversation got a new title. gateway → materializer."""
+    """The conversation got a new title: the user's, or one written after its first reply. gateway, titler → materializer."""
 
     title: str = doc("New title")
+    by: str = doc("user (a rename) or auto (the titler, after the first reply; never over a user's title)", default="user")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationArchived(ConversationEvent):
+    """The user archived the conversation, or brought it back. gateway → materializer."""
+
+    archived: bool = doc("True: listed only among the archived; False: listed again")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationDeleted(ConversationEvent):
+    """The user deleted the conversation: gone from every read path. What it means for the log (erasure) is
+    the data-safety design's. gateway → materializer, context builder."""
 
 
 # -------------------------------------------------------------- chat.inference
@@ -425,6 +439,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SummaryWritten,
         LeafSelected,
         ConversationRenamed,
+        ConversationArchived,
+        ConversationDeleted,
         InferenceRequested,
         InferenceRouted,
         TokenChunk,
