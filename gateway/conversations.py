@@ -79,13 +79,15 @@ async def update_conversation(request: Request) -> Response:
             code="unknown_field" if unknown else "missing_field",
         )
     title = string(body, "title", max_chars=TITLE_MAX, required=False)
+    if title is None:
+        raise Unprocessable("`title` must be a string (a conversation keeps a title; send a new one)")
     archived = body.get("archived", MISSING)
     if archived is not MISSING and not isinstance(archived, bool):
         raise Unprocessable("`archived` must be true or false")
     conversation = await svc.owned(user, request.path_params["conversation_id"])
     common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
     events: list[ConversationEvent] = []
-    if title is not MISSING and title is not None:
+    if title is not MISSING:
         events.append(ConversationRenamed(**common, title=title.strip(), by="user"))
     if archived is not MISSING:
         events.append(ConversationArchived(**common, archived=archived))

@@ -72,6 +72,8 @@ def json_schema_of(response_format: Any, refuse: Refuse) -> str | None:
     if response_format is None:
         return None
     kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind is not None and "json_schema" in response_format and not isinstance(response_format["json_schema"], dict):
+        raise refuse("`response_format.json_schema` must be an object", "response_format")
     if kind == "text":
         return None
     if kind == "json_object":

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
@@ -62,6 +63,13 @@ class Ids:
     user_message_id: str  # the user message it answers
     foreign_conversation_id: str  # another user's
     foreign_reply_id: str
+    url: str = ""
+
+    def throwaway(self) -> str:
+        """A new conversation of the caller's: what a generated DELETE may delete, leaving the others' ids real."""
+        response = httpx.post(f"{self.url}/v1/conversations", headers={"Authorization": f"Bearer {self.key}"}, json={})
+        response.raise_for_status()
+        return str(response.json()["id"])
 
     def aim(self, case: schemathesis.Case) -> None:
         """Swap a generated path id for a real one in three cases of four, picked by the generated value."""
@@ -69,7 +77,8 @@ class Ids:
         for name, value in list(params.items()):
             pick = zlib.crc32(str(value).encode("utf-8", "surrogatepass")) % 4
             if name == "conversation_id" and pick:
-                params[name] = self.foreign_conversation_id if pick == 3 else self.conversation_id
+                mine = self.throwaway() if case.method.upper() == "DELETE" else self.conversation_id
+                params[name] = self.foreign_conversation_id if pick == 3 else mine
             elif name == "message_id" and pick:
                 params[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
         body = case.body if isinstance(case.body, dict) else {}
@@ -100,7 +109,7 @@ def ids(stack) -> Ids:
     other = stack.new_key("plus")
     cid, reply_id, user_message_id = asyncio.run(_turn(stack.url, key))
     foreign_cid, foreign_reply, _ = asyncio.run(_turn(stack.url, other))
-    return Ids(key, cid, reply_id, user_message_id, foreign_cid, foreign_reply)
+    return Ids(key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url)
 
 
 #: The document the gateway serves at /openapi.yaml (the same file; tests/unit/gateway/test_openapi.py keeps it
