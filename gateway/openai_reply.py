@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import ApiError, BadRequest, NotFound, ServiceUnavailable, openai_response
-from schemas.endings import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL
+from schemas.endings import CONTEXT_TOO_LONG, ENGINE_REJECTED, OVERLOADED, UNKNOWN_MODEL
 
 #: Parley's finish reasons → OpenAI's; a cancelled reply simply stops.
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
@@ -115,6 +115,8 @@ def generation_error(error: Mapping[str, Any]) -> ApiError:
     if code == CONTEXT_TOO_LONG:
         out: ApiError = BadRequest(message, code="context_length_exceeded")
         out.param = "messages"
+    elif code == ENGINE_REJECTED:  # the engine refused the request as sent (an option it lacks, a prompt too long)
+        out = BadRequest(message, code="invalid_request")
     elif code == UNKNOWN_MODEL:
         out = NotFound(message, code="model_not_found")
         out.param = "model"

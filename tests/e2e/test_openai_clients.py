@@ -88,6 +88,10 @@ async def test_the_async_client_samples_as_asked(real) -> None:
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model="auto", messages=story, temperature=3)
         assert isinstance(bad.value.body, dict) and bad.value.body["param"] == "temperature"
+        # Structured output travels to the engine as SGLang's json_schema; the CPU engine has none and says so.
+        with pytest.raises(openai.BadRequestError) as structured:
+            await client.chat.completions.create(model="auto", messages=story, response_format={"type": "json_object"})
+        assert "json_schema" in structured.value.message
     finally:
         await client.close()
 
