@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway import conversations, memory, messages, openai_compat, telemetry, usage
+from gateway import conversations, memory, messages, models, openai_compat, telemetry, usage
 from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import Services, services
@@ -141,6 +141,8 @@ ROUTES = [
     Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
     Route("/v1/conversations", conversations.list_conversations, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}", conversations.get_conversation, methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}", conversations.update_conversation, methods=["PATCH"]),
+    Route("/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
     Route("/v1/usage", usage.get_usage, methods=["GET"]),
@@ -152,6 +154,8 @@ ROUTES = [
     Route("/v1/messages/{message_id}/regenerate", messages.regenerate, methods=["POST"]),
     Route("/v1/messages/{message_id}/stream", messages.stream, methods=["GET"]),
     Route("/v1/chat/completions", openai_compat.chat_completions, methods=["POST"]),
+    Route("/v1/models", models.list_models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),
 ]
 
 

@@ -10,12 +10,31 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import turns
 from gateway.errors import Unprocessable
+from gateway.openai_request import MAX_TOKENS
+from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
 from gateway.validation import MISSING, json_body, string, uuid_string
 from parley import ids
-from schemas.events import ConversationCreated, GenerationRequested, LeafSelected, MessagePosted
+from gateway.store import ConversationRow
+from schemas.events import (
+    ConversationArchived,
+    ConversationCreated,
+    ConversationDeleted,
+    ConversationEvent,
+    ConversationRenamed,
+    GenerationRequested,
+    LeafSelected,
+    MessagePosted,
+    Sampling,
+)
+from streams import tree
+from streams.projection import from_time
 
 ID_MAX = 200  # client ids, model names
+TITLE_MAX = 200
+#: What a posted message may carry; anything else is refused by name.
+POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens"})
+SAMPLING_FIELDS = frozenset({*RANGES, "seed", "stop"})
 
 
 async def create_conversation(request: Request) -> Response:
@@ -39,9 +58,67 @@ async def create_conversation(request: Request) -> Response:
 
 
 async def list_conversations(request: Request) -> Response:
+    """The user's conversations, newest first; ``?archived=true``: the archived ones instead."""
     svc = services(request)
     user = await svc.auth(request)
-    return JSONResponse({"conversations": await svc.store.conversations_of(user.user_id)})
+    flag = request.query_params.get("archived", "false").lower()
+    if flag not in ("true", "false"):
+        raise Unprocessable("`archived` must be true or false")
+    return JSONResponse({"conversations": await svc.store.conversations_of(user.user_id, archived=flag == "true")})
+
+
+async def update_conversation(request: Request) -> Response:
+    """``PATCH``: a new ``title`` and/or ``archived``; each an event, written through for the next read."""
+    svc = services(request)
+    user = await svc.auth(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    unknown = sorted(set(body) - {"title", "archived"})
+    if unknown or not body:
+        raise Unprocessable(
+            f"`{unknown[0]}` cannot be changed; send title and/or archived" if unknown else "send title and/or archived",
+            code="unknown_field" if unknown else "missing_field",
+        )
+    title = string(body, "title", max_chars=TITLE_MAX, required=False)
+    archived = body.get("archived", MISSING)
+    if archived is not MISSING and not isinstance(archived, bool):
+        raise Unprocessable("`archived` must be true or false")
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
+    events: list[ConversationEvent] = []
+    if title is not MISSING and title is not None:
+        events.append(ConversationRenamed(**common, title=title.strip(), by="user"))
+    if archived is not MISSING:
+        events.append(ConversationArchived(**common, archived=archived))
+    await svc.append(*events)
+    await svc.write_through(*events, state=_state(conversation))
+    return JSONResponse(
+        {
+            "id": conversation.id,
+            "title": title.strip() if isinstance(title, str) else conversation.title,
+            "archived": archived if archived is not MISSING else conversation.archived,
+        }
+    )
+
+
+async def delete_conversation(request: Request) -> Response:
+    """Gone from every read path at once (its rows are marked, written through); 204."""
+    svc = services(request)
+    user = await svc.auth(request)
+    conversation = await svc.owned(user, request.path_params["conversation_id"])
+    event = ConversationDeleted(conversation_id=conversation.id, user_id=user.user_id, trace_id=trace_id(request))
+    await svc.append(event)
+    await svc.write_through(event, state=_state(conversation))
+    return Response(status_code=204)
+
+
+def _state(conversation: ConversationRow) -> tree.Conversation:
+    """What the projection needs of a stored conversation: its owner and creation (the list's key)."""
+    return tree.Conversation(
+        conversation_id=conversation.id,
+        user_id=conversation.user_id,
+        title=conversation.title,
+        created_at=from_time(conversation.created_at),
+    )
 
 
 async def get_conversation(request: Request) -> Response:
@@ -69,6 +146,7 @@ def _message_json(m: Any) -> dict[str, Any]:
         "model": m.model,
         "status": m.status,
         "finish_reason": m.finish_reason,
+        "tokens": m.tokens,
         "created_at": m.created_at.replace(tzinfo=timezone.utc).isoformat() if m.created_at else None,
     }
 
@@ -78,8 +156,12 @@ async def post_message(request: Request) -> Response:
     svc = services(request)
     user = await svc.auth(request)
     body = await json_body(request, svc.settings.max_body_bytes)
+    unknown = sorted(set(body) - POST_FIELDS)
+    if unknown:
+        raise Unprocessable(f"`{unknown[0]}` is not a field of a message; send {', '.join(sorted(POST_FIELDS))}", code="unknown_field")
     content = string(body, "content", max_chars=svc.settings.max_message_chars)
     client_message_id = string(body, "client_message_id", max_chars=ID_MAX)
+    sampling, max_tokens = turn_options(body)
     model = string(body, "model", max_chars=ID_MAX, required=False)
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     model = None if model is MISSING else model
@@ -120,8 +202,30 @@ async def post_message(request: Request) -> Response:
         client_message_id=client_message_id,
         model=model,
         tier=user.tier,
+        max_tokens=max_tokens,
+        sampling=sampling,
     )
     return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
+
+
+def turn_options(body: dict[str, Any]) -> tuple[Sampling, int | None]:
+    """``sampling`` (an object of ``temperature``, ``top_p``, ``seed``, ``stop``, ``presence_penalty``,
+    ``frequency_penalty``) and ``max_tokens``, checked; 422 naming the field."""
+    raw = body.get("sampling")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise Unprocessable("`sampling` must be an object")
+    unknown = sorted(set(raw) - SAMPLING_FIELDS)
+    if unknown:
+        raise Unprocessable(
+            f"`sampling.{unknown[0]}` is not supported; send {', '.join(sorted(SAMPLING_FIELDS))}", code="unsupported_parameter"
+        )
+    sampling = parse_sampling(raw, lambda message, field: Unprocessable(message), prefix="sampling.")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS):
+        raise Unprocessable(f"`max_tokens` must be an integer from 1 to {MAX_TOKENS}")
+    return sampling, max_tokens
 
 
 async def select_leaf(request: Request) -> Response:

@@ -13,8 +13,7 @@ The mapping is deterministic, so the same history always lands on the same nodes
 
 - Each message ``i`` gets a key, ``openai:`` + a SHA-256 chain over the (role,
   content) of messages ``0..i``; the key is its ``client_message_id``, so its id
-  is the usual ``uuid5(conversation:key)`` and the reply to the last message is
-  ``reply_id(conversation, key)`` (DESIGN.md §5).
+  is the usual ``uuid5(conversation:key)`` (DESIGN.md §5).
 - The conversation is ``uuid5(NS, openai:[user_id, user field, key of the
   opening])``, the opening being the messages up to the first user message. A
   client that resends the growing history turn after turn stays in one
@@ -28,13 +27,18 @@ The mapping is deterministic, so the same history always lands on the same nodes
   same text either way (prompts render role + content), so the engine's prefix
   cache holds it in both cases. A reply still being stored when the next turn
   arrives is waited for briefly (``REPLY_WAIT_S``) so it can be recognised.
-- A retried request (same history) finds its reply by id and streams it again,
-  live or stored, appending nothing. The last message must be the user's.
+- The reply: every call is a new sample, as on any OpenAI-compatible server —
+  a sibling reply under the same question (whose prompt the engine has cached).
+  With an ``Idempotency-Key`` header (Stripe's and OpenAI-style APIs'
+  convention) the reply's id comes from the key, so a retried call finds its
+  reply and streams it again, live or stored (usage as first counted),
+  appending nothing. The last message must be the user's.
 
 Models: ``model`` is a pool or a pool's model name (``PARLEY_ROUTER_POOLS``), the
 user's choice as in ``post_message``; ``auto`` or empty lets the router choose.
 Any other name is a 404 ``model_not_found`` before anything is appended (the
-router would fail the turn with ``unknown_model``). Responses echo the model asked for.
+router would fail the turn with ``unknown_model``). Responses name the model that answered
+(its engine's name for it, carried by the first chunk of text).
 
 Replies: streaming is ``text/event-stream`` of ``chat.completion.chunk`` objects
 (the role first, then content deltas, a last chunk with ``finish_reason``, a usage
@@ -52,9 +56,12 @@ deltas of a resumed attempt are sent only past the characters already sent
 Errors are OpenAI's shape (``gateway.errors.openai_response``): bad parameters are
 400 with ``param`` as OpenAI answers them (Parley's other routes use 422), bodies
 too large 413, 401 without a valid key, 429 for quotas, 503 + Retry-After. Sampling
-parameters (temperature, top_p, stop, penalties…) are accepted and ignored, the
-pools decide them; what would change the answer's shape (``n`` > 1, tools,
-functions, logprobs) is a 400 ``unsupported_parameter``. Message text is never logged.
+parameters (``temperature``, ``top_p``, ``seed``, ``stop``, the penalties,
+``response_format`` as a JSON Schema) travel with the turn to the engine
+(gateway/sampling.py); an engine that cannot honour one fails the turn naming
+it. Anything else (``n`` > 1, tools, logprobs, an unknown field) is a 400
+``unsupported_parameter`` naming it, unless it holds its neutral value. Message
+text is never logged.
 """
 
 from __future__ import annotations
@@ -85,8 +92,10 @@ from gateway.openai_request import (
     Plan,
     conversation_id_for,
     message_keys,
+    invalid,
     parse_request,
     plan_turn,
+    reply_key,
     resolve_model,
 )
 from gateway.services import Services, services, trace_id
@@ -96,6 +105,7 @@ from schemas.events import ConversationCreated, GenerationRequested, MessagePost
 
 #: How long a new turn waits for the previous reply to be stored before treating the history's copy as new.
 REPLY_WAIT_S = 5.0
+IDEMPOTENCY_KEY_MAX = 200
 
 
 #: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
@@ -121,8 +131,8 @@ async def _complete(request: Request, svc: Services) -> Response:
     body = await json_body(request, svc.settings.max_body_bytes)
     chat = parse_request(body, svc.settings.max_message_chars)
     model = resolve_model(chat.model, request.app.state.router_policy)
-    plan, events = await _turn(svc, user, chat, model, trace_id(request))
-    shape = shape_for(plan.reply_id, chat.model, time.time())
+    idempotency = _idempotency_key(request)
+    plan, events = await _turn(svc, user, chat, model, trace_id(request), idempotency)
     replies = pieces(events)
     try:
         first = await anext(replies, None)
@@ -131,6 +141,8 @@ async def _complete(request: Request, svc: Services) -> Response:
     except BaseException:
         await finish_reading(replies)
         raise
+    # The model that answers, as its engine names it (the first text carries it), not the name asked for.
+    shape = shape_for(plan.reply_id, first.model or chat.model, time.time())
     if chat.stream:
         return EventSourceResponse(
             _as_events(stream_chunks(shape, first, replies, chat.include_usage)),
@@ -152,8 +164,18 @@ async def _complete(request: Request, svc: Services) -> Response:
     return JSONResponse(completion(shape, "".join(text), last.finish_reason or "stop", last.usage or usage_json(None)))
 
 
+def _idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header (Stripe's and OpenAI-style APIs' convention), checked."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not 0 < len(key) <= IDEMPOTENCY_KEY_MAX or not key.isprintable():
+        raise invalid(f"`Idempotency-Key` must be 1 to {IDEMPOTENCY_KEY_MAX} printable characters", "Idempotency-Key")
+    return key
+
+
 async def _turn(
-    svc: Services, user: Principal, chat: ChatRequest, model: str | None, trace: str
+    svc: Services, user: Principal, chat: ChatRequest, model: str | None, trace: str, idempotency: str | None
 ) -> tuple[Plan, AsyncIterator[dict[str, Any]]]:
     """Place the history in the tree, append what it lacks and ask for the reply (or find it: a retry)."""
     keys = message_keys(chat.messages)
@@ -164,10 +186,11 @@ async def _turn(
         conversation, stored = None, []
     else:
         stored = await svc.messages_for_posting(conversation)
-    plan = plan_turn(cid, chat.messages, keys, stored)
+    reply = reply_key(keys[-1], idempotency)
+    plan = plan_turn(cid, chat.messages, keys, stored, reply)
     if plan.pending is not None and conversation is not None:
         stored = await _settled(svc, conversation, plan.pending, stored)
-        plan = plan_turn(cid, chat.messages, keys, stored)
+        plan = plan_turn(cid, chat.messages, keys, stored, reply)
 
     if plan.replayed:  # the same reply again, nothing appended
         existing = next(m for m in stored if m.id == plan.reply_id)
@@ -186,10 +209,11 @@ async def _turn(
         **common,
         request_id=plan.reply_id,
         parent_id=plan.question_id,
-        client_message_id=plan.question_key,
+        client_message_id=plan.reply_key,
         model=model,
         tier=user.tier,
         max_tokens=chat.max_tokens,
+        sampling=chat.sampling,
     )
     return plan, await turns.open_reply(svc, [*created, *posted, requested], requested, plan.question_id)
 

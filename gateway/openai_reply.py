@@ -51,6 +51,7 @@ class Piece:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # Parley's ``error`` event data
+    model: str = ""  # the model that answered, when the event says (an attempt's first text, the end)
 
     @property
     def final(self) -> bool:
@@ -72,12 +73,13 @@ def piece_of(kind: str, data: Mapping[str, Any], delivery: Delivery) -> Piece | 
     """A Parley SSE event (``message``, ``delta``, ``restarted``, ``done``, ``error``) as a Piece, if it is one."""
     if kind == "delta":
         text = delivery.feed(str(data.get("text", "")))
-        return Piece(text=text) if text else None
+        return Piece(text=text, model=str(data.get("model") or "")) if text else None
     if kind == "restarted":
         delivery.restart(int(data.get("offset_chars", 0)))
         return None
     if kind == "done":
-        return Piece(finish_reason=FINISH.get(str(data.get("finish_reason")), "stop"), usage=usage_json(data.get("usage")))
+        finish = FINISH.get(str(data.get("finish_reason")), "stop")
+        return Piece(finish_reason=finish, usage=usage_json(data.get("usage")), model=str(data.get("model") or ""))
     if kind == "error":
         return Piece(error=dict(data))
     return None

@@ -9,11 +9,13 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from gateway.sampling import json_schema_of, parse_sampling
 from parley import ids
+from schemas.events import Sampling
 from streams.router import AUTO
 
 #: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
@@ -23,6 +25,19 @@ MAX_TOKENS = 1_000_000
 NAME_MAX = 200  # model names, the ``user`` field
 #: Stored statuses of a reply whose text is final.
 SETTLED = frozenset({"complete", "cancelled"})
+#: Fields read into the turn (everything else is refused by name, unless it holds its neutral value below).
+TAKEN = frozenset({
+    "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "user", "n",
+    "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "response_format",
+})  # fmt: skip
+#: Fields Parley does not implement, and the values that ask for nothing (clients send defaults).
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}), "tools": (None, []),
+    "functions": (None, []), "tool_choice": (None, "none", "auto"), "function_call": (None, "none", "auto"),
+    "parallel_tool_calls": (None, True, False), "store": (None, False), "metadata": (None, {}),
+    "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "audio": (None,),
+    "prediction": (None,), "reasoning_effort": (None,), "web_search_options": (None,),
+}  # fmt: skip
 
 
 # ------------------------------------------------------------------ the request
@@ -42,6 +57,7 @@ class ChatRequest:
     include_usage: bool = False
     max_tokens: int | None = None
     end_user: str = ""  # OpenAI's ``user``: the caller's own end user
+    sampling: Sampling = Sampling()
 
 
 def invalid(message: str, param: str | None, *, code: str = "invalid_value") -> ApiError:
@@ -120,11 +136,18 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
         raise invalid("the last message must be the user's: it is the one answered", "messages")
     if _optional(body, "n", int) not in (None, 1):
         raise invalid("only `n` = 1 is supported", "n", code="unsupported_parameter")
-    for name in ("tools", "functions"):
-        if body.get(name):
-            raise invalid(f"`{name}` are not supported", name, code="unsupported_parameter")
-    if _optional(body, "logprobs", bool):
-        raise invalid("`logprobs` are not supported", "logprobs", code="unsupported_parameter")
+    for name, value in body.items():
+        if name in TAKEN:
+            continue
+        if name not in NEUTRAL:
+            raise invalid(f"`{name}` is not a parameter Parley takes", name, code="unsupported_parameter")
+        if value not in NEUTRAL[name]:
+            raise invalid(f"`{name}` is not supported", name, code="unsupported_parameter")
+    refuse = lambda message, param: invalid(message, param)  # noqa: E731
+    sampling = parse_sampling(body, refuse)
+    json_schema = json_schema_of(body.get("response_format"), refuse)
+    if json_schema is not None:
+        sampling = replace(sampling, json_schema=json_schema)
     options = _optional(body, "stream_options", dict) or {}
     include_usage = _optional(options, "include_usage", bool)
     max_tokens = None
@@ -143,6 +166,7 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
         include_usage=bool(include_usage),
         max_tokens=max_tokens,
         end_user=_text(end_user, "user", NAME_MAX),
+        sampling=sampling,
     )
 
 
@@ -207,6 +231,7 @@ class Plan:
     conversation_id: str
     question_id: str  # the message answered (the history's last)
     question_key: str
+    reply_key: str  # the GenerationRequested's client_message_id: the question's key and the call's
     reply_id: str
     #: Messages to append, oldest first (empty for a retried request).
     posts: tuple[Post, ...] = ()
@@ -216,30 +241,37 @@ class Plan:
     pending: str | None = None
 
 
-def plan_turn(conversation_id: str, messages: Sequence[ChatMessage], keys: Sequence[str], stored: Sequence[Node]) -> Plan:
-    """Where the history sits in the conversation's tree, and what must be appended for its reply."""
+def reply_key(question_key: str, idempotency_key: str | None) -> str:
+    """The reply's key: the same for calls with one ``Idempotency-Key``, new for every call without one
+    (a new sample: a sibling reply to the same question, whose prompt the engine has cached)."""
+    return f"{question_key}|idem:{idempotency_key}" if idempotency_key else f"{question_key}|{uuid.uuid4().hex}"
+
+
+def plan_turn(
+    conversation_id: str, messages: Sequence[ChatMessage], keys: Sequence[str], stored: Sequence[Node], reply: str
+) -> Plan:
+    """Where the history sits in the conversation's tree, and what must be appended for its reply (``reply``:
+    the reply's key, ``reply_key``)."""
     question_id = ids.user_message_id(conversation_id, keys[-1])
-    reply_id = ids.reply_id(conversation_id, keys[-1])
+    reply_id = ids.reply_id(conversation_id, reply)
     if any(m.id == reply_id for m in stored):
-        return Plan(conversation_id, question_id, keys[-1], reply_id, replayed=True)
+        return Plan(conversation_id, question_id, keys[-1], reply, reply_id, replayed=True)
     known = {m.id for m in stored}
     posts: list[Post] = []
     pending: str | None = None
     parent: str | None = None
-    prev_key: str | None = None
     for m, key in zip(messages, keys):
         mid = ids.user_message_id(conversation_id, key)
         if mid in known:  # appended by an earlier request (it keeps the parent it had then)
             parent = mid
-        elif m.role == "assistant" and (reply := _stored_reply(stored, conversation_id, parent, prev_key, m.content)):
-            parent = reply
+        elif m.role == "assistant" and (found := _stored_reply(stored, parent, m.content)):
+            parent = found
         else:
             if m.role == "assistant" and pending is None:
                 pending = next((s.id for s in _replies_under(stored, parent) if s.status in (None, "streaming")), None)
             posts.append(Post(mid, parent, m.role, m.content, key))
             parent = mid
-        prev_key = key
-    return Plan(conversation_id, question_id, keys[-1], reply_id, tuple(posts), pending=pending)
+    return Plan(conversation_id, question_id, keys[-1], reply, reply_id, tuple(posts), pending=pending)
 
 
 def _replies_under(stored: Sequence[Node], parent: str | None) -> list[Node]:
@@ -248,8 +280,7 @@ def _replies_under(stored: Sequence[Node], parent: str | None) -> list[Node]:
     return [s for s in stored if s.parent_id == parent and s.role == "assistant"]
 
 
-def _stored_reply(stored: Sequence[Node], cid: str, parent: str | None, prev_key: str | None, content: str) -> str | None:
-    """The finished reply under ``parent`` with exactly this text; the one Parley made for ``parent`` first."""
+def _stored_reply(stored: Sequence[Node], parent: str | None, content: str) -> str | None:
+    """The finished reply under ``parent`` with exactly this text (the first such, as stored)."""
     same = [s.id for s in _replies_under(stored, parent) if s.status in SETTLED and s.content == content]
-    canonical = ids.reply_id(cid, prev_key) if prev_key is not None else None
-    return canonical if canonical in same else (same[0] if same else None)
+    return same[0] if same else None

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from gateway.store import ConversationRow, MessageRow
-from schemas.events import ConversationCreated, Event, GenerationRequested, LeafSelected, MessagePosted
+from schemas.events import (
+    ConversationCreated,
+    ConversationDeleted,
+    Event,
+    GenerationRequested,
+    LeafSelected,
+    MessagePosted,
+)
 from parley.lru import LRU
 
 #: Messages remembered per conversation (the newest): enough to find the branch's end and recent replies.
@@ -57,6 +64,9 @@ class Recent:
             self._known.put(event.conversation_id, _Known(conversation))
             return
         cid = getattr(event, "conversation_id", None)
+        if isinstance(event, ConversationDeleted) and isinstance(cid, str):
+            self._known.pop(cid)  # gone from every read path: this cache is one
+            return
         known = self._known.get(cid) if isinstance(cid, str) else None
         if known is None:
             return

@@ -69,7 +69,7 @@ async def live(
                 if since is not None:
                     GATEWAY_TTFT.observe(time.monotonic() - since)
                     since = None
-                yield sse("delta", {"text": ev.text}, chunk.cursor)
+                yield sse("delta", {"text": ev.text, **({"model": ev.model} if ev.model else {})}, chunk.cursor)
             if ev.finish_reason is not None:
                 if ev.finish_reason in ("failed", "rejected"):
                     error: dict[str, Any] = {
@@ -82,7 +82,7 @@ async def live(
                 else:
                     yield sse(
                         "done",
-                        {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev)},
+                        {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev), "model": ev.model},
                         chunk.cursor,
                     )
                 return
@@ -106,10 +106,15 @@ def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[d
     """A finished reply from Cassandra, as the events a live stream would have ended with."""
     events = list(head)
     if reply.content:
-        events.append(sse("delta", {"text": reply.content}, cursor))
+        events.append(sse("delta", {"text": reply.content, **({"model": reply.model} if reply.model else {})}, cursor))
     if reply.status in ("failed", "rejected"):
         events.append(sse("error", {"code": reply.finish_reason or reply.status, "message": f"the generation {reply.status}"}, cursor))
     else:
-        usage = {"prompt_tokens": 0, "completion_tokens": reply.tokens or 0, "cached_tokens": 0}
-        events.append(sse("done", {"message_id": reply.id, "finish_reason": reply.finish_reason, "usage": usage}, cursor))
+        usage = {
+            "prompt_tokens": reply.prompt_tokens or 0,
+            "completion_tokens": reply.tokens or 0,
+            "cached_tokens": reply.cached_tokens or 0,
+        }
+        done = {"message_id": reply.id, "finish_reason": reply.finish_reason, "usage": usage, "model": reply.model or ""}
+        events.append(sse("done", done, cursor))
     return events

@@ -78,13 +78,13 @@ class Services:
             log.warning("append failed", extra={"error": type(exc).__name__})
             raise self.log_unavailable() from exc
 
-    async def write_through(self, *events: Event) -> None:
+    async def write_through(self, *events: Event, state: Any = None) -> None:
         """Write appended events' rows now (read-your-writes), best effort: the materializer writes
         the same rows from the log, so a Cassandra outage only delays them."""
         for event in events:
             self.recent.appended(event)
             try:
-                await self.store.write_through(event)  # type: ignore[arg-type]
+                await self.store.write_through(event, state)  # type: ignore[arg-type]
             except Unavailable as exc:
                 log.warning("write-through skipped; the materializer will write it", extra={"error": type(exc).__name__})
 

@@ -15,6 +15,8 @@ from parley.cassandra import AsyncCql
 from schemas.events import ConversationEvent, MemoryUpdated
 from streams import memory, projection, tree
 
+#: Rows read past a list's limit, so archived and deleted ones filtered out still leave a full page.
+LIST_SLACK = 400
 
 @dataclass(frozen=True)
 class ConversationRow:
@@ -26,6 +28,7 @@ class ConversationRow:
     model: str | None
     selected_leaf_id: str | None
     created_at: datetime | None
+    archived: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class MessageRow:
     attempt: int | None
     stream_offset: int | None
     created_at: datetime | None
+    prompt_tokens: int | None = None  # the reply's prompt as the engine counted it
+    cached_tokens: int | None = None  # of which served from its prefix cache
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -78,10 +83,11 @@ class Store:
 
     # ---------------------------------------------------- conversations
 
-    async def write_through(self, event: ConversationEvent) -> None:
+    async def write_through(self, event: ConversationEvent, state: tree.Conversation | None = None) -> None:
         """Write the rows ``event`` projects to, exactly as the materializer will (same values and
-        timestamps, so the two writes are one), for what a client must read back at once."""
-        for write in projection.writes_for(tree.empty(event.conversation_id), event):
+        timestamps, so the two writes are one), for what a client must read back at once. ``state``:
+        what is known of the conversation (its creation keys the owner's list)."""
+        for write in projection.writes_for(state or tree.empty(event.conversation_id), event):
             await self._run(projection.cql(write.shape).replace("UPDATE ", "UPDATE {ks}.", 1), write.values)
 
     async def write_memory(self, event: MemoryUpdated) -> None:
@@ -97,24 +103,33 @@ class Store:
         if cid is None:
             return None
         rows = await self._run(
-            "SELECT conversation_id, user_id, title, model, selected_leaf_id, created_at FROM {ks}.conversations "
-            "WHERE conversation_id = ?",
+            "SELECT conversation_id, user_id, title, model, selected_leaf_id, created_at, archived, deleted_at "
+            "FROM {ks}.conversations WHERE conversation_id = ?",
             (cid,),
         )
-        if not rows or rows[0].user_id is None:
+        if not rows or rows[0].user_id is None or rows[0].deleted_at is not None:  # deleted: gone from every read
             return None
         r = rows[0]
-        return ConversationRow(str(r.conversation_id), r.user_id, r.title or "", r.model, _str(r.selected_leaf_id), r.created_at)
-
-    async def conversations_of(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        rows = await self._run(
-            "SELECT conversation_id, title, created_at FROM {ks}.conversations_by_user WHERE user_id = ? LIMIT ?",
-            (user_id, limit),
+        return ConversationRow(
+            str(r.conversation_id), r.user_id, r.title or "", r.model, _str(r.selected_leaf_id), r.created_at, bool(r.archived)
         )
-        return [{"id": str(r.conversation_id), "title": r.title or "", "created_at": _iso(r.created_at)} for r in rows]
+
+    async def conversations_of(self, user_id: str, limit: int = 100, *, archived: bool = False) -> list[dict[str, Any]]:
+        """The user's conversations, newest first: the archived ones, or the others; never the deleted."""
+        rows = await self._run(
+            "SELECT conversation_id, title, created_at, archived, deleted FROM {ks}.conversations_by_user "
+            "WHERE user_id = ? LIMIT ?",
+            (user_id, limit + LIST_SLACK),
+        )
+        shown = [r for r in rows if not r.deleted and bool(r.archived) == archived][:limit]
+        return [
+            {"id": str(r.conversation_id), "title": r.title or "", "created_at": _iso(r.created_at), "archived": archived}
+            for r in shown
+        ]
 
     _MESSAGE_COLUMNS = (
-        "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at"
+        "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
+        "prompt_tokens, cached_tokens"
     )
 
     async def messages(self, conversation_id: str) -> list[MessageRow]:
@@ -181,6 +196,8 @@ def _message(r: Any) -> MessageRow:
         r.attempt,
         r.stream_offset,
         r.created_at,
+        r.prompt_tokens,
+        r.cached_tokens,
     )
 
 

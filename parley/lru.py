@@ -32,6 +32,9 @@ class LRU(Generic[K, V]):
             forgotten.append(self._items.popitem(last=False))
         return forgotten
 
+    def pop(self, key: K) -> V | None:
+        return self._items.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._items)
 

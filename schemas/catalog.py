@@ -61,6 +61,8 @@ _MAIN: tuple[Topic, ...] = (
             ev.SummaryWritten,
             ev.LeafSelected,
             ev.ConversationRenamed,
+            ev.ConversationArchived,
+            ev.ConversationDeleted,
         ),
         partitions=12,
         retention_ms=FOREVER,

@@ -69,6 +69,7 @@ def final_chunk(completed: GenerationCompleted, retry_after: float | None) -> To
         attempt=completed.attempt,
         seq=0,
         finish_reason=completed.finish_reason,
+        model=completed.model,
         error_code=completed.error_code,
         error_message=completed.error_message,
         retry_after=retry_after,

@@ -79,6 +79,22 @@ class Usage:
     completion_tokens: int = doc("Tokens generated", default=0)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """How one turn's reply is sampled, as the user asked (gateway → context → router → worker → engine).
+    None (or empty): the pool's default."""
+
+    temperature: float | None = doc("0 = greedy; up to 2", default=None)
+    top_p: float | None = doc("Nucleus sampling mass, (0, 1]", default=None)
+    seed: int | None = doc("Seed of the engine's sampler: the same seed and prompt give the same reply", default=None)
+    stop: list[str] = doc("Strings that end the reply (not included in it); at most 4", default_factory=list)
+    presence_penalty: float | None = doc("-2..2, OpenAI's meaning", default=None)
+    frequency_penalty: float | None = doc("-2..2, OpenAI's meaning", default=None)
+    json_schema: str | None = doc(
+        "A JSON Schema the reply must match (SGLang's structured output; OpenAI's response_format)", default=None
+    )
+
+
 # ------------------------------------------------------------------ chat.events
 
 
@@ -116,6 +132,7 @@ class GenerationRequested(ConversationEvent):
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise: admission and routing use it", default="free")
     max_tokens: int | None = doc("Cap on generated tokens; null for the pool's default", default=None)
+    sampling: Sampling = doc("How the reply is sampled, as asked", default_factory=Sampling)
     token_offset: int = doc(
         "Offset of chat.tokens, in the conversation's partition, at or before the reply's first chunk; "
         "any gateway replays the reply's stream from it (-1: unknown)",
@@ -164,9 +181,23 @@ class LeafSelected(ConversationEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class ConversationRenamed(ConversationEvent):
-    """The conversation got a new title. gateway → materializer."""
+    """The conversation got a new title: the user's, or one written after its first reply. gateway, titler → materializer."""
 
     title: str = doc("New title")
+    by: str = doc("user (a rename) or auto (the titler, after the first reply; never over a user's title)", default="user")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationArchived(ConversationEvent):
+    """The user archived the conversation, or brought it back. gateway → materializer."""
+
+    archived: bool = doc("True: listed only among the archived; False: listed again")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationDeleted(ConversationEvent):
+    """The user deleted the conversation: gone from every read path. What it means for the log (erasure) is
+    the data-safety design's. gateway → materializer, context builder."""
 
 
 # -------------------------------------------------------------- chat.inference
@@ -194,6 +225,7 @@ class InferenceRequested(ConversationEvent):
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise", default="free")
     resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="")
+    sampling: Sampling = doc("How the reply is sampled, as the turn asked", default_factory=Sampling)
     requested_at: int = doc(
         "When the turn was asked for (µs; the GenerationRequested's occurred_at): the same in every re-emission, "
         "so the router can tell whether its memory of decisions reaches back that far (0: unknown, older writers)",
@@ -236,6 +268,9 @@ class TokenChunk(ConversationEvent):
     finish_reason: str | None = doc("Set on the last chunk only", default=None)
     usage: Usage | None = doc("Set on the last chunk only", default=None)
     replica: str = doc("Worker id", default="")
+    model: str = doc(
+        "The model generating the reply, as its engine names it: on an attempt's first chunk and on the last", default=""
+    )
     error_code: str | None = doc("On a last chunk that failed or was rejected: machine-readable cause", default=None)
     error_message: str | None = doc("On a last chunk that failed or was rejected: human-readable cause", default=None)
     retry_after: float | None = doc("On a rejected last chunk: seconds after which a retry may succeed", default=None)
@@ -404,6 +439,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SummaryWritten,
         LeafSelected,
         ConversationRenamed,
+        ConversationArchived,
+        ConversationDeleted,
         InferenceRequested,
         InferenceRouted,
         TokenChunk,

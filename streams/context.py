@@ -72,6 +72,7 @@ def inference_request(
         max_tokens=request.max_tokens or cfg.max_tokens,
         model=request.model or state.model,
         tier=request.tier,
+        sampling=request.sampling,
         requested_at=request.occurred_at,
     )
 

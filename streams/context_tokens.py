@@ -26,15 +26,21 @@ _CACHE_ENTRIES = 50_000
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
-    """``bytes``, ``words`` or the path of a local HuggingFace model directory (PARLEY_CONTEXT_TOKENIZER)."""
+    """``smollm2``, ``bytes``, ``words`` or the path of a local HuggingFace model directory (PARLEY_CONTEXT_TOKENIZER)."""
     if spec == "bytes":
         return ByteTokenizer()
     if spec == "words":
         return WordTokenizer()
+    if spec == "smollm2":  # the CPU engine's default model: its tokenizer, from the one converted copy
+        from infra.local.settings import LocalInfraSettings
+        from parley.settings import from_env
+        from workers.engine import packaged_model
+
+        return HFTokenizer(packaged_model.model_dir(from_env(LocalInfraSettings).cache_dir))
     path = Path(spec).expanduser()
     if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
         raise ConfigError(
-            f"PARLEY_CONTEXT_TOKENIZER={spec!r} is neither 'bytes', 'words' nor a HuggingFace model directory "
+            f"PARLEY_CONTEXT_TOKENIZER={spec!r} is neither 'smollm2', 'bytes', 'words' nor a HuggingFace model directory "
             "(no tokenizer.json or tokenizer_config.json there)"
         )
     return HFTokenizer(path)

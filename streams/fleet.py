@@ -56,6 +56,19 @@ class Fleet:
         self._workers[beat.worker_id] = Seen(beat, now)
         return True
 
+    def model_of(self, worker_id: str) -> str:
+        """The model ``worker_id``'s engine said it serves in its last beat ("" when unknown)."""
+        seen = self._workers.get(worker_id)
+        return seen.beat.model if seen is not None else ""
+
+    def models(self, now: float) -> dict[str, set[str]]:
+        """Pool → the models its live workers' engines serve."""
+        out: dict[str, set[str]] = {}
+        for beat in self.live(now):
+            if beat.model:
+                out.setdefault(beat.pool, set()).add(beat.model)
+        return out
+
     def live(self, now: float) -> list[WorkerHeartbeat]:
         """Beats of workers heard from within ``expiry_s``; the expired are forgotten."""
         for worker_id in [w for w, s in self._workers.items() if now - s.at > self.expiry_s]:

@@ -74,6 +74,16 @@ def to_time(us: int) -> datetime:
     return EPOCH + timedelta(microseconds=us)
 
 
+def from_time(value: datetime | None) -> int | None:
+    """A ``timestamp`` value read back as µs since the epoch (the driver hands back naive UTC datetimes)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
 # ---------------------------------------------------------------- per event
 
 
@@ -166,11 +176,27 @@ def _leaf(s: Conversation, e: ev.LeafSelected) -> list[Write]:
 
 
 def _renamed(s: Conversation, e: ev.ConversationRenamed) -> list[Write]:
-    writes = [_conversation(e, title=e.title)]
-    if s.created_at is not None:  # unknown creation: no key to update (an UPDATE would invent a row)
-        key = {"user_id": s.user_id or e.user_id, "created_at": to_time(s.created_at), "conversation_id": to_uuid(e.conversation_id)}
-        writes.append(_write("conversations_by_user", key, {"title": e.title}, e.occurred_at))
-    return writes
+    if e.by != "user" and s.titled_by_user:
+        return []  # an automatic title never overwrites the user's
+    return [_conversation(e, title=e.title), *_by_user(s, e, title=e.title)]
+
+
+def _by_user(s: Conversation, e: ev.ConversationEvent, **cells: Any) -> list[Write]:
+    """An update of the conversation's row in its owner's list (none while its creation is unknown: an UPDATE
+    without the real ``created_at`` would invent a row)."""
+    if s.created_at is None:
+        return []
+    key = {"user_id": s.user_id or e.user_id, "created_at": to_time(s.created_at), "conversation_id": to_uuid(e.conversation_id)}
+    return [_write("conversations_by_user", key, cells, e.occurred_at)]
+
+
+def _archived(s: Conversation, e: ev.ConversationArchived) -> list[Write]:
+    return [_conversation(e, archived=e.archived), *_by_user(s, e, archived=e.archived)]
+
+
+def _deleted(s: Conversation, e: ev.ConversationDeleted) -> list[Write]:
+    """A mark, not a removal: every read path skips a deleted conversation (the log still holds it)."""
+    return [_conversation(e, deleted_at=to_time(e.occurred_at)), *_by_user(s, e, deleted=True)]
 
 
 def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:
@@ -194,6 +220,8 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
     ev.GenerationCompleted: _completed,
     ev.LeafSelected: _leaf,
     ev.ConversationRenamed: _renamed,
+    ev.ConversationArchived: _archived,
+    ev.ConversationDeleted: _deleted,
     ev.SummaryWritten: _summary,
 }
 
@@ -201,4 +229,6 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
 def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
     """The writes ``event`` makes, given the conversation before it; [] for other event types."""
     step = PROJECTION.get(type(event))
-    return [] if step is None else step(state, event)
+    if step is None or state.deleted:  # a deleted conversation's late events (a reply in flight) write nothing
+        return []
+    return step(state, event)

@@ -175,6 +175,7 @@ class Router:
         self.fleet = fleet or Fleet(policy.heartbeat_expiry_s)
         self._pools: LRU[str, str] = LRU(policy.conversations)
         self._placements = {pool: Placement(policy.placement) for pool in policy.pools}
+        self._mismatches: set[tuple[str, str]] = set()  # (pool, model) warned about once
         #: What each recent attempt got. A second InferenceRequested of an attempt gets the same decision,
         #: so both records land on one partition and its worker generates the attempt once (workers skip a
         #: record of an attempt they hold or closed); across restarts the shell recalls it from the log.
@@ -183,6 +184,13 @@ class Router:
     def heartbeat(self, beat: WorkerHeartbeat, now: float) -> None:
         if self.fleet.observe(beat, now) and beat.pool in self._placements:
             self._placements[beat.pool].heartbeat(beat.worker_id)  # the beat now counts what we placed before it
+            configured = self.policy.pools[beat.pool].model
+            if beat.model and beat.model != configured and (beat.pool, beat.model) not in self._mismatches:
+                self._mismatches.add((beat.pool, beat.model))
+                log.warning(
+                    "a pool's engine serves another model than PARLEY_ROUTER_POOLS says; turns record what it serves",
+                    extra={"pool": beat.pool, "configured": configured, "served": beat.model, "worker_id": beat.worker_id},
+                )
 
     def loads(self, now: float, pools: list[str]) -> dict[str, Load]:
         """Pressure of ``pools``: reported load plus this router's placements since each worker's beat."""
@@ -258,7 +266,8 @@ class Router:
             trace_id=request.trace_id,
             request=request,
             pool=pool,
-            model=self.policy.pools[pool].model,
+            # What the placed worker's engine serves (its heartbeat says), not only what the pool is configured with.
+            model=(replica and self.fleet.model_of(replica)) or self.policy.pools[pool].model,
             partition=partition,
             route_reason=reason,
             downgraded_from=admitted.downgraded_from,

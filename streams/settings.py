@@ -14,6 +14,9 @@ from parley.errors import ConfigError
 from parley.settings import REPO_ROOT, env
 from schemas.catalog import POOLS
 
+#: What `make run`'s CPU engine serves (workers/engine/packaged_model.py): the pools' default model.
+LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
 
 @dataclass(frozen=True)
 class StreamsSettings:
@@ -61,9 +64,9 @@ class ContextSettings:
     )
     tokenizer: str = env(
         "PARLEY_CONTEXT_TOKENIZER",
-        "bytes",
-        "Tokenizer the budget is counted in, the engine's: bytes (the CPU engine's random model), "
-        "words (its synthetic backend) or a local HuggingFace model directory",
+        "smollm2",
+        "Tokenizer the budget is counted in, the engine's: smollm2 (the CPU engine's default model), bytes (its random "
+        "test model), words (its synthetic backend) or a local HuggingFace model directory",
     )
     drop_fraction: float = env(
         "PARLEY_CONTEXT_DROP_FRACTION",
@@ -124,13 +127,15 @@ class ContextSettings:
 class RouterSettings:
     pools: str = env(
         "PARLEY_ROUTER_POOLS",
-        "small=Qwen/Qwen2.5-0.5B-Instruct,medium=Qwen/Qwen2.5-7B-Instruct,frontier=Qwen/Qwen2.5-72B-Instruct",
-        "Pools the router may use and the model each serves: pool=model[,pool=model…]",
+        f"small={LOCAL_MODEL},medium={LOCAL_MODEL},frontier={LOCAL_MODEL}",
+        "Pools the router may use and the model each one's engines serve: pool=model[,pool=model…] (the default is "
+        "the local stack's: one CPU engine serving SmolLM2 to every pool; a worker's heartbeat naming another model is "
+        "a warning, and turns record what the engine serves)",
     )
     default_pool: str = env("PARLEY_ROUTER_DEFAULT_POOL", "small", "Pool of a turn no rule places elsewhere")
     context_tokens: str = env(
         "PARLEY_ROUTER_CONTEXT_TOKENS",
-        "small=32768,medium=32768,frontier=131072",
+        "small=8192,medium=8192,frontier=8192",
         "Context length of each pool's model, pool=tokens[,…]; a turn whose prompt + max_tokens exceeds it goes to a larger pool",
     )
     capabilities: str = env(

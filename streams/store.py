@@ -13,7 +13,6 @@ import asyncio
 import datetime as _dt
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from typing import Any
 
 from cassandra.cluster import Session
@@ -23,12 +22,14 @@ from parley.settings import CassandraSettings
 from schemas.events import MemoryUpdated
 from streams import memory
 from streams.checkpoint import StoredReply
-from streams.projection import EPOCH, Write, cql
+from streams.projection import Write, cql, from_time
 from streams.usage_fold import UsageRow
 from streams.tree import FINAL_STATUSES, Conversation, Message, frozen_messages
 
 
-_CONVERSATION = "SELECT user_id, title, model, created_at, selected_leaf_id FROM conversations WHERE conversation_id = ?"
+_CONVERSATION = (
+    "SELECT user_id, title, model, created_at, selected_leaf_id, deleted_at FROM conversations WHERE conversation_id = ?"
+)
 _MESSAGES = (
     "SELECT message_id, parent_id, role, content, status, finish_reason, created_at "
     "FROM messages WHERE conversation_id = ?"
@@ -36,13 +37,7 @@ _MESSAGES = (
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
 
 
-def _us(value: datetime | None) -> int | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:  # the driver hands back naive UTC datetimes
-        value = value.replace(tzinfo=timezone.utc)
-    delta = value - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
 
 
 def _id(value: Any) -> str | None:
@@ -66,7 +61,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
             continue
         mid = str(r.message_id)
         msgs[mid] = Message(
-            mid, _id(r.parent_id), r.role or "", r.content or "", r.status or "", r.finish_reason, _us(r.created_at)
+            mid, _id(r.parent_id), r.role or "", r.content or "", r.status or "", r.finish_reason, from_time(r.created_at)
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
             answered.add(mid)
@@ -77,10 +72,12 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
         user_id=conversation.user_id or "",
         title=conversation.title or "",
         model=conversation.model,
-        created_at=_us(conversation.created_at),
+        created_at=from_time(conversation.created_at),
         selected_leaf_id=_id(conversation.selected_leaf_id),
         messages=frozen_messages(msgs),
         answered=frozenset(answered),
+        titled_by_user=bool(conversation.title),  # a title of unknown origin is kept as if the user's
+        deleted=getattr(conversation, "deleted_at", None) is not None,
     )
 
 

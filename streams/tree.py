@@ -67,6 +67,10 @@ class Conversation:
     requested: frozenset[str] = frozenset()
     #: Generations that ended (GenerationCompleted seen), by request id.
     answered: frozenset[str] = frozenset()
+    #: The user named it (at creation or by a rename): an automatic title never overwrites theirs.
+    titled_by_user: bool = False
+    #: ConversationDeleted seen: nothing more is built or projected for it.
+    deleted: bool = False
 
     def seen_request(self, request_id: str) -> bool:
         return request_id in self.requested or request_id in self.answered
@@ -89,6 +93,7 @@ def _created(s: Conversation, e: ev.ConversationCreated) -> Conversation:
         title=s.title if s.created_at is not None else e.title,
         model=e.model,
         created_at=e.occurred_at if s.created_at is None else min(s.created_at, e.occurred_at),
+        titled_by_user=s.titled_by_user or bool(e.title),
     )
 
 
@@ -128,7 +133,11 @@ def _leaf(s: Conversation, e: ev.LeafSelected) -> Conversation:
 
 
 def _renamed(s: Conversation, e: ev.ConversationRenamed) -> Conversation:
-    return replace(s, title=e.title)
+    return replace(s, title=e.title, titled_by_user=s.titled_by_user or e.by == "user")
+
+
+def _deleted(s: Conversation, e: ev.ConversationDeleted) -> Conversation:
+    return replace(s, deleted=True)
 
 
 #: Every event type the tree understands; others leave the state as it is.
@@ -139,6 +148,7 @@ FOLD: dict[type[ev.Event], Callable[[Conversation, Any], Conversation]] = {
     ev.GenerationCompleted: _completed,
     ev.LeafSelected: _leaf,
     ev.ConversationRenamed: _renamed,
+    ev.ConversationDeleted: _deleted,
 }
 
 

@@ -107,8 +107,18 @@ class ParleyClient:
     async def create_conversation(self, title: str = "") -> str:
         return (await self._json("POST", "/v1/conversations", json={"title": title}))["id"]
 
-    async def conversations(self) -> list[dict[str, Any]]:
-        return (await self._json("GET", "/v1/conversations"))["conversations"]
+    async def conversations(self, *, archived: bool = False) -> list[dict[str, Any]]:
+        params = {"archived": "true"} if archived else None
+        return (await self._json("GET", "/v1/conversations", params=params))["conversations"]
+
+    async def update_conversation(self, conversation_id: str, **changes: Any) -> dict[str, Any]:
+        """``title=`` and/or ``archived=``."""
+        return await self._json("PATCH", f"/v1/conversations/{conversation_id}", json=changes)
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        response = await self._http.delete(f"/v1/conversations/{conversation_id}")
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _body(response), response.headers)
 
     async def conversation(self, conversation_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/conversations/{conversation_id}")

@@ -36,6 +36,10 @@ class GenerateRequest:
     temperature: float = 0.7
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    seed: int | None = None  # SGLang's ``sampling_seed``: the same seed and prompt sample the same reply
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    json_schema: str | None = None  # structured output: the reply must match this JSON Schema
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ def terminal_events(
         finish_reason=outcome.finish_reason,
         usage=outcome.usage,
         replica=replica,
+        model=model,
         error_code=completed.error_code,
         error_message=completed.error_message,
     )

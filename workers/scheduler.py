@@ -270,7 +270,7 @@ class Scheduler:
                 seq, chars, queue_ms = 0, len(job.routed.request.resume_text), self._queue_ms(job)
             new_tokens = outcome.usage.completion_tokens  # before resumed(): this attempt's own tokens
             outcome = outcome.resumed(job.resume_tokens)
-            model = self.model or self._settings.model_name or job.routed.model
+            model = self._model(job)
             record_outcome(outcome, pool=self._settings.pool, model=model, new_tokens=new_tokens)
             completed, final, usage = terminal_events(
                 job.routed,
@@ -308,12 +308,18 @@ class Scheduler:
 
     async def _generate(self, job: Job) -> tuple[Outcome, int, int, float]:
         req = job.routed.request
+        asked = req.sampling
         request = GenerateRequest(
             rid=job.rid,
             text=render_prompt(req.messages, req.resume_text),
             max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
-            temperature=self._settings.temperature,
-            stop=STOP,
+            temperature=self._settings.temperature if asked.temperature is None else asked.temperature,
+            top_p=1.0 if asked.top_p is None else asked.top_p,
+            stop=(*STOP, *asked.stop),
+            seed=asked.seed,
+            presence_penalty=asked.presence_penalty or 0.0,
+            frequency_penalty=asked.frequency_penalty or 0.0,
+            json_schema=asked.json_schema,
         )
         coalescer = Coalescer(
             self._settings.coalesce_ms / 1000, self._settings.coalesce_tokens, start_chars=len(req.resume_text)
@@ -350,7 +356,12 @@ class Scheduler:
             tokens=piece.tokens,
             offset_chars=piece.offset_chars,
             replica=self._settings.worker_id,
+            model=self._model(job) if piece.seq == 0 else "",  # a reader learns the model with the first text
         )
+
+    def _model(self, job: Job) -> str:
+        """What the engine serves (its model_info), else the configured name, else the pool's."""
+        return self.model or self._settings.model_name or job.routed.model
 
     def _queue_ms(self, job: Job) -> float:
         """From the router's InferenceRouted to now (engine submission)."""

@@ -198,6 +198,15 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
     }
     if request.stop:
         sampling["stop"] = list(request.stop)
+    # Sent only when asked for: an engine that does not implement one refuses it by name (HTTP 400).
+    if request.seed is not None:
+        sampling["sampling_seed"] = request.seed
+    if request.presence_penalty:
+        sampling["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty:
+        sampling["frequency_penalty"] = request.frequency_penalty
+    if request.json_schema is not None:
+        sampling["json_schema"] = request.json_schema
     return {"text": request.text, "sampling_params": sampling, "stream": True, "rid": request.rid}
 
 

@@ -89,22 +89,32 @@ async def test_a_growing_history_is_one_conversation_streamed_or_not(stack) -> N
 
 
 async def test_a_retried_request_returns_the_same_reply_and_appends_nothing(stack) -> None:
+    """With an Idempotency-Key a retry finds its reply (usage as first counted); without one, a new sample."""
     key = stack.new_key("plus")
     client = _client(stack, key)
     messages = [{"role": "user", "content": "Say something, once."}]
+    retry = {"Idempotency-Key": "say-something-1"}
     try:
-        once = await client.chat.completions.create(model="small", messages=messages)
-        again = await client.chat.completions.create(model="small", messages=messages)
+        once = await client.chat.completions.create(model="small", messages=messages, extra_headers=retry)
+        again = await client.chat.completions.create(model="small", messages=messages, extra_headers=retry)
         assert again.id == once.id and again.choices[0].message.content == once.choices[0].message.content
-        stream = await client.chat.completions.create(model="small", messages=messages, stream=True)
+        assert again.usage is not None and once.usage is not None and once.usage.prompt_tokens > 0
+        assert (again.usage.prompt_tokens, again.usage.completion_tokens) == (
+            once.usage.prompt_tokens, once.usage.completion_tokens
+        )
+        stream = await client.chat.completions.create(model="small", messages=messages, stream=True, extra_headers=retry)
         chunks = [c async for c in stream]
         assert {c.id for c in chunks} == {once.id}
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == once.choices[0].message.content
+        fresh = await client.chat.completions.create(model="small", messages=messages)  # no key: a new sample
+        assert fresh.id != once.id
     finally:
         await client.close()
     [listed] = await _conversations(stack, key)
-    conv = await _settled(stack, key, listed["id"], 1)
-    assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
+    conv = await _settled(stack, key, listed["id"], 2)
+    question = next(m for m in conv["messages"] if m["role"] == "user")
+    replies = [m for m in conv["messages"] if m["role"] == "assistant"]
+    assert len(conv["messages"]) == 3 and {m["parent_id"] for m in replies} == {question["id"]}, "sibling replies"
 
 
 async def test_refusals_are_in_openais_shape_and_append_nothing(stack) -> None:

@@ -36,7 +36,7 @@ class EngineSettings:
     )
     max_batch: int = env("PARLEY_ENGINE_MAX_BATCH", 16, "Most requests decoded together (SGLang's max_running_requests)")
     context_length: int = env(
-        "PARLEY_ENGINE_CONTEXT_LENGTH", 2048, "Most tokens (prompt + reply) per request; longer prompts get HTTP 400"
+        "PARLEY_ENGINE_CONTEXT_LENGTH", 8192, "Most tokens (prompt + reply) per request (SmolLM2's context); longer prompts get HTTP 400"
     )
     max_total_tokens: int = env(
         "PARLEY_ENGINE_MAX_TOTAL_TOKENS",

@@ -20,6 +20,7 @@ from gateway.openai_request import (
     message_keys,
     parse_request,
     plan_turn,
+    reply_key,
     resolve_model,
 )
 from gateway.quotas import Exceeded, QuotaExceeded
@@ -154,9 +155,15 @@ class Node:
 CID = "7d0f8a5e-2a43-4b8e-9c8e-0d1f3b1f6a10"
 
 
+def plan_of(history: tuple[ChatMessage, ...], stored: list[Node], idempotency: str | None = "call-1"):  # type: ignore[no-untyped-def]
+    """The plan of one call with this ``Idempotency-Key`` (None: a call without one)."""
+    keys = message_keys(history)
+    return plan_turn(CID, history, keys, stored, reply_key(keys[-1], idempotency))
+
+
 def stored_after(history: tuple[ChatMessage, ...], reply_text: str, status: str = "complete") -> list[Node]:
     """What the tree holds after the turn that answered ``history`` (posted whole) with ``reply_text``."""
-    plan = plan_turn(CID, history, message_keys(history), [])
+    plan = plan_of(history, [])
     nodes = [Node(p.message_id, p.parent_id, p.role, p.content) for p in plan.posts]
     return nodes + [Node(plan.reply_id, plan.question_id, A, reply_text, status)]
 
@@ -164,20 +171,20 @@ def stored_after(history: tuple[ChatMessage, ...], reply_text: str, status: str 
 def test_a_new_history_is_posted_whole_as_one_branch_and_its_last_message_answered() -> None:
     history = msgs((S, "sys"), (U, "q1"), (A, "earlier answer"), (U, "q2"))
     keys = message_keys(history)
-    plan = plan_turn(CID, history, keys, [])
+    plan = plan_of(history, [])
     assert [p.role for p in plan.posts] == [S, U, A, U]
     assert [p.parent_id for p in plan.posts] == [None, *(p.message_id for p in plan.posts[:-1])]
     assert [p.message_id for p in plan.posts] == [ids.user_message_id(CID, k) for k in keys]
     assert plan.question_id == plan.posts[-1].message_id and plan.question_key == keys[-1]
-    assert plan.reply_id == ids.reply_id(CID, keys[-1]) and not plan.replayed and plan.pending is None
-    assert plan_turn(CID, history, keys, []) == plan  # deterministic
+    assert plan.reply_id == ids.reply_id(CID, reply_key(keys[-1], "call-1")) and not plan.replayed and plan.pending is None
+    assert plan_of(history, []) == plan  # deterministic
 
 
 def test_the_growing_history_continues_the_branch_through_the_stored_reply() -> None:
     turn1 = msgs((S, "sys"), (U, "q1"))
     stored = stored_after(turn1, "a1")
     turn2 = turn1 + msgs((A, "a1"), (U, "q2"))
-    plan = plan_turn(CID, turn2, message_keys(turn2), stored)
+    plan = plan_of(turn2, stored)
     assert [p.content for p in plan.posts] == ["q2"]  # only the new question is appended
     assert plan.posts[0].parent_id == stored[-1].id  # under the reply Parley made
 
@@ -186,7 +193,7 @@ def test_an_assistant_message_that_is_not_the_stored_reply_is_posted_as_a_siblin
     turn1 = msgs((U, "q1"))
     stored = stored_after(turn1, "a1")
     turn2 = turn1 + msgs((A, "an edited a1"), (U, "q2"))
-    plan = plan_turn(CID, turn2, message_keys(turn2), stored)
+    plan = plan_of(turn2, stored)
     assert [(p.role, p.content) for p in plan.posts] == [(A, "an edited a1"), (U, "q2")]
     assert plan.posts[0].parent_id == stored[0].id and plan.pending is None
 
@@ -195,21 +202,30 @@ def test_a_reply_still_being_stored_is_named_pending() -> None:
     turn1 = msgs((U, "q1"))
     stored = stored_after(turn1, "a", status="streaming")
     turn2 = turn1 + msgs((A, "a1"), (U, "q2"))
-    assert plan_turn(CID, turn2, message_keys(turn2), stored).pending == stored[-1].id
+    assert plan_of(turn2, stored).pending == stored[-1].id
 
 
 def test_a_retried_request_replays_its_reply_and_appends_nothing() -> None:
     history = msgs((U, "q1"))
     stored = stored_after(history, "a1", status="streaming")
-    plan = plan_turn(CID, history, message_keys(history), stored)
+    plan = plan_of(history, stored)
     assert plan.replayed and plan.posts == () and plan.reply_id == stored[-1].id
+
+
+def test_without_an_idempotency_key_the_same_question_gets_a_new_sibling_reply() -> None:
+    history = msgs((U, "q1"))
+    stored = stored_after(history, "a1")
+    again = plan_of(history, stored, idempotency=None)
+    assert not again.replayed and again.posts == ()  # the question is the stored one
+    assert again.reply_id != stored[-1].id and again.question_id == stored[-1].parent_id
+    assert plan_of(history, stored, idempotency=None).reply_id != again.reply_id  # every call a new sample
 
 
 def test_a_question_appended_without_its_reply_is_reused() -> None:
     history = msgs((U, "q1"))
-    first = plan_turn(CID, history, message_keys(history), [])
+    first = plan_of(history, [])
     stored = [Node(p.message_id, p.parent_id, p.role, p.content) for p in first.posts]
-    again = plan_turn(CID, history, message_keys(history), stored)
+    again = plan_of(history, stored)
     assert again.posts == () and not again.replayed and again.reply_id == first.reply_id
 
 
@@ -343,7 +359,7 @@ def test_errors_in_openai_shape_keep_parleys_status_headers_and_fields() -> None
 def test_a_posted_history_is_folded_projected_and_prompted_with_its_roles() -> None:
     """An assistant MessagePosted is a tree node like a reply: the prompt shows it as the assistant's."""
     history = msgs((S, "Be brief."), (U, "q1"), (A, "a1 from elsewhere"), (U, "q2"))
-    plan = plan_turn(CID, history, message_keys(history), [])
+    plan = plan_of(history, [])
     common = {"conversation_id": CID, "user_id": "u1"}
     posted = [
         MessagePosted(**common, message_id=p.message_id, parent_id=p.parent_id, client_message_id=p.key,

@@ -24,6 +24,7 @@ from schemas.events import (
     InferenceRequested,
     InferenceRouted,
     PromptMessage,
+    Sampling,
     TokenChunk,
     UsageRecorded,
     now_us,
@@ -408,3 +409,16 @@ async def test_the_original_record_of_a_resumed_request_is_a_duplicate_too() -> 
     h.scheduler.accept(routed("r-res", "[[tokens:8]]", attempt=0), partition=0, offset=6)  # re-emitted original
     await until(lambda: (0, 6) in h.finished)
     assert len(h.engine.requests) == 1 and h.scheduler.duplicates_skipped == 1
+
+
+async def test_the_turns_sampling_reaches_the_engine_and_the_pool_default_fills_the_rest() -> None:
+    h = Harness()
+    asked = routed("s1", "[[tokens:2]]")
+    sampling = Sampling(temperature=0.0, seed=11, stop=["END"], frequency_penalty=0.5, json_schema='{"type":"object"}')
+    h.scheduler.accept(replace(asked, request=replace(asked.request, sampling=sampling)), partition=0, offset=0)
+    h.scheduler.accept(routed("s2", "[[tokens:2]]"), partition=0, offset=1)
+    await until(lambda: len(h.finished) == 2)
+    first, second = h.engine.requests
+    assert (first.temperature, first.seed, first.frequency_penalty, first.json_schema) == (0.0, 11, 0.5, '{"type":"object"}')
+    assert first.stop == (*STOP, "END")
+    assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, STOP)

@@ -16,7 +16,11 @@ from tools.analysts import counterfactual, report
 
 EASY = "What's the capital of France?"
 CODE = "Why does this fail?\n```python\ndef f(x):\n    return x/0\n```"
-ENV: dict[str, str] = {}
+#: Three pools serving three models, as in production (the default describes the local stack: one model for all).
+ENV: dict[str, str] = {
+    "PARLEY_ROUTER_POOLS": "small=Qwen/Qwen2.5-0.5B-Instruct,medium=Qwen/Qwen2.5-7B-Instruct,frontier=Qwen/Qwen2.5-72B-Instruct",
+    "PARLEY_ROUTER_CONTEXT_TOKENS": "small=32768,medium=32768,frontier=131072",
+}
 
 
 def _turn(cid: str, text: str, at: int, **over) -> dict:

@@ -1,0 +1,63 @@
+"""Rename, archive and delete a conversation, through the API, on the shared stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.test_chat_turn import _settled
+from tools.client import ApiError
+
+
+async def test_rename_archive_and_delete_show_at_once_on_every_read_path(stack) -> None:
+    client = stack.client(stack.new_key("plus"))
+    try:
+        cid = await client.create_conversation()
+        reply = await client.send(cid, "Hello there.")
+        assert reply.final is not None and reply.final.event == "done"
+        reply_id = reply.head["reply_id"]
+        await _settled(client, cid, 1)
+        other = await client.create_conversation("kept")
+
+        assert await client.update_conversation(cid, title="Greetings") == {"id": cid, "title": "Greetings", "archived": False}
+        assert (await client.conversation(cid))["title"] == "Greetings"
+        assert {c["id"]: c["title"] for c in await client.conversations()}[cid] == "Greetings"
+
+        await client.update_conversation(cid, archived=True)
+        assert cid not in {c["id"] for c in await client.conversations()}
+        assert [c["id"] for c in await client.conversations(archived=True)] == [cid]
+        assert (await client.conversation(cid))["title"] == "Greetings"  # archived, not gone
+        await client.update_conversation(cid, archived=False)
+        assert cid in {c["id"] for c in await client.conversations()}
+
+        await client.delete_conversation(cid)
+        with pytest.raises(ApiError) as gone:
+            await client.conversation(cid)
+        assert gone.value.status == 404
+        assert {c["id"] for c in await client.conversations()} == {other}
+        assert await client.conversations(archived=True) == []
+        with pytest.raises(ApiError) as posting:
+            await client.send(cid, "Still there?")
+        assert posting.value.status == 404
+        for path in (f"/v1/messages/{reply_id}/stream", f"/v1/messages/{reply_id}/regenerate"):
+            method = "GET" if path.endswith("stream") else "POST"
+            response = await client._http.request(method, path, json=None if method == "GET" else {"client_message_id": "x"})
+            assert response.status_code == 404, path
+        with pytest.raises(ApiError) as again:
+            await client.delete_conversation(cid)
+        assert again.value.status == 404
+    finally:
+        await client.close()
+
+
+async def test_bad_changes_are_refused_by_name(stack) -> None:
+    client = stack.client()
+    try:
+        cid = await client.create_conversation()
+        for body in ({}, {"color": "red"}, {"archived": "yes"}, {"title": " "}):
+            response = await client._http.patch(f"/v1/conversations/{cid}", json=body)
+            assert response.status_code == 422, body
+            assert response.json()["error"]["message"]
+        response = await client._http.get("/v1/conversations", params={"archived": "maybe"})
+        assert response.status_code == 422
+    finally:
+        await client.close()
