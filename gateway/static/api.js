@@ -72,7 +72,7 @@ export const api = {
   /** The user's chats; `archived` lists only the archived ones. */
   conversations: async (archived = false) =>
     (await json("GET", archived ? "/v1/conversations?archived=true" : "/v1/conversations")).conversations,
-  createConversation: (title) => json("POST", "/v1/conversations", { title }),
+  createConversation: (title) => json("POST", "/v1/conversations", title === undefined ? {} : { title }),
   conversation: (id) => json("GET", `/v1/conversations/${enc(id)}`),
   /** `changes`: {title} and/or {archived}; answers the conversation's summary. */
   updateConversation: (id, changes) => json("PATCH", `/v1/conversations/${enc(id)}`, changes),

@@ -19,6 +19,7 @@ const state = {
   menuFor: null, // id of the chat whose options are open
   renaming: null, // id of the chat whose title is being edited
   models: [AUTO], // what the model picker offers
+  provisional: new Map(), // chat id → the title shown until the server names the chat (its first line)
   conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message}
   active: null, // the streaming action: {controller, reply, stopping}
   error: null, // {message, retryAfter, retry}
@@ -27,8 +28,8 @@ const state = {
 let openTicket = 0;
 let titleTimers = [];
 
-/** After a reply the server names the chat (a few seconds later): the list is read again then. */
-const TITLE_REFRESH_MS = [0, 3000, 10000];
+/** After a first reply the server names the chat, seconds later: the list is read again until it has. */
+const TITLE_REFRESH_MS = [0, 2000, 5000, 10000, 20000, 40000];
 
 function uuid() {
   if (crypto.randomUUID) return crypto.randomUUID();
@@ -75,7 +76,7 @@ function signOut(message = "") {
   cursors.clear();
   choice.clear();
   for (const timer of titleTimers) clearTimeout(timer);
-  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO] });
+  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
   Object.assign(state, { conv: null, active: null, error: null, editing: null });
   history.replaceState(null, "", location.pathname);
   render();
@@ -100,10 +101,19 @@ async function loadConversations({ quiet = false } = {}) {
   }
 }
 
-function refreshTitlesSoon() {
+/** Reads the list after a reply, then again a few times while chat `id` has no title of the server's. */
+function refreshTitlesSoon(id) {
   for (const timer of titleTimers) clearTimeout(timer);
-  titleTimers = TITLE_REFRESH_MS.map((ms) => setTimeout(() => loadConversations({ quiet: true }), ms));
+  const titled = () => !!state.conversations.find((c) => c.id === id)?.title;
+  titleTimers = TITLE_REFRESH_MS.map((ms, i) =>
+    setTimeout(() => {
+      if (i === 0 || !titled()) loadConversations({ quiet: true });
+    }, ms),
+  );
 }
+
+/** What a chat is called on the page: the server's title, else the page's own until the server names it. */
+const shownTitle = (c) => c?.title || state.provisional.get(c?.id) || "";
 
 async function loadModels() {
   try {
@@ -243,9 +253,10 @@ function resumeAction(reply) {
 async function send(content) {
   const model = chosenModel();
   if (!state.conv) {
-    const title = content.split("\n")[0].slice(0, 60);
     try {
-      const created = await api.createConversation(title);
+      // Untitled: the server names a chat after its first reply (and never overwrites a title given here).
+      const created = await api.createConversation();
+      state.provisional.set(created.id, content.split("\n")[0].slice(0, 60));
       state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map() };
     } catch (err) {
       fail(err, () => send(content));
@@ -299,7 +310,7 @@ async function stream(action) {
       render();
       if (reply && !controller.signal.aborted) {
         settle(conv, reply.id);
-        if (reply.status !== "streaming") refreshTitlesSoon();
+        if (reply.status !== "streaming") refreshTitlesSoon(conv.id);
       }
     }
   }
@@ -368,14 +379,15 @@ function renderList() {
   // Not while a title is being typed: a background refresh would take the text and the focus.
   if (state.renaming && list.querySelector("form.rename")) return;
   const ctx = { activeId: state.conv?.id, renaming: state.renaming, menuFor: state.menuFor, archived: state.archived };
-  list.replaceChildren(...view.conversationList(state.conversations, ctx));
+  const shown = state.conversations.map((c) => ({ ...c, title: shownTitle(c) }));
+  list.replaceChildren(...view.conversationList(shown, ctx));
   $("list-title").textContent = state.archived ? "Archived chats" : "Your chats";
   $("archived-toggle").textContent = state.archived ? "Back to chats" : "Archived chats";
   $("archived-toggle").setAttribute("aria-pressed", String(state.archived));
 }
 
 function renderTitle() {
-  $("title").textContent = state.conv ? state.conv.title || "Untitled chat" : "New chat";
+  $("title").textContent = state.conv ? shownTitle(state.conv) || "Untitled chat" : "New chat";
 }
 
 function renderThread() {
@@ -505,7 +517,7 @@ function onErrorClick(event) {
 
 // ------------------------------------------------------------------ the sidebar's options
 
-const titleOf = (id) => state.conversations.find((c) => c.id === id)?.title || "Untitled chat";
+const titleOf = (id) => shownTitle(state.conversations.find((c) => c.id === id)) || "Untitled chat";
 
 function onListClick(event) {
   const button = event.target.closest("button[data-action]");
@@ -597,7 +609,10 @@ async function archive(id, archived) {
 
 async function remove(id) {
   const title = titleOf(id);
-  if (!window.confirm(`Delete the chat “${title}”? This cannot be undone.`)) return;
+  if (!window.confirm(`Delete the chat “${title}”? This cannot be undone.`)) {
+    closeMenu();
+    return;
+  }
   try {
     await api.deleteConversation(id);
   } catch (err) {

@@ -61,6 +61,7 @@ export async function follow(response, hooks, reply = null) {
         hooks.firstToken = null;
       }
       reply.content += data.text;
+      if (data.model) reply.model = data.model; // on an attempt's first chunk
       cursors.put(reply.id, id, reply.content, !!reply.restarted);
       hooks.changed(reply);
     } else if (event === "restarted" && reply) {

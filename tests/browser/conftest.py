@@ -6,9 +6,9 @@ topics and keyspace), started once for the package. Two engines serve it:
 * the ``small`` pool: a synthetic engine slow enough that a reply takes several
   seconds, so a test can stop it or reload the page while it streams. Every
   "auto" turn goes there (the classifier's thresholds are out of reach);
-* the ``medium`` pool: the CPU engine's real model, SmolLM2-135M-Instruct,
-  decoded greedily (the worker asks for temperature 0), for the tests that need
-  readable English. The page reaches it by choosing the model by name.
+* the ``medium`` pool: the CPU engine's real model, SmolLM2-135M-Instruct, for
+  the tests that need readable English (test_real_model.py, which asks for
+  temperature 0). The page reaches it by choosing the model by name.
 
 Chromium comes from Debian (tests/browser/install.sh); Playwright only drives it.
 """
@@ -57,9 +57,8 @@ BROWSER_ENV = {
     # A killed worker's partitions move within seconds (test_worker_restart.py).
     "PARLEY_WORKER_SESSION_TIMEOUT_MS": "6000",
 }
-#: The real model's engine and worker, over BROWSER_ENV.
+#: The real model's engine, over BROWSER_ENV.
 REAL_ENGINE_ENV = {"PARLEY_ENGINE_BACKEND": "torch"}
-REAL_WORKER_ENV = {"PARLEY_WORKER_TEMPERATURE": "0"}
 #: Started with the stack; the medium worker is started apart, on its own engine, and frontier is not used.
 STACK_SERVICES = tuple(s for s in SERVICES if s not in (WORKER_MEDIUM, WORKER_FRONTIER))
 
@@ -105,7 +104,7 @@ def web_stack(infra, tmp_path_factory) -> Iterator[WebStack]:
     inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("web-stack-logs"), BROWSER_ENV, STACK_SERVICES)
     stack = None
     try:
-        engine, _ = isolated.add_worker(inner, WORKER_MEDIUM, "worker-medium", REAL_WORKER_ENV, REAL_ENGINE_ENV)
+        engine, _ = isolated.add_worker(inner, WORKER_MEDIUM, "worker-medium", engine_env=REAL_ENGINE_ENV)
         assert engine.health_url, "the engine is found by its health address"
         stack = WebStack(inner, engine.health_url.removesuffix("/health"))
         # The router maps a chosen model to its pool by these names: they must be what the engines say.

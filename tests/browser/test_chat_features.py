@@ -80,6 +80,22 @@ def test_the_model_picker_offers_auto_and_the_served_models_and_the_reply_record
     expect(chat.model_picker).to_have_value("auto")
 
 
+def test_a_new_chat_takes_the_title_the_server_gives_it_after_the_first_reply(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    question = "Tell me about lighthouses"
+    chat.send(question)
+    reply = chat.streaming_reply()
+    cid = chat.conversation_id()
+    link = page.locator(f'a[href="#/c/{cid}"]')
+    expect(link).to_have_text(question)  # the page's own title for it, until the server names it
+    assert web_stack.conversation(cid)["title"] == "", "created untitled, so that the server may name it"
+    chat.finished(reply)
+    title = eventually(lambda: web_stack.conversation(cid)["title"], "the automatic title", timeout=60)
+    expect(link).to_have_text(title)  # the page read the list again, unasked
+    expect(page.get_by_role("heading", name=title, exact=True)).to_be_visible()
+    shoot(page, "09-titled")
+
+
 def test_rename_archive_and_delete_from_the_sidebar(page, web_stack, shoot) -> None:
     run = uuid.uuid4().hex[:6]
     titles = {name: f"{name} {run}" for name in ("Renamed", "Archived", "Deleted")}

@@ -51,7 +51,7 @@ def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None
     cid, reply_id = chat.conversation_id(), reply.get_attribute("data-id")
     stored = web_stack.settled(cid, reply_id)
     assert words(chat.final_text(reply_id)) == words(stored["content"])
-    expect(page.get_by_role("link", name=re.compile("Hello"))).to_have_attribute("aria-current", "page")
+    expect(page.locator(f'a[href="#/c/{cid}"]')).to_have_attribute("aria-current", "page")
     # The page reported its own time to first token (POST /v1/telemetry), kept apart from the server's.
     metrics = web_stack.http.get("/metrics").text
     assert re.search(r'^parley_client_ttft_seconds_count\{client="web"\} [1-9]', metrics, re.M), "no client TTFT"

@@ -1,9 +1,10 @@
 """The page with a real model: SmolLM2-135M-Instruct on the CPU engine (the medium pool), chosen in
-the model picker and decoded greedily, answers in readable English; its code comes in a box with a
+the model picker and asked for temperature 0, answers in readable English; its code comes in a box with a
 copy button, and each reply copies as the Markdown it was written in."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from playwright.sync_api import expect
@@ -26,7 +27,14 @@ def readability(text: str) -> tuple[float, float]:
     return printable, sum(is_word) / max(1, len(tokens))
 
 
+def greedy(route) -> None:
+    """The page's message, asking for temperature 0 (the page has no control for it; the API has)."""
+    body = route.request.post_data_json
+    route.continue_(post_data=json.dumps({**body, "sampling": {"temperature": 0}}))
+
+
 def ask_the_real_model(chat: Chat, question: str):
+    chat.page.route("**/v1/conversations/*/messages", greedy)
     expect(chat.model_picker.locator(f'option[value="{REAL_MODEL}"]')).to_have_count(1)
     chat.choose_model(REAL_MODEL)
     chat.send(question)
