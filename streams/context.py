@@ -9,7 +9,7 @@ materialized Cassandra rows first.
 Once a branch outgrows the token budget, the window over it moves by blocks
 of old turns, and a summary of what it dropped takes their place
 (``streams.summary``). The builder writes that summary once, asking the small
-pool's engine (``streams.summary_engine``) for it on the turn that moves the
+pool's engine (``streams.engine_writer``) for it on the turn that moves the
 window, and appends it as SummaryWritten to ``chat.events``; it folds
 SummaryWritten events back into its state (and finds them in the
 ``summaries`` table after a restart) so later turns reuse it. Without a summary
@@ -41,7 +41,7 @@ from streams.context_tokens import TokenCounter
 from streams.prompt import Layout, Prompt, Window, choose_window, render
 from streams.settings import ContextSettings
 from streams.summary import Summary, from_event, with_summary
-from streams.summary_engine import Summariser, SummaryUnavailable
+from streams.engine_writer import EngineWriter, WriterUnavailable
 from streams.tree import FOLD, Conversation, apply, branch
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class ContextBuilder:
         store: ConversationLoader,
         *,
         stored: SummaryLoader | None = None,
-        summariser: Summariser | None = None,
+        summariser: EngineWriter | None = None,
         counter: TokenCounter | None = None,
         retry_max_s: float = 30.0,
         memory: Callable[[str], Sequence[str]] | None = None,
@@ -205,7 +205,7 @@ class ContextBuilder:
             prompt = summary.request_text(previous.content if previous else None, block)
             try:
                 text, model = await self._summariser.write(prompt, limit)
-            except SummaryUnavailable as exc:
+            except WriterUnavailable as exc:
                 # Never the text: only where and why. The turn goes on without the summary.
                 log.warning(
                     "no summary for this turn: %s",

@@ -31,10 +31,18 @@ from streams.materializer import Checkpoints, Materializer
 from streams.readers import HeartbeatReader, MemoryReader
 from streams.route_recall import read_decisions
 from streams.router import Router, count_verdicts, policy_from
-from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings, UsageSettings
+from streams.settings import (
+    ContextSettings,
+    MaterializerSettings,
+    RouterSettings,
+    StreamsSettings,
+    TitlerSettings,
+    UsageSettings,
+)
 from streams.store import Store, UsageStore
-from streams.summary_engine import Summariser
+from streams.engine_writer import EngineWriter
 from streams.summary_store import SummaryRows
+from streams.titles import Titler, Untitled, Writer
 from streams.usage import UsageFolder
 from streams.wiring import Agent, Timer, Wiring, returning_nothing
 from workers.sglang import SGLangClient
@@ -70,7 +78,7 @@ def _context(kafka: KafkaSettings) -> Wiring:
     summariser = None
     if cfg.summary_url:
         engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
-        summariser = Summariser(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
+        summariser = EngineWriter(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
     memories = MemoryReader(kafka)
     builder = ContextBuilder(cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of)
 
@@ -193,6 +201,17 @@ def _materializer(kafka: KafkaSettings) -> Wiring:
     )
 
 
+def _titler(kafka: KafkaSettings) -> Wiring:
+    cfg = from_env(TitlerSettings)
+    if not cfg.engine_url:
+        writer: Writer = Untitled()
+    else:
+        engine = SGLangClient(cfg.engine_url, timeout_s=cfg.timeout_s)
+        writer = EngineWriter(engine, timeout_s=cfg.timeout_s, retry_s=cfg.retry_s, purpose="title")
+    titler = Titler(cfg, writer)
+    return Wiring(agents=[Agent("chat.events", {Event: titler.handle})], writes=("chat.events",))
+
+
 def _usage(kafka: KafkaSettings) -> Wiring:
 
     folder = UsageFolder(from_env(UsageSettings), UsageStore(from_env(CassandraSettings)))
@@ -206,6 +225,7 @@ PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "router": _router,
     "materializer": _materializer,
     "usage": _usage,
+    "titler": _titler,
 }
 
 

@@ -268,6 +268,32 @@ class MaterializerSettings:
 
 
 @dataclass(frozen=True)
+class TitlerSettings:
+    """The titler's (streams/titles.py)."""
+
+    engine_url: str = env(
+        "PARLEY_TITLER_ENGINE_URL",
+        "http://127.0.0.1:30000",
+        "Engine (SGLang API) of the small pool that writes titles; empty = conversations keep the user's title or none",
+    )
+    max_tokens: int = env("PARLEY_TITLER_MAX_TOKENS", 16, "Most tokens of a title the engine may write")
+    timeout_s: float = env("PARLEY_TITLER_TIMEOUT_S", 20.0, "Longest the engine may take to write one title")
+    retry_s: float = env(
+        "PARLEY_TITLER_RETRY_S", 30.0, "After the engine failed, titles are not asked for this long"
+    )
+    conversations: int = env(
+        "PARLEY_TITLER_CONVERSATIONS", 50_000, "Conversations remembered while waiting for their first reply"
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0 or self.timeout_s <= 0 or self.retry_s < 0 or self.conversations <= 0:
+            raise ConfigError(
+                "PARLEY_TITLER_MAX_TOKENS, PARLEY_TITLER_TIMEOUT_S and PARLEY_TITLER_CONVERSATIONS must be positive "
+                "and PARLEY_TITLER_RETRY_S not negative"
+            )
+
+
+@dataclass(frozen=True)
 class UsageSettings:
     """The usage processor's (streams/usage.py)."""
 

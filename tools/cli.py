@@ -93,7 +93,14 @@ def infra_status() -> None:
 def _settings_by_service() -> list[tuple[str, type]]:
     """Every typed settings object, under the service that reads it (imported here: the services are below)."""
     from gateway.settings import GatewaySettings, QuotaSettings
-    from streams.settings import ContextSettings, MaterializerSettings, RouterSettings, StreamsSettings, UsageSettings
+    from streams.settings import (
+        ContextSettings,
+        MaterializerSettings,
+        RouterSettings,
+        StreamsSettings,
+        TitlerSettings,
+        UsageSettings,
+    )
     from workers.engine.settings import EngineSettings
     from workers.settings import WorkerSettings
 
@@ -109,6 +116,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("router", RouterSettings),
         ("materializer", MaterializerSettings),
         ("usage", UsageSettings),
+        ("titler", TitlerSettings),
         ("gateway", GatewaySettings),
         ("gateway: quotas", QuotaSettings),
     ]

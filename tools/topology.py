@@ -74,6 +74,13 @@ USAGE = Service(
     consumes=("chat.usage",),  # folded into usage_by_request, which quotas and GET /v1/usage sum
     group="streams.usage",
 )
+TITLER = Service(
+    "titler",
+    ("streams", "titler"),
+    consumes=("chat.events",),  # a conversation's first question and reply
+    produces=("chat.events",),  # ConversationRenamed(by="auto"), once per conversation
+    group="streams.titler",
+)
 GATEWAY = Service(
     "gateway",
     ("gateway",),
@@ -85,7 +92,7 @@ GATEWAY = Service(
 
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
-    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY
+    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, GATEWAY
 )
 
 

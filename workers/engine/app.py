@@ -2,13 +2,14 @@
 
 | route | as in SGLang |
 |---|---|
-| ``POST /generate`` | ``text``, ``sampling_params``, ``stream``, ``rid``; SSE of cumulative outputs, ``data: [DONE]`` |
+| ``POST /generate`` | ``text``, ``sampling_params``, ``stream``, ``rid`` (SGLang's other fields refused by name); SSE of cumulative outputs, ``data: [DONE]`` |
 | ``POST /abort_request`` | ``{"rid"}`` or ``{"abort_all": true}``; the stream ends with finish_reason abort |
 | ``GET /health``, ``/health_generate`` | 200 when serving (the latter generates one token), else 503 |
 | ``GET /get_model_info``, ``/v1/models`` | model path, ``is_generation``, ``max_model_len``; plus ``untrained`` |
-| ``GET /get_load``, ``/v1/loads``, ``/get_server_info`` | running / waiting requests, token usage, cache hit rate |
+| ``GET /get_load``, ``/v1/loads``, ``/get_server_info`` | running / waiting requests, token usage, cache hit rate; ``/get_server_info`` also ``parley_sampling_params`` (Parley's own: which sampling params are applied, accepted without effect, refused) |
 
-Errors follow SGLang: a request refused while tokenizing or validating is HTTP
+Errors follow SGLang: a request refused while tokenizing or validating (an
+out-of-range or unsupported sampling param among them, named in the message) is HTTP
 400 ``{"error": {"message"}}`` when not streamed, and, when streamed, a 200
 stream whose only event is that error object followed by ``[DONE]``.
 Prompts and replies are never logged; ids and counts are.
@@ -67,6 +68,9 @@ def create_app(backend: Backend, info: dict[str, Any] | None = None) -> Starlett
         try:
             gen = protocol.parse_generate(body)
         except InvalidRequest as exc:
+            # SGLang validates a request (sampling params too) inside the stream it has already started.
+            if isinstance(body, dict) and body.get("stream"):
+                return StreamingResponse(_error_stream(str(exc)), media_type="text/event-stream")
             return _bad_request(str(exc))
         try:
             state = backend.submit(gen)
@@ -230,6 +234,12 @@ def create_app(backend: Backend, info: dict[str, Any] | None = None) -> Starlett
                 "untrained": backend.untrained,
                 "internal_states": [{"last_gen_throughput": s.gen_throughput, **s.internal}],
                 "version": VERSION,
+                # Parley's own key (SGLang has none): what sampling_params do here.
+                "parley_sampling_params": {
+                    "applied": sorted(backend.sampling_applied),
+                    "accepted_without_effect": sorted(protocol.IMPLEMENTED - backend.sampling_applied),
+                    "refused_unless_neutral": sorted(protocol.UNSUPPORTED),
+                },
             }
         )
 

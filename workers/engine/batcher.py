@@ -12,6 +12,12 @@ batcher thread owns the model and runs one loop, SGLang style::
 Prefill has priority over decode, as in SGLang's default policy. Counters of
 decode steps and decoded tokens show the batching from outside
 (``/get_server_info`` ``internal_states``).
+
+Each row is sampled with its own params (``torch_model.sample``). A request that
+sent ``sampling_seed`` draws from a ``torch.Generator`` of its own, seeded with
+it, so the same seed, prompt and params give the same reply alone or batched
+with any others; requests without one share the engine's generator
+(``PARLEY_ENGINE_SEED``), so what they draw depends on what else is running.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +39,7 @@ from workers.engine.detokenize import IncrementalText
 from workers.engine.protocol import GenerateInput, Progress
 from workers.engine.request import LoadSnapshot, RequestState, Throughput
 from workers.engine.settings import EngineSettings
-from workers.engine.torch_model import BatchCache, LoadedModel, left_pad, load_model, model_name, sample
+from workers.engine.torch_model import BatchCache, LoadedModel, left_pad, load_model, model_name, request_generator, sample
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,7 @@ class _Seq:
     input_ids: list[int]
     max_new: int
     text: IncrementalText
+    generator: torch.Generator | None = None  # its own when it sent a sampling_seed, else the engine's
     output_ids: list[int] = field(default_factory=list)
     finish: dict[str, Any] | None = None
 
@@ -53,6 +61,8 @@ class _Seq:
 
 
 class TorchBackend:
+    sampling_applied = protocol.IMPLEMENTED
+
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self.context_length = settings.context_length
@@ -107,6 +117,7 @@ class TorchBackend:
         assert self._model is not None, "submit() before start()"
         ids = self._model.tokenizer.encode(request.text)
         protocol.check_context(len(ids), self.context_length)
+        protocol.check_logit_bias(request.sampling, self._model.vocab_size)
         with self._live_lock:
             if request.rid in self._live:
                 raise protocol.InvalidRequest(f"Duplicate request ID: {request.rid}")
@@ -115,8 +126,13 @@ class TorchBackend:
         sampling = request.sampling
         # SGLang clamps max_new_tokens so prompt + reply fits the context.
         max_new = min(sampling.max_new_tokens, self.context_length - len(ids))
-        text = IncrementalText(self._model.tokenizer.decode, sampling.stop, sampling.no_stop_trim)
-        self._inbox.put(("add", _Seq(state, ids, max_new, text)))
+        tok = self._model.tokenizer
+
+        def decode(xs: Sequence[int]) -> str:
+            return tok.decode(xs, sampling.skip_special_tokens, sampling.spaces_between_special_tokens)
+
+        text = IncrementalText(decode, sampling.stop, sampling.no_stop_trim)
+        self._inbox.put(("add", _Seq(state, ids, max_new, text, request_generator(sampling.seed))))
         return state
 
     def abort(self, rid: str) -> None:
@@ -239,16 +255,20 @@ class TorchBackend:
     def _take_tokens(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
         assert self._model is not None
         params = [s.state.request.sampling for s in seqs]
-        tokens = sample(logits, params, [s.output_ids for s in seqs], self._generator)
+        generators = [s.generator or self._generator for s in seqs]
         eos = self._model.tokenizer.eos_ids
+        tokens = sample(logits, params, [s.output_ids for s in seqs], generators, eos)
         for seq, token, p in zip(seqs, tokens, params):
             seq.output_ids.append(token)
-            is_eos = token in eos and not p.ignore_eos
+            # As SGLang's Req.check_finished: EOS and stop_token_ids end the reply unless ignore_eos, and
+            # the detokenizer leaves the matched token out of the text unless no_stop_trim.
+            stop_token = not p.ignore_eos and (token in eos or token in p.stop_token_ids)
             at_limit = len(seq.output_ids) >= seq.max_new
-            seq.text.update(seq.output_ids, final=is_eos or at_limit)
+            shown = seq.output_ids[:-1] if stop_token and not p.no_stop_trim else seq.output_ids
+            seq.text.update(shown, final=stop_token or at_limit)
             if seq.text.matched is not None:
                 seq.finish = protocol.finish_stop_str(seq.text.matched)
-            elif is_eos:
+            elif stop_token:
                 seq.finish = protocol.finish_stop_token(token)
             elif at_limit:
                 seq.finish = protocol.finish_length(len(seq.output_ids))

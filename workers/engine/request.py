@@ -77,6 +77,9 @@ class Backend(Protocol):
     model_path: str
     untrained: bool
     context_length: int
+    #: The sampling params (of protocol.IMPLEMENTED) this backend applies; the rest of IMPLEMENTED it
+    #: accepts without effect, and says so in /get_server_info.
+    sampling_applied: frozenset[str]
 
     async def start(self) -> None: ...
 

@@ -6,6 +6,14 @@ thousands of concurrent streams cost little. The reply is deterministic in the
 prompt (same prompt, same words). Prompts are counted with ``WordTokenizer``
 and looked up in a simulated radix prefix cache, which is what
 ``cached_tokens`` and the cache hit rate report.
+
+Sampling params are parsed and refused exactly as for the torch backend
+(``protocol.parse_sampling``). Of those the torch backend implements, the ones
+that end or cut the reply are applied here too (max_new_tokens, stop,
+stop_token_ids with ignore_eos and min_new_tokens, no_stop_trim); the ones that
+choose tokens (``NO_EFFECT``: temperature, top-k/p, min_p, penalties,
+logit_bias, sampling_seed) are accepted and cannot change the synthetic text,
+which is fixed by the prompt by definition. ``/get_server_info`` lists both.
 """
 
 from __future__ import annotations
@@ -25,6 +33,15 @@ from workers.engine.settings import EngineSettings
 from workers.engine.tokenizer import WordTokenizer
 
 log = logging.getLogger(__name__)
+
+#: Params the torch backend applies that choose tokens: the synthetic text is fixed by the prompt.
+NO_EFFECT = frozenset(
+    {
+        "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+        "logit_bias", "sampling_seed",
+    }
+)
+assert NO_EFFECT <= protocol.IMPLEMENTED
 
 _WORDS = (
     "the of and to in is it that for on with as was be by this are at from or an have not but they which one "
@@ -55,6 +72,8 @@ def synthetic_pieces(prompt: str, count: int) -> list[str]:
 
 class SyntheticBackend:
     untrained = False
+    #: There are no special tokens in the synthetic text, so both detokenizer flags hold trivially.
+    sampling_applied = protocol.IMPLEMENTED - NO_EFFECT
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
@@ -86,6 +105,7 @@ class SyntheticBackend:
             raise protocol.InvalidRequest(f"Duplicate request ID: {request.rid}")
         pieces = self._tok.pieces(request.text)
         protocol.check_context(len(pieces), self.context_length)
+        protocol.check_logit_bias(request.sampling, self._tok.vocab_size)
         state = RequestState(request, len(pieces), asyncio.get_running_loop())
         self._tasks[request.rid] = asyncio.create_task(self._run(state, pieces))
         return state
@@ -143,11 +163,17 @@ class SyntheticBackend:
                 done += 1
                 self._running[rid] = len(prompt) + done
                 self._throughput.add(1)
-                final = done == max_new
-                visible = text.update(ids[:done], final=final)
+                token = ids[done - 1]
+                # As the torch backend: a stop token ends the reply (not before min_new_tokens: the fixed
+                # text cannot be resampled, so an early one just stays in it) and is cut from the text.
+                stop_token = not sampling.ignore_eos and done > sampling.min_new_tokens and token in sampling.stop_token_ids
+                final = done == max_new or stop_token
+                visible = text.update(ids[: done - 1] if stop_token and not sampling.no_stop_trim else ids[:done], final=final)
                 finish = None
                 if text.matched is not None:
                     finish = protocol.finish_stop_str(text.matched)
+                elif stop_token:
+                    finish = protocol.finish_stop_token(token)
                 elif final:
                     finish = protocol.finish_length(done)
                 state.publish(Progress(visible, tuple(ids[:done]), len(prompt), cached, finish))

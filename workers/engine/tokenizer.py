@@ -21,13 +21,14 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str: ...
 
 
 class ByteTokenizer:
     """UTF-8 bytes are tokens 0..255; 256..258 are BOS, EOS and PAD."""
 
     BOS, EOS, PAD = 256, 257, 258
+    SPECIAL = {BOS: "<s>", EOS: "</s>", PAD: "<pad>"}
 
     def __init__(self) -> None:
         self.vocab_size = 259
@@ -36,9 +37,22 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self.BOS, *text.encode("utf-8")]
 
-    def decode(self, ids: Sequence[int]) -> str:
-        # Special tokens are skipped, as SGLang does with skip_special_tokens=True.
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str:
+        """Special tokens are skipped, as SGLang does by default, or written by name; there are no added
+        tokens, so spaces_between_special_tokens has nothing to separate (as with HF's fast tokenizers)."""
+        if skip_special_tokens:
+            return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+        out: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i < 256:
+                run.append(i)
+                continue
+            out.append(bytes(run).decode("utf-8", errors="replace"))
+            run = []
+            out.append(self.SPECIAL[i])
+        out.append(bytes(run).decode("utf-8", errors="replace"))
+        return "".join(out)
 
 
 class HFTokenizer:
@@ -60,8 +74,13 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text))
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str:
+        """As SGLang's detokenizer calls it: both flags go to the tokenizer (fast tokenizers ignore the second)."""
+        return str(
+            self._tok.decode(
+                list(ids), skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces_between_special_tokens
+            )
+        )
 
 
 _WORD = re.compile(r"\s*[A-Za-z0-9]+|\s*[^\sA-Za-z0-9]|\s+")
@@ -84,5 +103,5 @@ class WordTokenizer:
     def piece_id(piece: str) -> int:
         return zlib.crc32(piece.encode("utf-8")) % (1 << 20)
 
-    def decode(self, ids: Sequence[int]) -> str:
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str:
         raise NotImplementedError("the synthetic backend keeps its text; ids are only counted")

@@ -36,6 +36,11 @@ class LoadedModel:
     name: str
     untrained: bool
 
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logits: what logit_bias keys are checked against, as SGLang checks them."""
+        return int(self.model.config.vocab_size)
+
 
 RANDOM_MODEL_NAME = "parley-random-llama-2l-untrained"
 
@@ -117,25 +122,59 @@ def _random_model(context_length: int) -> LoadedModel:
     return LoadedModel(model, tok, tok.PAD, RANDOM_MODEL_NAME, untrained=True)
 
 
-def sample(logits: torch.Tensor, params: Sequence[Sampling], outputs: Sequence[Sequence[int]], generator: torch.Generator) -> list[int]:
-    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params and tokens so far."""
+def sample(
+    logits: torch.Tensor,
+    params: Sequence[Sampling],
+    outputs: Sequence[Sequence[int]],
+    generators: Sequence[torch.Generator],
+    eos_ids: frozenset[int] = frozenset(),
+) -> list[int]:
+    """One token per row of ``logits`` (batch, vocab), each row with its own sampling params, tokens so
+    far and generator: a request with a sampling_seed draws only from its own, so what it samples does
+    not depend on the requests it is batched with. ``eos_ids``: masked with each row's stop_token_ids
+    until min_new_tokens."""
     out: list[int] = []
-    for row, s, generated in zip(logits.float(), params, outputs):
-        row = penalise_repetition(row, generated, s.repetition_penalty)
+    for row, s, generated, generator in zip(logits.float(), params, outputs, generators, strict=True):
+        row = adjust_logits(row, s, generated, eos_ids)
         if s.greedy:
             out.append(int(row.argmax()))
             continue
+        # SGLang's sampler: temperature, softmax, then top-k, top-p and min-p over the probabilities.
         scores = row / s.temperature
-        if s.top_k > 0:
-            kth = torch.topk(scores, min(s.top_k, scores.numel())).values[-1]
+        if 0 < s.top_k < scores.numel():
+            kth = torch.topk(scores, s.top_k).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if s.top_p < 1.0:
             sorted_p, idx = probs.sort(descending=True)
-            keep = sorted_p.cumsum(-1) - sorted_p < s.top_p  # always keeps the most likely token
+            keep = sorted_p.cumsum(-1) - sorted_p <= s.top_p  # always keeps the most likely token
             probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
+        if s.min_p > 0.0:
+            probs = probs.masked_fill(probs < probs.max() * s.min_p, 0.0)
         out.append(int(torch.multinomial(probs, 1, generator=generator)))
     return out
+
+
+def adjust_logits(row: torch.Tensor, s: Sampling, generated: Sequence[int], eos_ids: frozenset[int]) -> torch.Tensor:
+    """SGLang's penalizers, min_new_tokens and logit_bias on one row of raw logits (before temperature);
+    the caller's tensor is left alone."""
+    row = penalise_repetition(row, generated, s.repetition_penalty)
+    if generated and (s.frequency_penalty != 0.0 or s.presence_penalty != 0.0):
+        ids, counts = torch.unique(torch.tensor(list(generated), dtype=torch.long), return_counts=True)
+        row = row.clone()
+        # OpenAI's penalties as SGLang's BatchedFrequencyPenalizer / BatchedPresencePenalizer apply them:
+        # frequency once per occurrence so far, presence once per token seen.
+        row[ids] -= s.frequency_penalty * counts.to(row.dtype) + s.presence_penalty
+    if len(generated) < s.min_new_tokens:
+        ends = [i for i in (eos_ids | s.stop_token_ids) if 0 <= i < row.numel()]
+        if ends:
+            row = row.clone()
+            row[torch.tensor(ends, dtype=torch.long)] = float("-inf")
+    if s.logit_bias:
+        row = row.clone()
+        ids = torch.tensor([i for i, _ in s.logit_bias], dtype=torch.long)
+        row[ids] += torch.tensor([b for _, b in s.logit_bias], dtype=row.dtype)
+    return row
 
 
 def penalise_repetition(row: torch.Tensor, generated: Sequence[int], penalty: float) -> torch.Tensor:
@@ -148,6 +187,11 @@ def penalise_repetition(row: torch.Tensor, generated: Sequence[int], penalty: fl
     row = row.clone()
     row[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
     return row
+
+
+def request_generator(seed: int | None) -> torch.Generator | None:
+    """A request's own generator when it sent a sampling_seed (SGLang's int64 range, as torch takes it)."""
+    return None if seed is None else torch.Generator().manual_seed(seed)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

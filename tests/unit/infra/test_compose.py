@@ -12,8 +12,7 @@ import yaml
 
 from infra.local import cassandra, kafka
 from infra.local.jvm import version_of
-from infra.local.settings import LocalInfraSettings
-from parley.settings import CassandraSettings, KafkaSettings, describe
+from parley.settings import describe
 
 COMPOSE = Path(__file__).resolve().parents[3] / "docker-compose.yml"
 
@@ -29,12 +28,9 @@ def test_services_use_the_official_images_at_the_local_versions() -> None:
 
 
 def test_parley_services_are_wired_with_known_settings() -> None:
-    from gateway.settings import GatewaySettings
-    from workers.engine.settings import EngineSettings
-    from workers.settings import WorkerSettings
+    from tools.cli import _settings_by_service
 
-    settings = (KafkaSettings, CassandraSettings, LocalInfraSettings, GatewaySettings, EngineSettings, WorkerSettings)
-    known = {name for cls in settings for name, _, _ in describe(cls)}
+    known = {name for _, cls in _settings_by_service() for name, _, _ in describe(cls)}
     services = _compose()["services"]
     wired = [s for s in services.values() if "PARLEY_KAFKA_BOOTSTRAP" in s.get("environment", {})]
     assert wired, "no Parley service in docker-compose.yml"

@@ -1,5 +1,5 @@
 """The context builder over long conversations: prefix stability, summaries written once and reused,
-dropped on an edit before them, and never failing a turn (no Kafka; a fake engine behind the real Summariser)."""
+dropped on an edit before them, and never failing a turn (no Kafka; a fake engine behind the real EngineWriter)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from streams.context import ContextBuilder
 from streams.prompt import SUMMARY_HEADER
 from streams.settings import ContextSettings
 from streams.summary import Summary, from_event
-from streams.summary_engine import Summariser
+from streams.engine_writer import EngineWriter
 from streams.tree import Conversation, branch, empty, fold
 from workers.chat_template import END, render_prompt
 from workers.engine_api import EngineDelta, EngineUnavailable, GenerateRequest, ModelInfo
@@ -106,7 +106,7 @@ def _first_turn(req: ev.InferenceRequested) -> str:
 
 
 async def _conversation(cfg: ContextSettings, engine: Engine | None, turns: int = 30) -> tuple[Chat, list[ev.InferenceRequested], list[str]]:
-    summariser = Summariser(engine, timeout_s=10, retry_s=3600) if engine else None
+    summariser = EngineWriter(engine, timeout_s=10, retry_s=3600) if engine else None
     chat = Chat(ContextBuilder(cfg, Rows(), summariser=summariser))
     reqs, rids, parent = [], [], None
     for k in range(1, turns + 1):
@@ -210,7 +210,7 @@ async def test_a_restarted_builder_finds_the_summary_in_the_table_and_does_not_w
     state = fold([e for e in chat.log if not isinstance(e, ev.SummaryWritten)])
     fresh_engine = Engine()
     restarted = Chat(
-        ContextBuilder(CFG, Rows({chat.cid: state}), stored=Stored(stored), summariser=Summariser(fresh_engine, timeout_s=10, retry_s=0)),
+        ContextBuilder(CFG, Rows({chat.cid: state}), stored=Stored(stored), summariser=EngineWriter(fresh_engine, timeout_s=10, retry_s=0)),
         cid=chat.cid,
     )
     req, _ = await restarted.turn(31, rids[-1])
@@ -229,6 +229,6 @@ async def test_a_failing_summary_engine_never_fails_the_turn_and_is_not_asked_on
     assert "question" not in record.getMessage() and "because" not in record.getMessage()  # never the text
     # The engine is back and the retry time is over: the next turn writes the summary it needs.
     engine.fail = False
-    chat.builder._summariser = Summariser(engine, timeout_s=10, retry_s=0)  # type: ignore[attr-defined]
+    chat.builder._summariser = EngineWriter(engine, timeout_s=10, retry_s=0)  # type: ignore[attr-defined]
     req, _ = await chat.turn(31, reqs[-1].request_id)
     assert _summary_of(req) is not None and len(chat.summaries) >= 1

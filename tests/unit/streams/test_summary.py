@@ -1,4 +1,4 @@
-"""Summaries, pure: ids, validity on a branch, which blocks to fold in, clipping; the Summariser's failures;
+"""Summaries, pure: ids, validity on a branch, which blocks to fold in, clipping; the EngineWriter's failures;
 the summaries table's rows; the settings that drive them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from streams.context_tokens import TokenCounter
 from streams.prompt import Layout, choose_window
 from streams.settings import ContextSettings
 from streams.summary import Summary, clip, find, plan, request_text, summary_id, text_budget, with_summary
-from streams.summary_engine import Summariser, SummaryUnavailable
+from streams.engine_writer import EngineWriter, WriterUnavailable
 from streams.summary_store import summaries_from_rows
 from streams.tree import Message
 from workers.engine_api import EngineDelta, GenerateRequest, ModelInfo
@@ -107,7 +107,7 @@ def _delta(text: str, finish: str | None = None) -> EngineDelta:
 
 
 async def test_the_summariser_returns_the_text_and_the_model() -> None:
-    s = Summariser(Engine([_delta("a "), _delta("summary", "length")]), timeout_s=5, retry_s=60)
+    s = EngineWriter(Engine([_delta("a "), _delta("summary", "length")]), timeout_s=5, retry_s=60)
     assert await s.write("prompt", 50) == ("a summary", "m-small")
     assert s.ready()
 
@@ -122,11 +122,11 @@ async def test_the_summariser_returns_the_text_and_the_model() -> None:
     ids=["failed", "empty", "timeout"],
 )
 async def test_every_engine_failure_is_summary_unavailable_and_pauses_asking(engine: Engine) -> None:
-    s = Summariser(engine, timeout_s=0.2, retry_s=3600)
-    with pytest.raises(SummaryUnavailable):
+    s = EngineWriter(engine, timeout_s=0.2, retry_s=3600)
+    with pytest.raises(WriterUnavailable):
         await s.write("prompt", 50)
     assert not s.ready()
-    assert Summariser(engine, timeout_s=0.2, retry_s=0).ready()
+    assert EngineWriter(engine, timeout_s=0.2, retry_s=0).ready()
 
 
 def test_rows_of_the_summaries_table_become_summaries_and_incomplete_ones_are_skipped() -> None:

@@ -30,7 +30,7 @@ def test_parse_generate_reads_the_worker_body() -> None:
         ({}, "Either text, input_ids or input_embeds"),
         ({"text": ["a", "b"]}, "one prompt per request"),
         ({"input_ids": [1, 2]}, "text` prompts only"),
-        ({"text": "x", "sampling_params": {"temperature": -1}}, "temperature must be non-negative"),
+        ({"text": "x", "sampling_params": {"temperature": -1}}, "temperature must be a non-negative finite number"),
         ({"text": "x", "sampling_params": {"top_p": 0}}, r"top_p must be in \(0, 1\]"),
         ({"text": "x", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be at least 0"),
         ({"text": "x", "sampling_params": {"bogus": 1}}, "Unknown sampling parameter.*bogus"),
@@ -42,7 +42,7 @@ def test_parse_generate_refuses_like_sglang(body: dict, message: str) -> None:
         protocol.parse_generate(body)
 
 
-def test_accepted_but_unimplemented_sglang_params_pass() -> None:
+def test_sglang_params_at_their_neutral_value_pass() -> None:
     assert protocol.parse_generate({"text": "x", "sampling_params": {"frequency_penalty": 0.1, "n": 1}}).text == "x"
 
 

@@ -22,7 +22,7 @@ def test_seen_tokens_are_pushed_down_whichever_their_sign() -> None:
 def test_greedy_sampling_moves_off_a_penalised_token() -> None:
     logits = torch.tensor([[3.0, 2.0, 0.0], [3.0, 2.0, 0.0]])
     params = [Sampling(temperature=0.0), Sampling(temperature=0.0, repetition_penalty=2.0)]
-    assert sample(logits, params, [[0], [0]], torch.Generator().manual_seed(0)) == [0, 1]
+    assert sample(logits, params, [[0], [0]], [torch.Generator().manual_seed(0)] * 2) == [0, 1]
 
 
 def test_parsed_and_checked_like_sglang() -> None:
