@@ -44,7 +44,7 @@ class Chat:
         return self
 
     def signed_in(self) -> None:
-        expect(self.page.get_by_role("button", name="New chat")).to_be_visible()
+        expect(self.page.get_by_role("button", name="New chat", exact=True)).to_be_visible()
 
     @property
     def model_picker(self) -> Locator:

@@ -8,7 +8,8 @@ topics and keyspace), started once for the package. Two engines serve it:
   "auto" turn goes there (the classifier's thresholds are out of reach);
 * the ``medium`` pool: the CPU engine's real model, SmolLM2-135M-Instruct, for
   the tests that need readable English (test_real_model.py, which asks for
-  temperature 0). The page reaches it by choosing the model by name.
+  temperature 0). The page reaches it by choosing the model by name. The titler
+  names chats with it too, as it would with a small pool of SmolLM2.
 
 Chromium comes from Debian (tests/browser/install.sh); Playwright only drives it.
 """
@@ -25,7 +26,7 @@ import pytest
 
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
-from tools.topology import SERVICES, WORKER_FRONTIER, WORKER_MEDIUM
+from tools.topology import SERVICES, TITLER, WORKER_FRONTIER, WORKER_MEDIUM
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -59,8 +60,9 @@ BROWSER_ENV = {
 }
 #: The real model's engine, over BROWSER_ENV.
 REAL_ENGINE_ENV = {"PARLEY_ENGINE_BACKEND": "torch"}
-#: Started with the stack; the medium worker is started apart, on its own engine, and frontier is not used.
-STACK_SERVICES = tuple(s for s in SERVICES if s not in (WORKER_MEDIUM, WORKER_FRONTIER))
+#: Started with the stack; the medium worker and the titler are started after it, on the real model's engine,
+#: and frontier is not used.
+STACK_SERVICES = tuple(s for s in SERVICES if s not in (WORKER_MEDIUM, WORKER_FRONTIER, TITLER))
 
 #: Generous: a reply takes ~10 s, more on a loaded two-core machine.
 WAIT_MS = 90_000
@@ -107,6 +109,8 @@ def web_stack(infra, tmp_path_factory) -> Iterator[WebStack]:
         engine, _ = isolated.add_worker(inner, WORKER_MEDIUM, "worker-medium", engine_env=REAL_ENGINE_ENV)
         assert engine.health_url, "the engine is found by its health address"
         stack = WebStack(inner, engine.health_url.removesuffix("/health"))
+        titler = inner.supervisor.start(TITLER, extra_env={"PARLEY_TITLER_ENGINE_URL": stack.real_engine_url})
+        inner.supervisor.wait_ready(titler)
         # The router maps a chosen model to its pool by these names: they must be what the engines say.
         assert served_model(inner.engine_url) == SYNTHETIC_MODEL, "the synthetic engine renamed itself: fix SYNTHETIC_MODEL"
         assert served_model(stack.real_engine_url) == REAL_MODEL, "the CPU engine serves another model: fix REAL_MODEL"

@@ -71,12 +71,12 @@ def test_the_model_picker_offers_auto_and_the_served_models_and_the_reply_record
     page.reload()
     expect(chat.model_picker).to_have_value(SYNTHETIC_MODEL)
     expect(chat.reply(reply_id).locator(".reply-info")).to_have_text(re.compile(re.escape(SYNTHETIC_MODEL)))
-    page.get_by_role("button", name="New chat").click()
+    page.get_by_role("button", name="New chat", exact=True).click()
     expect(chat.model_picker).to_have_value(SYNTHETIC_MODEL)
     chat.choose_model("auto")
     page.locator(f'a[href="#/c/{cid}"]').click()
     expect(chat.model_picker).to_have_value(SYNTHETIC_MODEL)
-    page.get_by_role("button", name="New chat").click()
+    page.get_by_role("button", name="New chat", exact=True).click()
     expect(chat.model_picker).to_have_value("auto")
 
 
@@ -123,14 +123,14 @@ def test_rename_archive_and_delete_from_the_sidebar(page, web_stack, shoot) -> N
     expect(chat.chat_link(titles["Archived"])).to_have_count(0)
     eventually(lambda: ids["Archived"] not in listed_ids(web_stack), "the archived chat to leave GET /v1/conversations")
     assert ids["Archived"] in listed_ids(web_stack, archived=True)
-    page.get_by_role("button", name="Archived chats").click()
+    page.get_by_role("button", name="Archived chats", exact=True).click()
     expect(chat.chat_link(titles["Archived"])).to_be_visible()
     expect(chat.chat_link(new_title)).to_have_count(0)
     shoot(page, "11-archived-chats")
     chat.chat_option(titles["Archived"], "Unarchive")
     expect(chat.chat_link(titles["Archived"])).to_have_count(0)
     eventually(lambda: ids["Archived"] in listed_ids(web_stack), "the unarchived chat back in GET /v1/conversations")
-    page.get_by_role("button", name="Back to chats").click()
+    page.get_by_role("button", name="Back to chats", exact=True).click()
     expect(chat.chat_link(titles["Archived"])).to_be_visible()
 
     # Delete asks first; no keeps it, yes deletes it (here the open chat: the page leaves it).
