@@ -80,6 +80,18 @@ def test_the_model_picker_offers_auto_and_the_served_models_and_the_reply_record
     expect(chat.model_picker).to_have_value("auto")
 
 
+def test_without_a_model_list_the_picker_offers_auto_alone(page, web_stack) -> None:
+    gone = '{"error": {"code": "not_found", "message": "Not Found"}}'
+    page.route("**/v1/models", lambda route: route.fulfill(status=404, content_type="application/json", body=gone))
+    chat = Chat(page, web_stack.url).open()
+    with page.expect_response("**/v1/models"):
+        chat.sign_in(web_stack.key)
+    chat.signed_in()
+    expect(chat.model_picker).to_have_value("auto")
+    assert chat.offered_models() == ["auto"]
+    expect(page.get_by_role("alert")).to_be_hidden()  # no error for a server without the list
+
+
 def test_a_new_chat_takes_the_title_the_server_gives_it_after_the_first_reply(page, web_stack, shoot) -> None:
     chat = signed_in_chat(page, web_stack)
     question = "Tell me about lighthouses"
