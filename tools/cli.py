@@ -282,7 +282,7 @@ def worker_cmd(ctx: typer.Context) -> None:
 
 @app.command("streams", context_settings=PASS_THROUGH)
 def streams_cmd(ctx: typer.Context) -> None:
-    """Run a stream processor: `parley streams context|router|materializer|usage`."""
+    """Run a stream processor: `parley streams context|router|materializer|usage|titler` (streams/processors.py)."""
     _exec_module("streams", ctx.args)
 
 

@@ -35,6 +35,7 @@ class IsolatedStack:
 
     def stop(self) -> None:
         self.supervisor.stop_all()
+        self.session.cluster.shutdown()  # type: ignore[attr-defined]  # else its scheduler thread outlives the test run
 
 
 def prepare(kafka: KafkaSettings, cassandra: CassandraSettings, name: str) -> tuple[KafkaSettings, CassandraSettings]:
@@ -69,6 +70,9 @@ def start(
         "PARLEY_KEYSPACE": cassandra.keyspace,
         "PARLEY_ENGINE_PORT": str(engine_port),
         "PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{engine_port}",
+        # The small pool's engine also writes summaries and titles: this stack's own, never a neighbour's.
+        "PARLEY_CONTEXT_SUMMARY_URL": f"http://127.0.0.1:{engine_port}",
+        "PARLEY_TITLER_ENGINE_URL": f"http://127.0.0.1:{engine_port}",
         "PARLEY_GATEWAY_PORT": str(gateway_port),
         "PARLEY_STREAMS_DATADIR": str(log_dir / "faust"),
     }

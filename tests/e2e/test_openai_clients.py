@@ -1,0 +1,102 @@
+"""Clients no one here wrote, against the whole stack serving the real model (SmolLM2 on the CPU engine).
+
+The official ``openai`` SDK, sync and async, streaming and ``with_raw_response``,
+and LangChain's ``ChatOpenAI``: they list the models, read replies in readable
+English, and get what OpenAI-compatible servers give — ``temperature=0`` with a
+``seed`` answers the same twice, ``temperature=1`` samples anew on every call
+(no ``Idempotency-Key``), an option Parley does not take is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+from langchain_openai import ChatOpenAI
+
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tools import isolated
+
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: The CPU engine's default backend (SmolLM2); short replies keep each call to a second or two on two cores.
+REAL_ENV = {"PARLEY_CONTEXT_MAX_TOKENS": "24"}
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def real(infra, tmp_path_factory) -> Iterator[tuple[str, str]]:
+    """(base URL of the OpenAI API, an API key) of a stack of its own serving SmolLM2."""
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "clients")
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("clients-logs"), REAL_ENV)
+    try:
+        _, key = inner.create_user("clients", "plus")
+        yield f"{inner.url}/v1", key
+    finally:
+        inner.stop()
+        isolated.drop(kafka, cassandra)
+
+
+def mostly_words(text: str) -> bool:
+    """Readable text, not bytes: printable, and most whitespace-separated pieces are words."""
+    pieces = text.split()
+    wordy = [p for p in pieces if p.strip(".,;:!?\"'()").isalpha()]
+    return bool(pieces) and text.isprintable() and len(wordy) >= 0.7 * len(pieces)
+
+
+def test_the_sync_client_lists_models_and_streams_a_readable_reply(real) -> None:
+    url, key = real
+    client = openai.OpenAI(base_url=url, api_key=key)
+    ids = [m.id for m in client.models.list()]
+    assert ids[0] == "auto" and MODEL in ids
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+
+    stream = client.chat.completions.create(model="auto", messages=QUESTION, stream=True, temperature=0, seed=1)
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert mostly_words(text) and "paris" in text.lower(), text
+    assert {c.model for c in chunks} == {MODEL}, "every chunk names the model that answered"
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=QUESTION, temperature=0, seed=1)
+    assert raw.http_response.status_code == 200 and raw.headers["content-type"].startswith("application/json")
+    completion = raw.parse()
+    assert completion.model == MODEL and completion.choices[0].message.content == text
+    assert completion.usage is not None and completion.usage.prompt_tokens > 0 and completion.usage.completion_tokens > 0
+
+
+async def test_the_async_client_samples_as_asked(real) -> None:
+    url, key = real
+    client = openai.AsyncOpenAI(base_url=url, api_key=key)
+    try:
+        story = [{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}]
+
+        async def ask(**sampling: object) -> str:
+            reply = await client.chat.completions.create(model="auto", messages=story, max_tokens=24, **sampling)
+            return reply.choices[0].message.content or ""
+
+        seeded = [await ask(temperature=0, seed=42) for _ in range(2)]
+        assert seeded[0] == seeded[1] and mostly_words(seeded[0])
+        sampled = {await ask(temperature=1.0) for _ in range(3)}
+        assert len(sampled) > 1, "temperature 1 without an Idempotency-Key samples anew on every call"
+
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model="auto", messages=story, logit_bias={"1": 5})
+        assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "logit_bias"
+        with pytest.raises(openai.BadRequestError) as bad:
+            await client.chat.completions.create(model="auto", messages=story, temperature=3)
+        assert isinstance(bad.value.body, dict) and bad.value.body["param"] == "temperature"
+    finally:
+        await client.close()
+
+
+def test_langchain_chat_openai_invokes_and_streams(real) -> None:
+    url, key = real
+    chat = ChatOpenAI(base_url=url, api_key=key, model=MODEL, temperature=0, max_tokens=24)
+    answer = chat.invoke("What is the capital of France?")
+    assert mostly_words(str(answer.content)) and "paris" in str(answer.content).lower(), answer.content
+    assert answer.response_metadata.get("model_name") == MODEL
+    streamed = "".join(str(part.content) for part in chat.stream("What is the capital of France?"))
+    assert streamed == answer.content
