@@ -92,11 +92,22 @@ def start(
     )
 
 
-def add_worker(stack: IsolatedStack, worker: Service, worker_id: str, extra_env: dict[str, str] | None = None) -> tuple[Child, Child]:
-    """One more engine (on a free port) and a worker driving it: a replica of ``worker``'s pool."""
+def add_worker(
+    stack: IsolatedStack,
+    worker: Service,
+    worker_id: str,
+    extra_env: dict[str, str] | None = None,
+    engine_env: dict[str, str] | None = None,
+) -> tuple[Child, Child]:
+    """One more engine (on a free port) and a worker driving it: a replica of ``worker``'s pool.
+
+    ``engine_env`` is the engine's own settings over the stack's (another backend, say)."""
     port = free_port()
     engine = stack.supervisor.start(
-        ENGINE, name=f"engine-{worker_id}", extra_env={"PARLEY_ENGINE_PORT": str(port)}, ports={"engine_port": port}
+        ENGINE,
+        name=f"engine-{worker_id}",
+        extra_env={**(engine_env or {}), "PARLEY_ENGINE_PORT": str(port)},
+        ports={"engine_port": port},
     )
     stack.supervisor.wait_ready(engine)
     env = {"PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{port}", "PARLEY_WORKER_ID": worker_id, **(extra_env or {})}

@@ -69,9 +69,16 @@ const json = async (method, path, body) => {
 const enc = encodeURIComponent;
 
 export const api = {
-  conversations: async () => (await json("GET", "/v1/conversations")).conversations,
-  createConversation: (title) => json("POST", "/v1/conversations", { title }),
+  /** The user's chats; `archived` lists only the archived ones. */
+  conversations: async (archived = false) =>
+    (await json("GET", archived ? "/v1/conversations?archived=true" : "/v1/conversations")).conversations,
+  createConversation: (title) => json("POST", "/v1/conversations", title === undefined ? {} : { title }),
   conversation: (id) => json("GET", `/v1/conversations/${enc(id)}`),
+  /** `changes`: {title} and/or {archived}; answers the conversation's summary. */
+  updateConversation: (id, changes) => json("PATCH", `/v1/conversations/${enc(id)}`, changes),
+  deleteConversation: (id) => json("DELETE", `/v1/conversations/${enc(id)}`),
+  /** The ids of the models a message may ask for ("auto" among them), in the server's order. */
+  models: async () => (await json("GET", "/v1/models")).data.map((m) => m.id),
   selectLeaf: (id, leafId) => json("PUT", `/v1/conversations/${enc(id)}/leaf`, { leaf_id: leafId }),
   stop: (replyId) => json("POST", `/v1/messages/${enc(replyId)}/stop`),
 
@@ -79,15 +86,18 @@ export const api = {
   telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),
 
   /** The SSE response of a new message; `parentId` undefined continues the selected branch. */
-  postMessage(conversationId, { content, clientMessageId, parentId }, signal) {
+  postMessage(conversationId, { content, clientMessageId, parentId, model }, signal) {
     const body = { content, client_message_id: clientMessageId };
     if (parentId !== undefined) body.parent_id = parentId;
+    if (model) body.model = model;
     return call("POST", `/v1/conversations/${enc(conversationId)}/messages`, { body, signal });
   },
 
   /** The SSE response of a new sibling of assistant message `messageId`. */
-  regenerate(messageId, clientMessageId, signal) {
-    return call("POST", `/v1/messages/${enc(messageId)}/regenerate`, { body: { client_message_id: clientMessageId }, signal });
+  regenerate(messageId, clientMessageId, model, signal) {
+    const body = { client_message_id: clientMessageId };
+    if (model) body.model = model;
+    return call("POST", `/v1/messages/${enc(messageId)}/regenerate`, { body, signal });
   },
 
   /** The SSE response of a reply from the start, or after `cursor` when given. */

@@ -1,9 +1,11 @@
-// The Parley web client: sign-in, the conversation list, one conversation's
-// selected branch, and the actions on it (send, stop, regenerate, edit, switch
-// branch), each reply streamed as SSE over fetch. State lives here; the DOM is
-// drawn by view.js from it.
+// The Parley web client: sign-in, the conversation list (rename, archive, delete),
+// one conversation's selected branch, and the actions on it (send with the chosen
+// model, stop, regenerate, edit, switch branch, copy), each reply streamed as SSE
+// over fetch. State lives here; the DOM is drawn by view.js from it.
 
 import { api, auth, ApiError } from "./api.js";
+import { copyFrom } from "./clipboard.js";
+import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
 import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
 import * as view from "./view.js";
@@ -13,12 +15,21 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const state = {
   conversations: [],
+  archived: false, // the sidebar lists the archived chats
+  menuFor: null, // id of the chat whose options are open
+  renaming: null, // id of the chat whose title is being edited
+  models: [AUTO], // what the model picker offers
+  provisional: new Map(), // chat id → the title shown until the server names the chat (its first line)
   conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message}
   active: null, // the streaming action: {controller, reply, stopping}
   error: null, // {message, retryAfter, retry}
   editing: null, // id of the user message being edited
 };
 let openTicket = 0;
+let titleTimers = [];
+
+/** After a first reply the server names the chat, seconds later: the list is read again until it has. */
+const TITLE_REFRESH_MS = [0, 2000, 5000, 10000, 20000, 40000];
 
 function uuid() {
   if (crypto.randomUUID) return crypto.randomUUID();
@@ -46,6 +57,7 @@ async function signIn(event) {
   auth.signIn(key);
   try {
     state.conversations = await api.conversations();
+    state.archived = false;
   } catch (err) {
     auth.signOut();
     $("signin-error").textContent = err.status === 401 ? "That API key was not accepted." : err.message;
@@ -54,6 +66,7 @@ async function signIn(event) {
   $("signin").hidden = true;
   $("app").hidden = false;
   route();
+  loadModels();
   $("input").focus();
 }
 
@@ -61,7 +74,10 @@ function signOut(message = "") {
   state.active?.controller.abort();
   auth.signOut();
   cursors.clear();
-  Object.assign(state, { conversations: [], conv: null, active: null, error: null, editing: null });
+  choice.clear();
+  for (const timer of titleTimers) clearTimeout(timer);
+  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
+  Object.assign(state, { conv: null, active: null, error: null, editing: null });
   history.replaceState(null, "", location.pathname);
   render();
   showSignIn(message);
@@ -69,14 +85,48 @@ function signOut(message = "") {
 
 // ------------------------------------------------------------------ loading
 
-async function loadConversations() {
+/** Reads the sidebar's list again; `quiet`: a background refresh, whose failure shows nothing. */
+async function loadConversations({ quiet = false } = {}) {
+  const archived = state.archived;
   try {
-    state.conversations = await api.conversations();
+    const conversations = await api.conversations(archived);
+    if (!auth.key || state.archived !== archived) return; // signed out, or the other list asked for since
+    state.conversations = conversations;
+    const current = conversations.find((c) => c.id === state.conv?.id);
+    if (current && current.title !== state.conv.title) state.conv.title = current.title;
     renderList();
+    renderTitle();
   } catch (err) {
-    fail(err, loadConversations);
+    if (!quiet) fail(err, loadConversations);
   }
 }
+
+/** Reads the list after a reply, then again a few times while chat `id` has no title of the server's. */
+function refreshTitlesSoon(id) {
+  for (const timer of titleTimers) clearTimeout(timer);
+  const titled = () => !!state.conversations.find((c) => c.id === id)?.title;
+  titleTimers = TITLE_REFRESH_MS.map((ms, i) =>
+    setTimeout(() => {
+      if (i === 0 || !titled()) loadConversations({ quiet: true });
+    }, ms),
+  );
+}
+
+/** What a chat is called on the page: the server's title, else the page's own until the server names it. */
+const shownTitle = (c) => c?.title || state.provisional.get(c?.id) || "";
+
+async function loadModels() {
+  try {
+    state.models = await offeredModels();
+  } catch (err) {
+    fail(err, loadModels);
+    return;
+  }
+  renderComposer();
+}
+
+/** The model the next message asks for: the one chosen for this conversation (or for new chats). */
+const chosenModel = () => choice.get(state.conv?.id, state.models);
 
 function route() {
   const match = /^#\/c\/(.+)$/.exec(location.hash);
@@ -112,12 +162,20 @@ async function openConversation(id) {
   if (last?.role === "assistant" && last.status === "streaming") stream(resumeAction(last));
 }
 
-/** Takes the server's view, keeping what this page knows better (replies it streamed that are not stored yet). */
+/**
+ * Takes the server's view, keeping what this page knows better: replies it streamed that are not
+ * stored yet, that a worker restarted one (seen on its stream only), its token count until stored.
+ */
 function merge(conv, server) {
   const messages = new Map(server.messages.map((m) => [m.id, { ...m, content: m.content ?? "" }]));
   for (const [id, mine] of conv.messages) {
     const stored = messages.get(id);
     if (!stored || stored.status === "streaming") messages.set(id, mine); // not stored yet, or not finished there
+    else {
+      if (mine.restarted) stored.restarted = true;
+      if (stored.tokens == null && mine.tokens != null) stored.tokens = mine.tokens;
+      if (!stored.model && mine.model) stored.model = mine.model;
+    }
   }
   conv.messages = messages;
   conv.title = server.title;
@@ -159,7 +217,7 @@ const putReply = (conv, id, parentId) =>
   put(conv, { id, parent_id: parentId, role: "assistant", content: "", status: "streaming", finish_reason: null });
 
 /** A new user message (`parentId`: undefined continues the shown branch, null starts a new root). */
-function postAction(conv, content, parentId) {
+function postAction(conv, content, parentId, model) {
   const clientMessageId = uuid(); // one per action, reused by its retries
   const shownLeaf = leafOf(conv);
   // Omitting parent_id continues the server's selected leaf; name it when the page shows another.
@@ -167,7 +225,7 @@ function postAction(conv, content, parentId) {
   const parent = parentId === undefined ? shownLeaf : parentId;
   return {
     measured: true,
-    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent }, signal),
+    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent, model }, signal),
     head(data) {
       put(conv, { id: data.user_message_id, parent_id: parent, role: "user", content, status: "complete" });
       return putReply(conv, data.reply_id, data.user_message_id);
@@ -175,11 +233,11 @@ function postAction(conv, content, parentId) {
   };
 }
 
-function regenerateAction(conv, assistant) {
+function regenerateAction(conv, assistant, model) {
   const clientMessageId = uuid();
   return {
     measured: true,
-    start: (signal) => api.regenerate(assistant.id, clientMessageId, signal),
+    start: (signal) => api.regenerate(assistant.id, clientMessageId, model, signal),
     head: (data) => putReply(conv, data.reply_id, data.user_message_id ?? assistant.parent_id),
   };
 }
@@ -188,23 +246,27 @@ function regenerateAction(conv, assistant) {
 function resumeAction(reply) {
   const saved = cursors.get(reply.id);
   reply.content = saved ? saved.text : "";
+  if (saved?.restarted) reply.restarted = true;
   return { reply, start: (signal) => api.resume(reply.id, saved?.cursor, signal), head: () => reply };
 }
 
 async function send(content) {
+  const model = chosenModel();
   if (!state.conv) {
-    const title = content.split("\n")[0].slice(0, 60);
     try {
-      const created = await api.createConversation(title);
+      // Untitled: the server names a chat after its first reply (and never overwrites a title given here).
+      const created = await api.createConversation();
+      state.provisional.set(created.id, content.split("\n")[0].slice(0, 60));
       state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map() };
     } catch (err) {
       fail(err, () => send(content));
       return;
     }
-    state.conversations.unshift({ id: state.conv.id, title: state.conv.title });
+    choice.set(state.conv.id, model);
+    if (!state.archived) state.conversations.unshift({ id: state.conv.id, title: state.conv.title });
     history.pushState(null, "", `#/c/${encodeURIComponent(state.conv.id)}`);
   }
-  const action = postAction(state.conv, content, undefined);
+  const action = postAction(state.conv, content, undefined, model);
   action.afterHead = () => {
     $("input").value = "";
   };
@@ -234,18 +296,22 @@ async function stream(action) {
         return reply;
       },
       changed: renderReply,
+      restarted: () => renderThread(), // the reply's note appears at once
     };
     await follow(response, hooks, reply);
   } catch (err) {
     if (err.name === "AbortError") return;
-    if (err instanceof ReplyFailed) fail(err, () => stream(regenerateAction(conv, reply)));
+    if (err instanceof ReplyFailed) fail(err, () => stream(regenerateAction(conv, reply, chosenModel())));
     else if (reply && !(err instanceof ApiError)) fail(new StreamCut("The connection to the reply was lost."), () => stream(resumeAction(reply)));
     else fail(err, () => stream(action)); // nothing was created yet: same action, same client_message_id
   } finally {
     if (state.active?.controller === controller) state.active = null;
     if (state.conv === conv) {
       render();
-      if (reply && !controller.signal.aborted) settle(conv, reply.id);
+      if (reply && !controller.signal.aborted) {
+        settle(conv, reply.id);
+        if (reply.status !== "streaming") refreshTitlesSoon(conv.id);
+      }
     }
   }
 }
@@ -309,14 +375,26 @@ function render() {
 }
 
 function renderList() {
-  $("conversations").replaceChildren(...view.conversationList(state.conversations, state.conv?.id));
+  const list = $("conversations");
+  // Not while a title is being typed: a background refresh would take the text and the focus.
+  if (state.renaming && list.querySelector("form.rename")) return;
+  const ctx = { activeId: state.conv?.id, renaming: state.renaming, menuFor: state.menuFor, archived: state.archived };
+  const shown = state.conversations.map((c) => ({ ...c, title: shownTitle(c) }));
+  list.replaceChildren(...view.conversationList(shown, ctx));
+  $("list-title").textContent = state.archived ? "Archived chats" : "Your chats";
+  $("archived-toggle").textContent = state.archived ? "Back to chats" : "Archived chats";
+  $("archived-toggle").setAttribute("aria-pressed", String(state.archived));
+}
+
+function renderTitle() {
+  $("title").textContent = state.conv ? shownTitle(state.conv) || "Untitled chat" : "New chat";
 }
 
 function renderThread() {
   const thread = $("thread");
   const focus = focusedControl(thread);
   const nearBottom = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 80;
-  $("title").textContent = state.conv ? state.conv.title || "Untitled chat" : "New chat";
+  renderTitle();
   const conv = state.conv;
   const path = conv ? pathTo(conv.messages, conv.leafId) : [];
   const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a.querySelector(".body")]));
@@ -346,6 +424,13 @@ function renderReply(reply) {
 }
 
 function renderComposer() {
+  const picker = $("model");
+  const chosen = chosenModel();
+  if (picker.options.length !== state.models.length || [...picker.options].some((o, i) => o.value !== state.models[i])) {
+    picker.replaceChildren(...state.models.map((id) => new Option(modelLabel(id), id)));
+  }
+  picker.value = chosen;
+  picker.title = chosen === AUTO ? "Parley chooses the model" : chosen;
   const active = state.active;
   $("send").hidden = !!active;
   $("stop").hidden = !active;
@@ -395,9 +480,19 @@ function onThreadClick(event) {
       renderThread();
       break;
     case "regenerate":
-      if (!state.active) stream(regenerateAction(state.conv, message));
+      if (!state.active) stream(regenerateAction(state.conv, message, chosenModel()));
+      break;
+    case "copy":
+      if (message) copied(button, message.content);
+      break;
+    case "copy-code":
+      copied(button, button.closest(".code-block")?.querySelector("code")?.textContent ?? "");
       break;
   }
+}
+
+async function copied(button, text) {
+  announce((await copyFrom(button, text)) ? "Copied to the clipboard." : "Could not copy to the clipboard.");
 }
 
 function onThreadSubmit(event) {
@@ -407,7 +502,7 @@ function onThreadSubmit(event) {
   const content = form?.elements.content.value.trim();
   if (!message || !content || state.active) return;
   state.editing = null;
-  stream(postAction(state.conv, content, message.parent_id ?? null));
+  stream(postAction(state.conv, content, message.parent_id ?? null, chosenModel()));
 }
 
 function onErrorClick(event) {
@@ -418,6 +513,142 @@ function onErrorClick(event) {
     renderError();
   }
   if (action === "retry" && retry) retry();
+}
+
+// ------------------------------------------------------------------ the sidebar's options
+
+const titleOf = (id) => shownTitle(state.conversations.find((c) => c.id === id)) || "Untitled chat";
+
+function onListClick(event) {
+  const button = event.target.closest("button[data-action]");
+  if (!button) return;
+  const id = button.dataset.id;
+  switch (button.dataset.action) {
+    case "menu":
+      state.menuFor = state.menuFor === id ? null : id;
+      renderList();
+      if (state.menuFor) $("conversations").querySelector(".conv-menu button")?.focus();
+      break;
+    case "rename":
+      state.menuFor = null;
+      state.renaming = id;
+      renderList();
+      $("conversations").querySelector("form.rename input")?.select();
+      break;
+    case "rename-cancel":
+      endRename(id);
+      break;
+    case "archive":
+    case "unarchive":
+      archive(id, button.dataset.action === "archive");
+      break;
+    case "delete":
+      remove(id);
+      break;
+  }
+}
+
+function onListSubmit(event) {
+  event.preventDefault();
+  const form = event.target.closest("form.rename");
+  const title = form?.elements.title.value.trim();
+  if (form && title) rename(form.dataset.id, title);
+}
+
+function onListKey(event) {
+  if (event.key !== "Escape") return;
+  if (state.renaming) endRename(state.renaming);
+  else if (state.menuFor) closeMenu();
+}
+
+function closeMenu() {
+  const id = state.menuFor;
+  state.menuFor = null;
+  renderList();
+  $("conversations").querySelector(`li[data-id="${CSS.escape(id)}"] .conv-menu-button`)?.focus();
+}
+
+function endRename(id) {
+  state.renaming = null;
+  renderList();
+  $("conversations").querySelector(`li[data-id="${CSS.escape(id)}"] a`)?.focus();
+}
+
+/** Applies the server's summary of a changed chat to the list and the open conversation. */
+function updated(id, summary) {
+  const listed = state.conversations.find((c) => c.id === id);
+  if (listed && summary?.title !== undefined) listed.title = summary.title;
+  if (state.conv?.id === id && summary?.title !== undefined) state.conv.title = summary.title;
+}
+
+async function rename(id, title) {
+  try {
+    updated(id, (await api.updateConversation(id, { title })) ?? { title });
+  } catch (err) {
+    fail(err, () => rename(id, title));
+    return;
+  }
+  announce("Chat renamed.");
+  endRename(id);
+  renderTitle();
+}
+
+async function archive(id, archived) {
+  const title = titleOf(id);
+  try {
+    await api.updateConversation(id, { archived });
+  } catch (err) {
+    fail(err, () => archive(id, archived));
+    return;
+  }
+  state.menuFor = null;
+  state.conversations = state.conversations.filter((c) => c.id !== id); // it moved to the other list
+  renderList();
+  announce(archived ? `Archived ${title}.` : `Unarchived ${title}.`);
+}
+
+async function remove(id) {
+  const title = titleOf(id);
+  if (!window.confirm(`Delete the chat “${title}”? This cannot be undone.`)) {
+    closeMenu();
+    return;
+  }
+  try {
+    await api.deleteConversation(id);
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 404)) {
+      fail(err, () => remove(id));
+      return;
+    }
+  }
+  state.menuFor = null;
+  state.conversations = state.conversations.filter((c) => c.id !== id);
+  choice.forget(id);
+  if (state.conv?.id === id) {
+    history.pushState(null, "", location.pathname);
+    newChat();
+  } else renderList();
+  announce(`Deleted ${title}.`);
+  $("new-chat").focus();
+}
+
+function toggleArchived() {
+  state.archived = !state.archived;
+  Object.assign(state, { menuFor: null, renaming: null, conversations: [] });
+  renderList();
+  loadConversations();
+}
+
+function onDocumentClick(event) {
+  if (state.menuFor && !event.target.closest(".conv-menu, .conv-menu-button")) {
+    state.menuFor = null;
+    renderList();
+  }
+}
+
+function onModelChange() {
+  choice.set(state.conv?.id, $("model").value);
+  renderComposer();
 }
 
 function onComposerSubmit(event) {
@@ -447,11 +678,18 @@ function boot() {
   $("composer").addEventListener("submit", onComposerSubmit);
   $("input").addEventListener("keydown", onComposerKey);
   $("stop").addEventListener("click", stop);
+  $("model").addEventListener("change", onModelChange);
+  $("conversations").addEventListener("click", onListClick);
+  $("conversations").addEventListener("submit", onListSubmit);
+  $("conversations").addEventListener("keydown", onListKey);
+  $("archived-toggle").addEventListener("click", toggleArchived);
+  document.addEventListener("click", onDocumentClick);
   window.addEventListener("hashchange", route);
   if (!auth.key) return showSignIn();
   $("app").hidden = false;
   render();
   loadConversations();
+  loadModels();
   route();
 }
 

@@ -1,9 +1,9 @@
 // One streamed reply: its SSE events applied to a message, its cursor kept for resuming.
 //
-// The cursor and the text shown so far are kept in sessionStorage under the
-// reply's id while it streams, so a reload can resume with Last-Event-ID and
-// keep what was already on screen; they are dropped when the reply ends (and
-// on sign-out). Nothing is kept for a finished reply.
+// The cursor, the text shown so far and whether a worker restarted the reply are
+// kept in sessionStorage under the reply's id while it streams, so a reload can
+// resume with Last-Event-ID and keep what was already on screen; they are dropped
+// when the reply ends (and on sign-out). Nothing is kept for a finished reply.
 
 import { readEvents } from "./sse.js";
 import { statusOf } from "./tree.js";
@@ -18,8 +18,8 @@ export const cursors = {
       return null;
     }
   },
-  put(replyId, cursor, text) {
-    if (cursor) sessionStorage.setItem(PREFIX + replyId, JSON.stringify({ cursor, text }));
+  put(replyId, cursor, text, restarted = false) {
+    if (cursor) sessionStorage.setItem(PREFIX + replyId, JSON.stringify({ cursor, text, restarted }));
   },
   drop(replyId) {
     sessionStorage.removeItem(PREFIX + replyId);
@@ -46,32 +46,38 @@ export class ReplyFailed extends Error {
  * write into (called on the `message` event; for a resume the reply is passed
  * as `reply` and may see no `message` event); `hooks.changed(reply)` after
  * each delta, each `restarted` (the text shown is cut back to where the new
- * attempt continues) and at the end. Resolves with the `done` data; throws ReplyFailed
+ * attempt continues; the reply is marked `restarted`, and `hooks.restarted(reply)` follows) and at the end. The `done` event's usage
+ * (and model, when it names one) are kept on the reply. Resolves with the `done` data; throws ReplyFailed
  * or StreamCut.
  */
 export async function follow(response, hooks, reply = null) {
   for await (const { event, data, id } of readEvents(response)) {
     if (event === "message") {
       reply = hooks.head(data);
-      cursors.put(reply.id, id, reply.content);
+      cursors.put(reply.id, id, reply.content, !!reply.restarted);
     } else if (event === "delta" && reply) {
       if (hooks.firstToken) {
         hooks.firstToken();
         hooks.firstToken = null;
       }
       reply.content += data.text;
-      cursors.put(reply.id, id, reply.content);
+      if (data.model) reply.model = data.model; // on an attempt's first chunk
+      cursors.put(reply.id, id, reply.content, !!reply.restarted);
       hooks.changed(reply);
     } else if (event === "restarted" && reply) {
       // Another worker took the reply over and continues from `offset_chars` characters (code
       // points, hence Array.from) of it: keep those, the deltas that follow append to them.
       reply.content = Array.from(reply.content).slice(0, data.offset_chars).join("");
       reply.restarted = true;
-      cursors.put(reply.id, id, reply.content);
+      cursors.put(reply.id, id, reply.content, !!reply.restarted);
       hooks.changed(reply);
+      hooks.restarted?.(reply);
     } else if (event === "done" && reply) {
       reply.status = statusOf(data.finish_reason);
       reply.finish_reason = data.finish_reason;
+      // What answered and how long: the stored message says so too, once the page re-reads it.
+      if (data.model) reply.model = data.model;
+      if (data.usage?.completion_tokens > 0) reply.tokens = data.usage.completion_tokens;
       cursors.drop(reply.id);
       hooks.changed(reply);
       return data;

@@ -3,6 +3,7 @@
 // Buttons carry data-action and data-id; app.js handles them by delegation.
 
 import { renderMarkdown } from "./markdown.js";
+import { modelLabel } from "./models.js";
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -18,15 +19,52 @@ function el(tag, attrs = {}, ...children) {
 const button = (action, id, label, attrs = {}) =>
   el("button", { type: "button", "data-action": action, "data-id": id, class: "link", ...attrs }, label);
 
-export function conversationList(conversations, activeId) {
-  if (!conversations.length) return [el("li", { class: "muted", text: "No chats yet" })];
-  return conversations.map((c) =>
+/** The sidebar's items. `ctx`: {activeId, renaming (id), menuFor (id), archived (the archived list is shown)}. */
+export function conversationList(conversations, ctx) {
+  if (!conversations.length) return [el("li", { class: "muted", text: ctx.archived ? "No archived chats" : "No chats yet" })];
+  return conversations.map((c) => conversationItem(c, ctx));
+}
+
+function conversationItem(c, ctx) {
+  const title = c.title || "Untitled chat";
+  const item = el("li", { class: "conv", "data-id": c.id });
+  if (ctx.renaming === c.id) {
+    const id = `rename-${c.id}`;
+    item.append(
+      el(
+        "form",
+        { class: "rename", "data-id": c.id },
+        el("label", { for: id, class: "visually-hidden", text: `New title for ${title}` }),
+        el("input", { id, name: "title", value: c.title || "", maxlength: 200, autocomplete: "off", required: true }),
+        el("button", { type: "submit", class: "link" }, "Save"),
+        button("rename-cancel", c.id, "Cancel"),
+      ),
+    );
+    return item;
+  }
+  const open = ctx.menuFor === c.id;
+  item.append(
     el(
-      "li",
-      {},
-      el("a", { href: `#/c/${encodeURIComponent(c.id)}`, "aria-current": c.id === activeId ? "page" : null }, c.title || "Untitled chat"),
+      "div",
+      { class: "conv-row" },
+      el("a", { href: `#/c/${encodeURIComponent(c.id)}`, "aria-current": c.id === ctx.activeId ? "page" : null }, title),
+      button("menu", c.id, "…", { class: "link conv-menu-button", "aria-label": `Options for ${title}`, "aria-expanded": String(open) }),
     ),
   );
+  if (open) {
+    item.append(
+      el(
+        "div",
+        { class: "conv-menu", role: "group", "aria-label": `Options for ${title}` },
+        button("rename", c.id, "Rename", { "aria-label": `Rename ${title}` }),
+        ctx.archived
+          ? button("unarchive", c.id, "Unarchive", { "aria-label": `Unarchive ${title}` })
+          : button("archive", c.id, "Archive", { "aria-label": `Archive ${title}` }),
+        button("delete", c.id, "Delete", { "aria-label": `Delete ${title}`, class: "link danger-link" }),
+      ),
+    );
+  }
+  return item;
 }
 
 const STATUS_LABEL = {
@@ -56,16 +94,34 @@ export function messageView(m, ctx) {
     article.append(body);
   }
 
+  if (!user && (m.restarted || m.attempt > 0)) {
+    // Kept once the reply ends: the text after the cut was written by another worker.
+    article.append(el("p", { class: "note note-restarted", role: "note", text: "Restarted on another worker" }));
+  }
+
   const meta = el("div", { class: "meta" });
   if (ctx.siblings.length > 1) meta.append(switcher(m, ctx.siblings, ctx.busy));
-  const label = m.restarted && m.status === "streaming" ? "Resumed on another worker…" : STATUS_LABEL[m.status];
+  const label = STATUS_LABEL[m.status];
   if (label) meta.append(el("span", { class: `status status-${m.status}`, text: label }));
+  const info = !user && m.status !== "streaming" ? replyInfo(m) : "";
+  if (info) meta.append(el("span", { class: "reply-info", title: m.model || null, text: info }));
+  if (!user && m.status !== "streaming" && m.content && !ctx.editing) {
+    meta.append(button("copy", m.id, "Copy", { "aria-label": "Copy this reply" }));
+  }
   if (!ctx.editing && !ctx.busy) {
     if (user) meta.append(button("edit", m.id, "Edit", { "aria-label": "Edit this message" }));
     else if (m.status !== "streaming") meta.append(button("regenerate", m.id, "Regenerate", { "aria-label": "Regenerate this reply" }));
   }
   if (meta.childElementCount) article.append(meta);
   return article;
+}
+
+/** "SmolLM2-135M-Instruct · 8 tokens": who answered and how long the answer was, as far as known. */
+export function replyInfo(m) {
+  const parts = [];
+  if (m.model) parts.push(modelLabel(m.model));
+  if (m.tokens > 0) parts.push(`${m.tokens} ${m.tokens === 1 ? "token" : "tokens"}`);
+  return parts.join(" · ");
 }
 
 /** (Re)writes a message body: plain text for the user, rendered Markdown for replies. */
@@ -77,11 +133,26 @@ export function fillBody(body, m) {
   const streaming = m.status === "streaming";
   body.setAttribute("aria-busy", String(streaming));
   body.innerHTML = renderMarkdown(m.content || "");
+  for (const pre of body.querySelectorAll("pre")) frameCode(pre);
   if (streaming) {
     let last = body; // the cursor goes at the end of the last block, not on a line of its own
     while (last.lastChild?.nodeType === Node.ELEMENT_NODE && last.lastChild.tagName !== "BR") last = last.lastChild;
     last.append(el("span", { class: "cursor", "aria-hidden": "true" }));
   }
+}
+
+/** A code block's box: its language (when the fence named one) and a button that copies the code. */
+function frameCode(pre) {
+  const lang = /(?:^|\s)language-(\S+)/.exec(pre.querySelector("code")?.className || "")?.[1] || "";
+  const head = el(
+    "div",
+    { class: "code-head" },
+    el("span", { class: "code-lang", text: lang || "code" }),
+    button("copy-code", null, "Copy code", { "aria-label": lang ? `Copy the ${lang} code` : "Copy the code" }),
+  );
+  const box = el("div", { class: "code-block" });
+  pre.replaceWith(box);
+  box.append(head, pre);
 }
 
 function switcher(m, siblings, busy) {

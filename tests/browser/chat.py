@@ -44,7 +44,34 @@ class Chat:
         return self
 
     def signed_in(self) -> None:
-        expect(self.page.get_by_role("button", name="New chat")).to_be_visible()
+        expect(self.page.get_by_role("button", name="New chat", exact=True)).to_be_visible()
+
+    @property
+    def model_picker(self) -> Locator:
+        return self.page.get_by_label("Model", exact=True)
+
+    def offered_models(self) -> list[str]:
+        values: Any = self.model_picker.evaluate("s => [...s.options].map((o) => o.value)")
+        return list(values)
+
+    def choose_model(self, model: str) -> None:
+        self.model_picker.select_option(model)
+
+    @property
+    def sidebar(self) -> Locator:
+        return self.page.get_by_role("navigation", name="Conversations")
+
+    def chat_link(self, title: str) -> Locator:
+        return self.sidebar.get_by_role("link", name=title, exact=True)
+
+    def chat_option(self, title: str, option: str) -> None:
+        """Opens the chat's options in the sidebar and picks one (Rename, Archive, Unarchive, Delete)."""
+        self.sidebar.get_by_role("button", name=f"Options for {title}", exact=True).click()
+        self.sidebar.get_by_role("button", name=f"{option} {title}", exact=True).click()
+
+    def clipboard(self) -> str:
+        value: Any = self.page.evaluate("navigator.clipboard.readText()")
+        return str(value)
 
     def send(self, text: str) -> None:
         box = self.page.get_by_label("Message", exact=True)

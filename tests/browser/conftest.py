@@ -1,8 +1,16 @@
 """The web client in a real headless Chromium against the whole real stack.
 
 The stack is tools/isolated.py's (every service a process, on this run's own
-topics and keyspace) with a synthetic engine slow enough that a reply takes
-several seconds, so a test can stop it or reload the page while it streams.
+topics and keyspace), started once for the package. Two engines serve it:
+
+* the ``small`` pool: a synthetic engine slow enough that a reply takes several
+  seconds, so a test can stop it or reload the page while it streams. Every
+  "auto" turn goes there (the classifier's thresholds are out of reach);
+* the ``medium`` pool: the CPU engine's real model, SmolLM2-135M-Instruct, for
+  the tests that need readable English (test_real_model.py, which asks for
+  temperature 0). The page reaches it by choosing the model by name. The titler
+  names chats with it too, as it would with a small pool of SmolLM2.
+
 Chromium comes from Debian (tests/browser/install.sh); Playwright only drives it.
 """
 
@@ -18,6 +26,7 @@ import pytest
 
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
+from tools.topology import SERVICES, TITLER, WORKER_FRONTIER, WORKER_MEDIUM
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -30,13 +39,30 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / ".data" / "screenshots"
 
-#: ~150 tokens at 15 tokens/s: each reply streams for about ten seconds.
+#: What the synthetic engine below names itself at /get_model_info (workers/engine/synthetic.py).
+SYNTHETIC_MODEL = "parley-synthetic-15tps-100ms"
+#: What the CPU engine's torch backend serves by default (workers/engine/packaged_model.py).
+REAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+#: ~150 tokens at 15 tokens/s: each synthetic reply streams for about ten seconds.
 BROWSER_ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",
     "PARLEY_ENGINE_TTFT_MS": "100",
     "PARLEY_ENGINE_TOKENS_PER_S": "15",
     "PARLEY_CONTEXT_MAX_TOKENS": "150",
+    "PARLEY_ROUTER_POOLS": f"small={SYNTHETIC_MODEL},medium={REAL_MODEL}",
+    # "auto" always means small: no turn of a test lands on the real model unless it asks for it.
+    "PARLEY_ROUTER_MEDIUM_SCORE": "100",
+    "PARLEY_ROUTER_FRONTIER_SCORE": "100",
+    "PARLEY_ROUTER_CAPABILITIES": "small=chat+code+math,medium=chat+code+math",
+    # A killed worker's partitions move within seconds (test_worker_restart.py).
+    "PARLEY_WORKER_SESSION_TIMEOUT_MS": "6000",
 }
+#: The real model's engine, over BROWSER_ENV.
+REAL_ENGINE_ENV = {"PARLEY_ENGINE_BACKEND": "torch"}
+#: Started with the stack; the medium worker and the titler are started after it, on the real model's engine,
+#: and frontier is not used.
+STACK_SERVICES = tuple(s for s in SERVICES if s not in (WORKER_MEDIUM, WORKER_FRONTIER, TITLER))
 
 #: Generous: a reply takes ~10 s, more on a loaded two-core machine.
 WAIT_MS = 90_000
@@ -45,9 +71,10 @@ WAIT_MS = 90_000
 class WebStack:
     """The running stack, a user's API key, and an HTTP client of the API as that user."""
 
-    def __init__(self, inner: isolated.IsolatedStack) -> None:
+    def __init__(self, inner: isolated.IsolatedStack, real_engine_url: str) -> None:
         self.inner = inner
         self.url = inner.url
+        self.real_engine_url = real_engine_url
         self.user_id, self.key = inner.create_user("browser-user", "plus")
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30)
 
@@ -68,15 +95,29 @@ class WebStack:
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
+def served_model(engine_url: str) -> str:
+    return str(httpx.get(f"{engine_url}/get_model_info", timeout=10).json()["model_path"])
+
+
+# Package scope: one stack for every module here (its start is most of the suite's fixed cost).
+@pytest.fixture(scope="package")
 def web_stack(infra, tmp_path_factory) -> Iterator[WebStack]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "web")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("web-stack-logs"), BROWSER_ENV)
-    stack = WebStack(inner)
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("web-stack-logs"), BROWSER_ENV, STACK_SERVICES)
+    stack = None
     try:
+        engine, _ = isolated.add_worker(inner, WORKER_MEDIUM, "worker-medium", engine_env=REAL_ENGINE_ENV)
+        assert engine.health_url, "the engine is found by its health address"
+        stack = WebStack(inner, engine.health_url.removesuffix("/health"))
+        titler = inner.supervisor.start(TITLER, extra_env={"PARLEY_TITLER_ENGINE_URL": stack.real_engine_url})
+        inner.supervisor.wait_ready(titler)
+        # The router maps a chosen model to its pool by these names: they must be what the engines say.
+        assert served_model(inner.engine_url) == SYNTHETIC_MODEL, "the synthetic engine renamed itself: fix SYNTHETIC_MODEL"
+        assert served_model(stack.real_engine_url) == REAL_MODEL, "the CPU engine serves another model: fix REAL_MODEL"
         yield stack
     finally:
-        stack.http.close()
+        if stack is not None:
+            stack.http.close()
         inner.stop()
         isolated.drop(kafka, cassandra)
 

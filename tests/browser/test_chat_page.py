@@ -45,18 +45,18 @@ def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None
     expect(reply.locator(".body")).to_have_attribute("aria-busy", "false")
     # The same live-region node went quiet (so a screen reader reads it), not a new one put in its place.
     assert live_region.evaluate("b => b.isConnected && b.getAttribute('aria-busy')") == "false"
-    expect(page.get_by_role("button", name="Send")).to_be_visible()
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
     shoot(page, "02-done")
 
     cid, reply_id = chat.conversation_id(), reply.get_attribute("data-id")
     stored = web_stack.settled(cid, reply_id)
     assert words(chat.final_text(reply_id)) == words(stored["content"])
-    expect(page.get_by_role("link", name=re.compile("Hello"))).to_have_attribute("aria-current", "page")
+    expect(page.locator(f'a[href="#/c/{cid}"]')).to_have_attribute("aria-current", "page")
     # The page reported its own time to first token (POST /v1/telemetry), kept apart from the server's.
     metrics = web_stack.http.get("/metrics").text
     assert re.search(r'^parley_client_ttft_seconds_count\{client="web"\} [1-9]', metrics, re.M), "no client TTFT"
 
-    page.get_by_role("button", name="Sign out").click()
+    page.get_by_role("button", name="Sign out", exact=True).click()
     expect(page.get_by_label("API key")).to_be_visible()
     assert page.evaluate("localStorage.getItem('parley.apiKey')") is None
 
@@ -66,7 +66,7 @@ def test_stop_keeps_the_partial_reply(page, web_stack, shoot) -> None:
     chat.send("Please write a long answer that I will stop")
     reply = chat.streaming_reply()
     reply_id = reply.get_attribute("data-id")
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_role("button", name="Stop", exact=True).click()
 
     chat.finished(reply, "cancelled")
     expect(reply.get_by_text("Stopped")).to_be_visible()
@@ -115,7 +115,7 @@ def test_edit_makes_a_branch_and_the_switcher_moves_between_them(page, web_stack
     question = chat.users.first
     question.get_by_role("button", name="Edit this message").click()
     page.get_by_label("Edit your message").fill("What is a graph?")
-    page.get_by_role("button", name="Save and send").click()
+    page.get_by_role("button", name="Save and send", exact=True).click()
 
     expect(question.locator(".body")).to_have_text("What is a graph?")
     expect(chat.position(question)).to_have_text("2/2")

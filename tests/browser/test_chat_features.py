@@ -1,0 +1,209 @@
+"""What a chat user expects around the messages: the model picker and what each reply records, the
+model and token count under a reply, the sidebar's rename, archive and delete, and a reply's note
+when a worker restarted it. Replies here come from the synthetic engine ("auto" and the small pool)."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+from playwright.sync_api import expect
+
+from tests.browser.chat import Chat
+from tests.browser.conftest import REAL_MODEL, SYNTHETIC_MODEL, WAIT_MS, served_model
+
+
+def signed_in_chat(page, web_stack) -> Chat:
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat.signed_in()
+    return chat
+
+
+def eventually(check, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def listed_ids(web_stack, archived: bool = False) -> list[str]:
+    response = web_stack.http.get("/v1/conversations", params={"archived": "true"} if archived else None)
+    response.raise_for_status()
+    return [c["id"] for c in response.json()["conversations"]]
+
+
+def test_the_model_picker_offers_auto_and_the_served_models_and_the_reply_records_the_choice(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    expect(chat.model_picker).to_have_value("auto")
+    expect(chat.model_picker.locator("option")).to_have_count(3)
+    assert chat.offered_models() == ["auto", SYNTHETIC_MODEL, REAL_MODEL]
+    served = [m["id"] for m in web_stack.http.get("/v1/models").json()["data"]]
+    assert sorted(chat.offered_models()) == sorted(served), "the page offers what GET /v1/models lists"
+
+    posts: list[Any] = []
+    page.on("request", lambda r: r.method == "POST" and r.url.endswith("/messages") and posts.append(r.post_data_json))
+    chat.choose_model(SYNTHETIC_MODEL)
+    chat.send("Which model are you?")
+    reply = chat.streaming_reply()
+    expect(reply.locator(".reply-info")).to_have_count(0)  # nothing to say while it streams
+    chat.finished(reply)
+    assert posts and posts[-1]["model"] == SYNTHETIC_MODEL
+
+    cid, reply_id = chat.conversation_id(), reply.get_attribute("data-id")
+    stored = web_stack.settled(cid, reply_id)
+    assert stored["model"] == SYNTHETIC_MODEL == served_model(web_stack.inner.engine_url), "what the engine serves"
+    # Under the finished reply: the model that answered and its length in tokens.
+    info = reply.locator(".reply-info")
+    expect(info).to_have_text(re.compile(rf"^{re.escape(SYNTHETIC_MODEL)} · \d+ tokens$"))
+    shown_tokens = int(info.inner_text().split(" · ")[1].split()[0])
+    if stored.get("tokens") is not None:
+        assert shown_tokens == stored["tokens"]
+    if stored["finish_reason"] == "length":
+        assert shown_tokens == 150  # PARLEY_CONTEXT_MAX_TOKENS
+    shoot(page, "10-model-and-tokens")
+
+    # Remembered per conversation, and the last choice is where a new chat starts.
+    page.reload()
+    expect(chat.model_picker).to_have_value(SYNTHETIC_MODEL)
+    expect(chat.reply(reply_id).locator(".reply-info")).to_have_text(re.compile(re.escape(SYNTHETIC_MODEL)))
+    page.get_by_role("button", name="New chat", exact=True).click()
+    expect(chat.model_picker).to_have_value(SYNTHETIC_MODEL)
+    chat.choose_model("auto")
+    page.locator(f'a[href="#/c/{cid}"]').click()
+    expect(chat.model_picker).to_have_value(SYNTHETIC_MODEL)
+    page.get_by_role("button", name="New chat", exact=True).click()
+    expect(chat.model_picker).to_have_value("auto")
+
+
+def test_without_a_model_list_the_picker_offers_auto_alone(page, web_stack) -> None:
+    gone = '{"error": {"code": "not_found", "message": "Not Found"}}'
+    page.route("**/v1/models", lambda route: route.fulfill(status=404, content_type="application/json", body=gone))
+    chat = Chat(page, web_stack.url).open()
+    with page.expect_response("**/v1/models"):
+        chat.sign_in(web_stack.key)
+    chat.signed_in()
+    expect(chat.model_picker).to_have_value("auto")
+    assert chat.offered_models() == ["auto"]
+    expect(page.get_by_role("alert")).to_be_hidden()  # no error for a server without the list
+
+
+def test_a_new_chat_takes_the_title_the_server_gives_it_after_the_first_reply(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    question = "Tell me about lighthouses"
+    chat.send(question)
+    reply = chat.streaming_reply()
+    cid = chat.conversation_id()
+    link = page.locator(f'a[href="#/c/{cid}"]')
+    expect(link).to_have_text(question)  # the page's own title for it, until the server names it
+    assert web_stack.conversation(cid)["title"] == "", "created untitled, so that the server may name it"
+    chat.finished(reply)
+    title = eventually(lambda: web_stack.conversation(cid)["title"], "the automatic title", timeout=60)
+    expect(link).to_have_text(title)  # the page read the list again, unasked
+    expect(page.get_by_role("heading", name=title, exact=True)).to_be_visible()
+    shoot(page, "09-titled")
+
+
+def test_rename_archive_and_delete_from_the_sidebar(page, web_stack, shoot) -> None:
+    run = uuid.uuid4().hex[:6]
+    titles = {name: f"{name} {run}" for name in ("Renamed", "Archived", "Deleted")}
+    ids = {}
+    for name, title in titles.items():
+        response = web_stack.http.post("/v1/conversations", json={"title": title})
+        response.raise_for_status()
+        ids[name] = response.json()["id"]
+    chat = signed_in_chat(page, web_stack)
+    for title in titles.values():
+        expect(chat.chat_link(title)).to_be_visible()
+
+    # Rename, inline: the new title is the server's.
+    new_title = f"A better name {run}"
+    chat.chat_option(titles["Renamed"], "Rename")
+    field = page.get_by_label(f"New title for {titles['Renamed']}")
+    expect(field).to_be_focused()
+    field.fill(new_title)
+    field.press("Enter")
+    expect(chat.chat_link(new_title)).to_be_visible()
+    eventually(lambda: web_stack.conversation(ids["Renamed"])["title"] == new_title, "the new title in the API")
+
+    # Archive: out of the list (the API's too), into the archived one, and back.
+    chat.chat_option(titles["Archived"], "Archive")
+    expect(chat.chat_link(titles["Archived"])).to_have_count(0)
+    eventually(lambda: ids["Archived"] not in listed_ids(web_stack), "the archived chat to leave GET /v1/conversations")
+    assert ids["Archived"] in listed_ids(web_stack, archived=True)
+    page.get_by_role("button", name="Archived chats", exact=True).click()
+    expect(chat.chat_link(titles["Archived"])).to_be_visible()
+    expect(chat.chat_link(new_title)).to_have_count(0)
+    shoot(page, "11-archived-chats")
+    chat.chat_option(titles["Archived"], "Unarchive")
+    expect(chat.chat_link(titles["Archived"])).to_have_count(0)
+    eventually(lambda: ids["Archived"] in listed_ids(web_stack), "the unarchived chat back in GET /v1/conversations")
+    page.get_by_role("button", name="Back to chats", exact=True).click()
+    expect(chat.chat_link(titles["Archived"])).to_be_visible()
+
+    # Delete asks first; no keeps it, yes deletes it (here the open chat: the page leaves it).
+    chat.chat_link(titles["Deleted"]).click()
+    expect(page.get_by_role("heading", name=titles["Deleted"])).to_be_visible()
+    asked: list[str] = []
+
+    def answer(accept: bool):
+        def handle(dialog) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        return handle
+
+    page.once("dialog", answer(False))
+    chat.chat_option(titles["Deleted"], "Delete")
+    expect(chat.chat_link(titles["Deleted"])).to_be_visible()
+    assert asked and titles["Deleted"] in asked[0]
+    assert web_stack.http.get(f"/v1/conversations/{ids['Deleted']}").status_code == 200
+    page.once("dialog", answer(True))
+    chat.chat_option(titles["Deleted"], "Delete")
+    expect(chat.chat_link(titles["Deleted"])).to_have_count(0)
+    expect(page.get_by_role("heading", name="New chat")).to_be_visible()
+    assert "#/c/" not in page.url
+    eventually(lambda: web_stack.http.get(f"/v1/conversations/{ids['Deleted']}").status_code == 404, "a 404 for it")
+    assert ids["Deleted"] not in listed_ids(web_stack)
+
+    page.reload()  # all of it is the server's
+    expect(chat.chat_link(new_title)).to_be_visible()
+    expect(chat.chat_link(titles["Archived"])).to_be_visible()
+    expect(chat.chat_link(titles["Deleted"])).to_have_count(0)
+
+
+#: A reply's stream with a `restarted` event in it, fed to the page's own stream reader and view (no worker
+#: dies here; test_worker_restart.py kills one).
+SYNTHETIC_RESTART = """async () => {
+  const { follow } = await import('/static/replies.js');
+  const { messageView } = await import('/static/view.js');
+  const events = [
+    ['message', {conversation_id: 'c', user_message_id: 'u', reply_id: 'r'}],
+    ['delta', {text: 'Hello wor'}],
+    ['restarted', {message_id: 'r', attempt: 1, offset_chars: 6}],
+    ['delta', {text: 'world.'}],
+    ['done', {message_id: 'r', finish_reason: 'stop', usage: {prompt_tokens: 3, completion_tokens: 4, cached_tokens: 0}}],
+  ];
+  const body = events.map(([e, d], i) => `id: 0:${i}\\nevent: ${e}\\ndata: ${JSON.stringify(d)}\\n\\n`).join('');
+  const reply = {id: 'r', parent_id: 'u', role: 'assistant', content: '', status: 'streaming'};
+  let notes = 0;
+  await follow(new Response(body), {head: () => reply, changed: () => {}, restarted: () => notes++});
+  const article = messageView({...reply, model: 'm'}, {siblings: [reply], editing: false, busy: false});
+  article.id = 'restarted-reply';
+  document.body.append(article);
+  return {content: reply.content, status: reply.status, restarted: reply.restarted, tokens: reply.tokens, notes};
+}"""
+
+
+def test_a_restarted_reply_keeps_a_visible_note_after_it_ends(page, web_stack) -> None:
+    page.goto(web_stack.url + "/")
+    out = page.evaluate(SYNTHETIC_RESTART)
+    assert out == {"content": "Hello world.", "status": "complete", "restarted": True, "tokens": 4, "notes": 1}
+    article = page.locator("#restarted-reply")
+    expect(article.get_by_role("note")).to_have_text("Restarted on another worker", timeout=WAIT_MS)
+    expect(article.get_by_role("note")).to_be_visible()
+    expect(article.locator(".reply-info")).to_have_text("m · 4 tokens")
