@@ -79,6 +79,8 @@ class Ids:
             if name == "conversation_id" and pick:
                 mine = self.throwaway() if case.method.upper() == "DELETE" else self.conversation_id
                 params[name] = self.foreign_conversation_id if pick == 3 else mine
+            elif name == "model_id" and pick:
+                params[name] = "auto"  # the one model every deployment lists
             elif name == "message_id" and pick:
                 params[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
         body = case.body if isinstance(case.body, dict) else {}
