@@ -168,8 +168,7 @@ async def post_message(request: Request) -> Response:
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     model = None if model is MISSING else model
     # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).
-    conversation = await svc.owned(user, request.path_params["conversation_id"], cached_ok=True)
-    messages = await svc.messages_for_posting(conversation)
+    conversation, messages = await svc.for_posting(user, request.path_params["conversation_id"])
     known = {m.id for m in messages}
 
     if parent_id is MISSING:  # continue the selected branch
