@@ -31,10 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from confluent_kafka import TopicPartition
 
 from infra.local import stack as infra_stack
 from infra.local.settings import LocalInfraSettings
+from parley.consumer import reader, records_since
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from schemas import codec
+from schemas.catalog import TOPICS
+from schemas.events import GenerationRequested, InferenceRequested, InferenceRouted, TokenChunk
 from tools import isolated
 
 TTFT_BAR_S = 1.0
@@ -189,13 +194,6 @@ HOPS = (
 
 def first_token_hops(kafka: KafkaSettings, step: Step, since_s: float) -> dict[str, list[float]]:
     """Per hop, its seconds for every turn of ``step``, from the events' own ``occurred_at`` on the log."""
-    from confluent_kafka import TopicPartition
-
-    from parley.consumer import reader, records_since
-    from schemas import codec
-    from schemas.catalog import TOPICS
-    from schemas.events import GenerationRequested, InferenceRequested, InferenceRouted, TokenChunk
-
     names = ["chat.events", "chat.inference", "chat.tokens", *(f"chat.inference.{p}" for p in ("small", "medium", "frontier"))]
     starts = [
         TopicPartition(kafka.topic(n), p, int(since_s * 1000)) for n in names for p in range(TOPICS[n].partitions)

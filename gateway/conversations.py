@@ -81,6 +81,8 @@ async def update_conversation(request: Request) -> Response:
     title = string(body, "title", max_chars=TITLE_MAX, required=False)
     if title is None:
         raise Unprocessable("`title` must be a string (a conversation keeps a title; send a new one)")
+    if title is not MISSING:
+        title = title.strip()
     archived = body.get("archived", MISSING)
     if archived is not MISSING and not isinstance(archived, bool):
         raise Unprocessable("`archived` must be true or false")
@@ -88,7 +90,7 @@ async def update_conversation(request: Request) -> Response:
     common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
     events: list[ConversationEvent] = []
     if title is not MISSING:
-        events.append(ConversationRenamed(**common, title=title.strip(), by="user"))
+        events.append(ConversationRenamed(**common, title=title, by="user"))
     if archived is not MISSING:
         events.append(ConversationArchived(**common, archived=archived))
     await svc.append(*events)
@@ -96,7 +98,7 @@ async def update_conversation(request: Request) -> Response:
     return JSONResponse(
         {
             "id": conversation.id,
-            "title": title.strip() if isinstance(title, str) else conversation.title,
+            "title": conversation.title if title is MISSING else title,
             "archived": archived if archived is not MISSING else conversation.archived,
         }
     )
