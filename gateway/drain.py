@@ -1,9 +1,11 @@
 """Leaving gracefully on SIGTERM: readiness off and new streams refused at once, replies in
 flight given ``PARLEY_GATEWAY_DRAIN_S`` to finish, the rest told to resume elsewhere.
 
-``Drain`` counts the live SSE streams of this process; ``until_cut`` wraps one
-stream's events so that, once the deadline passes, it ends with an ``error``
-event ``gateway_draining`` (with ``retry_after``) instead of the next chunk.
+``Drain`` counts the live SSE streams of this process; once the deadline passes
+it calls each one's ``on_cut``, which makes the stream's source stop where it
+waits (a token stream gets a stop in its queue: no task or wait per chunk to
+watch for the deadline), and ``until_cut`` ends the events of a stream so
+stopped with an ``error`` event ``gateway_draining`` (with ``retry_after``).
 The client reconnects with ``GET /v1/messages/{id}/stream`` and the
 ``Last-Event-ID`` it holds; any other gateway continues from there, since the
 reply lives on ``chat.tokens``, not here. ``gateway/__main__.py`` runs the
@@ -16,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway import replies
@@ -35,19 +37,29 @@ class Drain:
         self._idle = asyncio.Event()
         self._idle.set()
         self._live = 0
+        self._on_cut: set[Callable[[], None]] = set()
 
     @property
     def live(self) -> int:
         return self._live
 
+    @property
+    def cut_now(self) -> bool:
+        """The deadline passed: live streams were told to stop."""
+        return self._cut.is_set()
+
     @contextlib.contextmanager
-    def stream(self) -> Any:
-        """Count a live stream for as long as the block runs."""
+    def stream(self, on_cut: Callable[[], None]) -> Any:
+        """Count a live stream for as long as the block runs; ``on_cut`` stops its source at the deadline."""
         self._live += 1
         self._idle.clear()
+        self._on_cut.add(on_cut)
+        if self._cut.is_set():
+            on_cut()
         try:
             yield
         finally:
+            self._on_cut.discard(on_cut)
             self._live -= 1
             if self._live == 0:
                 self._idle.set()
@@ -65,13 +77,12 @@ class Drain:
         except asyncio.TimeoutError:
             cut = self._live
             self._cut.set()
+            for on_cut in list(self._on_cut):
+                on_cut()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), CUT_GRACE_S)
             log.info("drain deadline passed; streams told to resume elsewhere", extra={"cut_streams": cut})
             return cut
-
-    async def cut(self) -> None:
-        await self._cut.wait()
 
 
 def draining_error(cursor: str | None, retry_after: int) -> dict[str, Any]:
@@ -85,36 +96,21 @@ def is_cut(event: dict[str, Any]) -> bool:
 
 
 async def until_cut(events: AsyncIterator[dict[str, Any]], drain: Drain, retry_after: int) -> AsyncIterator[dict[str, Any]]:
-    """``events`` until they end, or until the drain deadline: then a ``gateway_draining`` error.
+    """``events`` until they end; a source that ended without its reply's end because the drain cut it
+    (its ``on_cut`` stopped it) ends with a ``gateway_draining`` error.
 
     The error carries the last cursor sent, so a client's ``Last-Event-ID`` is right either way.
     """
-    source = aiter(events)
-    cut = asyncio.ensure_future(drain.cut())
-    pending: asyncio.Future[dict[str, Any]] | None = None
     cursor: str | None = None
+    ended = False
     try:
-        while True:
-            pending = asyncio.ensure_future(anext(source))
-            done, _ = await asyncio.wait({pending, cut}, return_when=asyncio.FIRST_COMPLETED)
-            if pending not in done:
-                yield draining_error(cursor, retry_after)
-                return
-            try:
-                event = pending.result()
-            except StopAsyncIteration:
-                return
-            finally:
-                pending = None
+        async for event in events:
             cursor = event.get("id", cursor)
+            ended = event["event"] in ("done", "error")
             yield event
-    finally:
-        cut.cancel()
-        if pending is not None:  # cut, or our reader went away: stop the source where it waits
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        closer = getattr(source, "aclose", None)
+    finally:  # our reader went away: end the source now (its own cleanup closes the token stream)
+        closer = getattr(events, "aclose", None)
         if closer is not None:
-            with contextlib.suppress(BaseException):
-                await closer()
+            await closer()
+    if not ended and drain.cut_now:
+        yield draining_error(cursor, retry_after)

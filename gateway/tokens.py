@@ -5,7 +5,9 @@ partitions of its live streams. A stream is opened *before* its request is
 appended, at the partition's end offset noted then (``note_end``), so no chunk
 of the reply can be missed; a replay (resume) opens at an earlier offset and
 the partition is sought back to it, while streams already past that offset
-ignore what they have seen. Chunks are matched to streams by request id.
+ignore what they have seen. Chunks are matched to streams by request id, read
+before the rest of the record (``gateway/chunk_reader.py``): another gateway's
+chunks on the same partition are skipped undecoded.
 
 The reader never seeks forward: a stream that opens ahead of where the
 partition is being read waits for the reader to get there, because streams
@@ -15,9 +17,19 @@ not from ``Consumer.position``, which knows nothing until the first record
 after an assign arrives; reading that as "far ahead" once made the reader seek
 a second new stream's offset and skip the first stream's opening chunks.
 
-The consumer runs in a thread (confluent-kafka blocks); chunks cross into the
-event loop with ``call_soon_threadsafe``. Assignment changes are queued to that
-thread so only it touches the consumer.
+The consumer runs in a thread (confluent-kafka blocks) that does as little as it
+can: it applies assignment changes (queued to it, so only it touches the
+consumer; a seek never lands inside a batch), takes what is already fetched (up
+to ``BATCH`` records), keeps ``_next``, and hands the loop, with one
+``call_soon_threadsafe``, the streams it just positioned and the batch, in that
+order. Decoding, matching and queueing happen on the event loop, which sees
+registrations and records in exactly the order the reader thread produced them,
+so the rules above hold as if it all ran on one thread. Two reasons, both
+measured (bench/fanout.py): a wake-up per chunk and stream (a write to the
+loop's self-pipe) was a fifth of the process's time at 1,000 streams; and a
+reader thread decoding thousands of records a second holds the GIL while the
+loop, which gives it up at every socket write, waits for it back (the convoy
+effect): the loop got 0.08 of a core and streams fell seconds behind.
 """
 
 from __future__ import annotations
@@ -32,7 +44,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, reader
+from gateway import chunk_reader
+
+from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, poll_batch, reader
 from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
@@ -45,6 +59,8 @@ log = logging.getLogger(__name__)
 TOKENS = "chat.tokens"
 #: Partitions with no stream for this long are unassigned.
 IDLE_UNASSIGN_S = 30.0
+#: Records taken from the consumer at once (only what is already fetched: a batch never waits to fill).
+BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,8 @@ class Stream:
     request_id: str
     partition: int
     from_offset: int
-    queue: asyncio.Queue[Chunk] = field(default_factory=asyncio.Queue)
+    #: Chunks in log order; None: stop now, the gateway's drain cut this stream (turns.read_live).
+    queue: asyncio.Queue[Chunk | None] = field(default_factory=asyncio.Queue)
     last_offset: int = -1  # offsets at or below this were delivered already
     closed: bool = False
 
@@ -83,8 +100,8 @@ class TokenStreams:
         self._meta = reader(settings, "gateway-tokens-meta")
         self._meta_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams
-        self._by_partition: dict[int, set[Stream]] = defaultdict(set)
+        self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams (the loop's alone)
+        self._by_partition: dict[int, set[Stream]] = defaultdict(set)  # under _lock: the reader thread asks which are idle
         self._assigned: dict[int, float] = {}  # partition → when it last had no streams (0: has some)
         self._next: dict[int, int] = {}  # assigned partition → the offset of the next record the reader gets
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -133,42 +150,52 @@ class TokenStreams:
         return stream
 
     def close_stream(self, stream: Stream) -> None:
-        with self._lock:
-            stream.closed = True
-            self._streams[stream.request_id].discard(stream)
-            if stream.request_id in self._streams and not self._streams[stream.request_id]:
+        """Stop ``stream`` (on the event loop, as everything that reads or changes ``_streams``)."""
+        stream.closed = True
+        streams = self._streams.get(stream.request_id)
+        if streams is not None:
+            streams.discard(stream)
+            if not streams:
                 del self._streams[stream.request_id]
+        with self._lock:
             self._by_partition[stream.partition].discard(stream)
 
     # ------------------------------------------------------------ consumer thread
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._apply_commands()
+            opened = self._apply_commands()
             try:
-                msg = self._consumer.poll(0.05)
+                batch = poll_batch(self._consumer, BATCH, 0.05)
             except KafkaException as exc:  # pragma: no cover - broker trouble is retried by librdkafka
                 log.warning("token consumer error", extra={"error": str(exc)})
                 self.healthy = False
+                batch = []
                 time.sleep(0.5)
-                continue
-            if msg is None:
+            records: list[tuple[int, int, bytes | None]] = []
+            for msg in batch:
+                error = msg.error()
+                if error:
+                    self.healthy = not error.fatal()
+                    continue
+                self.healthy = True
+                partition, offset = msg.partition(), msg.offset()
+                if partition in self._next:
+                    self._next[partition] = offset + 1
+                records.append((partition, offset, msg.value()))
+            if (opened or records) and self._loop is not None:
+                self._loop.call_soon_threadsafe(self._on_loop, opened, records)
+            if not batch:
                 self._unassign_idle()
-                continue
-            if msg.error():
-                self.healthy = not msg.error().fatal()
-                continue
-            self.healthy = True
-            if msg.partition() in self._next:
-                self._next[msg.partition()] = msg.offset() + 1
-            self._dispatch(msg.partition(), msg.offset(), msg.value())
 
-    def _apply_commands(self) -> None:
+    def _apply_commands(self) -> list[Stream]:
+        """Position the partitions of the streams opened since; those streams, in order."""
+        opened: list[Stream] = []
         while True:
             try:
                 _, stream = self._commands.get_nowait()
             except queue.Empty:
-                return
+                return opened
             partition, offset = stream.partition, stream.from_offset
             tp = TopicPartition(self._topic, partition, offset)
             if partition not in self._assigned:
@@ -181,10 +208,7 @@ class TokenStreams:
                 self._next[partition] = offset
             # else: the reader gets there on its own; nothing may be skipped for the streams before it.
             self._assigned[partition] = 0.0
-            with self._lock:
-                if not stream.closed:
-                    self._streams[stream.request_id].add(stream)
-                    self._by_partition[partition].add(stream)
+            opened.append(stream)
 
     def _unassign_idle(self) -> None:
         now = time.monotonic()
@@ -200,22 +224,32 @@ class TokenStreams:
                 del self._assigned[partition]
                 del self._next[partition]
 
+    # ------------------------------------------------------------ event loop
+
+    def _on_loop(self, opened: list[Stream], records: list[tuple[int, int, bytes | None]]) -> None:
+        """The streams the reader thread positioned, then the records it read after that."""
+        for stream in opened:
+            if not stream.closed:
+                self._streams[stream.request_id].add(stream)
+                with self._lock:
+                    self._by_partition[stream.partition].add(stream)
+        for partition, offset, value in records:
+            self._dispatch(partition, offset, value)
+
     def _dispatch(self, partition: int, offset: int, value: bytes | None) -> None:
         try:
             if value is not None and len(value) > DEFAULT_MAX_EVENT_BYTES:  # what the DLQ gets is never streamed
                 raise EventTooLarge(f"record of {len(value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
-            event = codec.decode(value)
+            event = chunk_reader.read(value, self._streams)  # None: a chunk no stream here wants, left unread
         except codec.CodecError as exc:
             # The producers' consumers dead-letter it; a gateway only skips it.
             log.warning("skipping an undecodable token record", extra={"partition": partition, "offset": offset, "error": str(exc)})
             return
         if not isinstance(event, TokenChunk):
             return
-        with self._lock:
-            targets = [s for s in self._streams.get(event.request_id, ()) if offset >= s.from_offset and offset > s.last_offset]
-            for s in targets:
+        chunk: Chunk | None = None
+        for s in self._streams.get(event.request_id, ()):
+            if offset >= s.from_offset and offset > s.last_offset:
                 s.last_offset = offset
-        if targets and self._loop is not None:
-            chunk = Chunk(event, partition, offset)
-            for s in targets:
-                self._loop.call_soon_threadsafe(s.queue.put_nowait, chunk)
+                chunk = chunk or Chunk(event, partition, offset)
+                s.queue.put_nowait(chunk)

@@ -21,6 +21,7 @@ from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response
+from starlette.types import Message, Send
 
 from gateway import replies
 from gateway.drain import is_cut, until_cut
@@ -126,15 +127,16 @@ async def read_live(
     """
     finished = False
     toucher = asyncio.create_task(_touch(svc, stream.request_id))
+    events = until_cut(replies.live(svc.tokens, stream, head, since), svc.drain, svc.settings.retry_after_s)
     try:
-        with svc.drain.stream():
-            events = until_cut(replies.live(svc.tokens, stream, head, since), svc.drain, svc.settings.retry_after_s)
+        with svc.drain.stream(on_cut=lambda: stream.queue.put_nowait(None)):
             async for event in events:
                 yield event
                 if event["event"] in ("done", "error") and not is_cut(event):
                     finished = True
     finally:
         toucher.cancel()
+        await events.aclose()  # at once, not when the collector finds it: it closes the token stream
         if not finished:
             left = datetime.now(timezone.utc)
             svc.spawn(_watch_abandonment(svc, stream.request_id, conversation_id, user_id, left))
@@ -173,6 +175,25 @@ async def _iterate(events: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]
 
 
 def sse(svc: Services, events: AsyncIterator[dict[str, Any]]) -> Response:
-    return EventSourceResponse(
-        events, ping=svc.settings.stream_ping_s, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return _EventSource(
+        _wire(events), ping=svc.settings.stream_ping_s, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     )
+
+
+async def _wire(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            yield replies.wire(event)
+    finally:  # the response went away: end the reply's reader now, not when the collector finds it
+        closer = getattr(events, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+class _EventSource(EventSourceResponse):
+    """sse-starlette's response without its cancel scope around every send, which only serves a
+    ``send_timeout`` (never set here) and cost more than the rest of a chunk's way out of the
+    process (bench/fanout.py)."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        await send(message)

@@ -14,24 +14,31 @@ from gateway.store import ConversationRow
 from schemas.events import ConversationCreated, GenerationRequested, MessagePosted
 
 
-async def _reply(chunks: int, pause: float, closed: list[bool]) -> AsyncIterator[dict[str, Any]]:
+async def _reply(chunks: int, pause: float, closed: list[bool], stop: asyncio.Queue[None]) -> AsyncIterator[dict[str, Any]]:
+    """A reply's events, one every ``pause``; it stops early where it waits once ``stop`` gets an item
+    (as a token stream stops on the None a drain's ``on_cut`` puts in its queue)."""
     try:
         for i in range(chunks):
-            await asyncio.sleep(pause)
+            try:
+                await asyncio.wait_for(stop.get(), pause)
+                return
+            except asyncio.TimeoutError:
+                pass
             yield {"event": "delta", "data": json.dumps({"text": "x"}), "id": f"0:{i}"}
         yield {"event": "done", "data": "{}", "id": f"0:{chunks}"}
     finally:
         closed.append(True)
 
 
-async def _read(drain: Drain, source: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
-    with drain.stream():
-        return [e async for e in until_cut(source, drain, 3)]
+async def _read(drain: Drain, chunks: int, pause: float, closed: list[bool]) -> list[dict[str, Any]]:
+    stop: asyncio.Queue[None] = asyncio.Queue()
+    with drain.stream(on_cut=lambda: stop.put_nowait(None)):
+        return [e async for e in until_cut(_reply(chunks, pause, closed, stop), drain, 3)]
 
 
 async def test_a_stream_that_ends_before_the_deadline_is_untouched() -> None:
     drain, closed = Drain(), []
-    reader = asyncio.create_task(_read(drain, _reply(3, 0.01, closed)))
+    reader = asyncio.create_task(_read(drain, 3, 0.01, closed))
     await asyncio.sleep(0)
     assert await drain.run(5.0) == 0
     events = await reader
@@ -41,7 +48,7 @@ async def test_a_stream_that_ends_before_the_deadline_is_untouched() -> None:
 
 async def test_past_the_deadline_a_stream_ends_with_a_resume_hint_at_its_last_cursor() -> None:
     drain, closed = Drain(), []
-    reader = asyncio.create_task(_read(drain, _reply(1000, 0.02, closed)))
+    reader = asyncio.create_task(_read(drain, 1000, 0.02, closed))
     await asyncio.sleep(0.1)
     assert await drain.run(0.1) == 1
     events = await reader
