@@ -49,7 +49,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer, TopicPartition
 
-from bench.load import cpu_seconds, pct
+from bench.load import TICK, cpu_seconds, pct
 from infra.local import stack as infra_stack
 from infra.local.settings import LocalInfraSettings
 from parley import ids
@@ -65,8 +65,9 @@ from tools.topology import GATEWAY
 TOKENS = "chat.tokens"
 PARTITIONS = TOPICS[TOKENS].partitions
 LAG_BAR_S = 0.100  # the target: 2,000 streams at 30 chunks/s, p99 < 100 ms
-#: A delta's data as the gateway writes it, its text the chunk's produce time in µs.
-STAMP = re.compile(rb'data: \{"text": "([0-9]{16}) ')
+#: A chunk's text is its produce time in µs and a space; a delta carries one, or several when the
+#: gateway sent chunks that queued up behind each other as one (gateway/replies.py).
+STAMP = re.compile(rb"([0-9]{16}) ")
 END = re.compile(rb"event: (done|error)\r?\n")
 
 
@@ -102,10 +103,16 @@ class ChunkWriter:
         self._head = codec.MAGIC + fp
         self._ids = _string(conversation_id) + _string(user_id) + _string(request_id)
         self._chars = 0
+        # Event ids: the reply's id (a uuid5) with its last twelve digits the chunk's seq, unique without
+        # uuid4's 2 µs a chunk; nothing on this path dedupes by event id.
+        self._event_id = b"\x48" + request_id[:24].encode()  # 36 characters
+
+    def _event(self, seq: int) -> bytes:
+        return self._event_id + b"%012x" % seq
 
     def chunk(self, seq: int, text: str, stamp_us: int) -> bytes:
         body = (
-            _string(str(uuid.uuid4())), _long(stamp_us), b"\x00", self._ids,  # event_id, occurred_at, trace_id "", ids
+            self._event(seq), _long(stamp_us), b"\x00", self._ids,  # event_id, occurred_at, trace_id "", ids
             b"\x00", _long(seq), _string(text), b"\x02", _long(self._chars),  # attempt 0, seq, text, tokens 1, offset_chars
             b"\x00\x00", b"\x0abench", b"\x00", b"\x00\x00\x00",  # no finish, no usage; replica; model ""; no error
         )
@@ -115,7 +122,7 @@ class ChunkWriter:
     def final(self, seq: int, stamp_us: int, completion_tokens: int) -> bytes:
         usage = b"\x02" + _long(10) + _long(0) + _long(completion_tokens)  # prompt, cached, completion
         body = (
-            _string(str(uuid.uuid4())), _long(stamp_us), b"\x00", self._ids,
+            self._event(seq), _long(stamp_us), b"\x00", self._ids,
             b"\x00", _long(seq), b"\x00", b"\x00", _long(self._chars),  # no text, no tokens
             b"\x02" + _string("stop"), usage, b"\x0abench", b"\x00", b"\x00\x00\x00",
         )
@@ -133,6 +140,7 @@ class _Sse(asyncio.Protocol):
         self.lags = lags
         self.tail = b""
         self.seen = 0
+        self.deltas = 0
         self.last = 0
         self.disorder = 0
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -154,6 +162,7 @@ class _Sse(asyncio.Protocol):
                 return
             if b"event: message" in whole:
                 self.opened.set_result(None)
+        self.deltas += whole.count(b"event: delta")
         for raw in STAMP.findall(whole):
             stamp = int(raw)
             self.lags.append(now - stamp * 1e-6)
@@ -201,6 +210,7 @@ async def _read_streams(url: str, key: str, posts: list[tuple[str, str]], deadli
         "ended": len(ended[0]) - failed,
         "failed": failed,
         "counts": [s.seen for s in streams],
+        "deltas": sum(s.deltas for s in streams),
         "disorder": sum(s.disorder for s in streams),
     }
 
@@ -260,12 +270,38 @@ class Result:
     lags: array.array
     baseline: array.array
     delivered: int = 0
+    deltas: int = 0  # SSE delta events: fewer than chunks where the gateway sent queued-up chunks as one
     expected: int = 0
     wrong_streams: int = 0  # a stream that got another number of chunks than were produced for it
     disorder: int = 0
     failed: int = 0
     seconds: float = 0.0
     cpu: dict[str, float] = field(default_factory=dict)  # process → cores busy over the step
+    gateway_waited: float = 0.0  # the gateway's threads' seconds runnable without a CPU, per second
+
+
+def waited_seconds(pid: int) -> float:
+    """Seconds ``pid``'s threads spent runnable but waiting for a CPU so far (schedstat); 0 when it is gone.
+
+    On a machine shared with Kafka, the load generator and other people's work, this tells a process
+    that is too slow from one that did not get the cores it asked for."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    except OSError:
+        return 0.0
+    return total / 1e9
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (every process, ours or not), from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / TICK
 
 
 def _role(args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -342,14 +378,17 @@ def run_step(
         def cpu_now() -> dict[str, float]:
             out = {name: cpu_seconds(pid) for name, pid in watched.items() if pid}
             out["readers"] = sum(cpu_seconds(p.pid) for p in procs)
+            out["machine"] = machine_busy_seconds()
             return out
 
         producer = Producer(producer_config(stack.kafka))  # as the workers produce chunks (parley.kafka)
-        before, began = cpu_now(), time.monotonic()
+        gateway = pids["gateway"]
+        before, began, waited = cpu_now(), time.monotonic(), waited_seconds(gateway)
         _produce(producer, stack.kafka.topic(TOKENS), replies, rate, chunks)
         summaries = [json.loads(proc.stdout.readline() or "{}") for proc in procs]  # type: ignore[union-attr]
         elapsed = time.monotonic() - began
         after = cpu_now()
+        waited = waited_seconds(gateway) - waited
         baseline.stdin.close()  # type: ignore[union-attr]
         baseline.wait(30)
         for proc in procs:
@@ -364,12 +403,14 @@ def run_step(
         lags=lags,
         baseline=base,
         delivered=sum(counts),
+        deltas=sum(s.get("deltas", 0) for s in summaries),
         expected=chunks * n,
         wrong_streams=sum(1 for c in counts if c != chunks) + (n - len(counts)),
         disorder=sum(s.get("disorder", 0) for s in summaries),
         failed=sum(s.get("failed", 0) for s in summaries) + n - sum(s.get("ended", 0) + s.get("failed", 0) for s in summaries),
         seconds=elapsed,
         cpu={name: (after[name] - before[name]) / elapsed for name in after},
+        gateway_waited=waited / elapsed,
     )
 
 
@@ -382,12 +423,17 @@ def report(r: Result) -> None:
     print(
         f"N={r.n:<5d} {r.delivered / r.seconds:7.0f} chunks/s   lag p50 {g50 * ms:7.1f} ms  p99 {g99 * ms:7.1f} ms   "
         f"(baseline p50 {b50 * ms:5.1f}  p99 {b99 * ms:5.1f}; ratio p50 x{g50 / b50:5.1f}  p99 x{g99 / b99:5.1f})   "
-        f"gateway {gateway:4.2f} cores, {per_chunk:5.1f} µs/chunk   "
+        f"gateway {gateway:4.2f} cores (+{r.gateway_waited:4.2f} waiting for one), {per_chunk:5.1f} µs/chunk   "
+        f"{r.deltas / r.delivered if r.delivered else 0:4.2f} deltas/chunk   "
         f"streams wrong {r.wrong_streams}, out of order {r.disorder}, failed {r.failed}",
         flush=True,
     )
-    busy = sorted(((n, c) for n, c in r.cpu.items() if n != "gateway" and c > 0.005), key=lambda kv: -kv[1])
-    print("        other CPU (cores): " + ", ".join(f"{n} {c:.2f}" for n, c in busy), flush=True)
+    busy = sorted(((n, c) for n, c in r.cpu.items() if n not in ("gateway", "machine") and c > 0.005), key=lambda kv: -kv[1])
+    print(
+        f"        machine {r.cpu.get('machine', 0.0):.2f} of {os.cpu_count()} cores busy; other CPU (cores): "
+        + ", ".join(f"{n} {c:.2f}" for n, c in busy),
+        flush=True,
+    )
 
 
 # ------------------------------------------------------------------ the run

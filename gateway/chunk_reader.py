@@ -31,6 +31,7 @@ FIELDS = (
     "tokens", "offset_chars", "finish_reason", "usage", "replica", "model", "error_code", "error_message", "retry_after",
 )
 _DOUBLE = struct.Struct("<d")
+_new = object.__new__
 
 
 class _Skip(Exception):
@@ -125,9 +126,14 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
         pos += _DOUBLE.size
     if pos != len(buf):
         raise codec.Undecodable("TokenChunk body has trailing bytes")
-    return TokenChunk(
+    # Every field set at once, then the type's own checks: what TokenChunk(**fields) does, at half the cost
+    # (its generated __init__ sets eighteen fields one object.__setattr__ at a time).
+    chunk = _new(TokenChunk)
+    vars(chunk).update(
         event_id=event_id, occurred_at=occurred_at, trace_id=trace_id, conversation_id=conversation_id, user_id=user_id,
         request_id=request_id, attempt=attempt, seq=seq, text=text, tokens=tokens, offset_chars=offset_chars,
         finish_reason=finish_reason, usage=usage, replica=replica, model=model, error_code=error_code,
         error_message=error_message, retry_after=retry_after,
     )
+    chunk.__post_init__()
+    return chunk

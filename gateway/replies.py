@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from json.encoder import encode_basestring as _json_string  # json.dumps(str, ensure_ascii=False), the C part of it
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,6 +41,13 @@ def wire(event: dict[str, Any]) -> bytes:
     return f"{head}event: {event['event']}\r\ndata: {event['data']}\r\n\r\n".encode()
 
 
+def delta(text: str, model: str, cursor: str) -> dict[str, Any]:
+    """``sse("delta", {"text": text, "model"?: model}, cursor)``, the JSON written without the dict and
+    the general encoder: this runs once per chunk and stream (a unit test compares the two)."""
+    data = '{"text": ' + _json_string(text) + (', "model": ' + _json_string(model) + "}" if model else "}")
+    return {"event": "delta", "data": data, "id": cursor}
+
+
 def message_event(conversation_id: str, user_message_id: str, reply_id: str, cursor: str) -> dict[str, Any]:
     return sse(
         "message", {"conversation_id": conversation_id, "user_message_id": user_message_id, "reply_id": reply_id}, cursor
@@ -58,6 +66,12 @@ async def live(
 ) -> AsyncIterator[dict[str, Any]]:
     """``head`` events, then the reply's chunks as they arrive, until its last chunk.
 
+    Chunks that queued up behind each other (a replay, or a gateway that fell behind) go out as one
+    ``delta`` per run of text of one attempt, with the cursor of its last chunk: the same text and the
+    same resume points, and the cost of a chunk on its way out paid once per run, so a gateway that
+    falls behind catches up instead of falling further behind. A stream that keeps up sends one
+    delta per chunk.
+
     ``since`` (monotonic, when the POST arrived) makes the first delta an observation of the
     gateway-side TTFT.
     """
@@ -67,37 +81,54 @@ async def live(
             yield event
         while True:
             chunk = await stream.queue.get()
-            if chunk is None:
-                return  # cut by the gateway's drain (turns.read_live): the reply goes on without us
-            ev = chunk.event
-            if ev.attempt < attempt:
-                continue  # a superseded attempt's late chunk
-            if ev.attempt > attempt:
-                yield restarted(chunk)
-            attempt = ev.attempt
-            if ev.text:
-                if since is not None:
-                    GATEWAY_TTFT.observe(time.monotonic() - since)
-                    since = None
-                yield sse("delta", {"text": ev.text, **({"model": ev.model} if ev.model else {})}, chunk.cursor)
-            if ev.finish_reason is not None:
-                if ev.finish_reason in ("failed", "rejected"):
-                    error: dict[str, Any] = {
-                        "code": ev.error_code or ev.finish_reason,
-                        "message": ev.error_message or f"the generation {ev.finish_reason}",
-                    }
-                    if ev.retry_after is not None:
-                        error["retry_after"] = ev.retry_after
-                    yield sse("error", error, chunk.cursor)
-                else:
-                    yield sse(
-                        "done",
-                        {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev), "model": ev.model},
-                        chunk.cursor,
-                    )
-                return
+            texts: list[str] = []  # the run of text not yet sent, its model and the cursor of its last chunk
+            model, cursor = "", ""
+            while True:
+                if chunk is None:  # cut by the gateway's drain (turns.read_live): the reply goes on without us
+                    if texts:
+                        yield delta("".join(texts), model, cursor)
+                    return
+                ev = chunk.event
+                if ev.attempt >= attempt:  # else a superseded attempt's late chunk
+                    if ev.attempt > attempt:
+                        if texts:
+                            yield delta("".join(texts), model, cursor)
+                            texts, model = [], ""
+                        yield restarted(chunk)
+                        attempt = ev.attempt
+                    if ev.text:
+                        if since is not None:
+                            GATEWAY_TTFT.observe(time.monotonic() - since)
+                            since = None
+                        texts.append(ev.text)
+                        model, cursor = model or ev.model, chunk.cursor
+                    if ev.finish_reason is not None:
+                        if texts:
+                            yield delta("".join(texts), model, cursor)
+                        yield final(chunk)
+                        return
+                if stream.queue.empty():
+                    break
+                chunk = stream.queue.get_nowait()
+            if texts:
+                yield delta("".join(texts), model, cursor)
     finally:
         tokens.close_stream(stream)
+
+
+def final(chunk: Chunk) -> dict[str, Any]:
+    """A reply's last chunk as its last event: ``done``, or ``error`` for a reply that failed or was refused."""
+    ev = chunk.event
+    if ev.finish_reason in ("failed", "rejected"):
+        error: dict[str, Any] = {
+            "code": ev.error_code or ev.finish_reason,
+            "message": ev.error_message or f"the generation {ev.finish_reason}",
+        }
+        if ev.retry_after is not None:
+            error["retry_after"] = ev.retry_after
+        return sse("error", error, chunk.cursor)
+    done = {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev), "model": ev.model}
+    return sse("done", done, chunk.cursor)
 
 
 def restarted(chunk: Chunk) -> dict[str, Any]:

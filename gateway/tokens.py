@@ -41,6 +41,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -63,8 +64,7 @@ IDLE_UNASSIGN_S = 30.0
 BATCH = 500
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Chunk(NamedTuple):
     """A TokenChunk and its position: ``cursor`` is the SSE id (``partition:offset``)."""
 
     event: TokenChunk
@@ -251,5 +251,6 @@ class TokenStreams:
         for s in self._streams.get(event.request_id, ()):
             if offset >= s.from_offset and offset > s.last_offset:
                 s.last_offset = offset
-                chunk = chunk or Chunk(event, partition, offset)
+                if chunk is None:
+                    chunk = Chunk(event, partition, offset)
                 s.queue.put_nowait(chunk)

@@ -38,7 +38,9 @@ def test_it_is_written_for_the_current_schema() -> None:
 @given(chunks)
 def test_every_chunk_reads_as_the_codec_reads_it(chunk: TokenChunk) -> None:
     data = codec.encode(chunk)
-    assert chunk_reader.read(data, {chunk.request_id}) == codec.decode(data) == chunk
+    read = chunk_reader.read(data, {chunk.request_id})
+    assert read == codec.decode(data) == chunk
+    assert (type(read), vars(read), hash(read), repr(read)) == (TokenChunk, vars(chunk), hash(chunk), repr(chunk))
 
 
 @settings(max_examples=100, deadline=None)

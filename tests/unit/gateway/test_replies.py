@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
 from sse_starlette.event import ensure_bytes
 
 from gateway import replies
@@ -18,6 +22,13 @@ def test_events_go_on_the_wire_as_sse_starlette_writes_them() -> None:
     ]
     for event in events:
         assert replies.wire(event) == ensure_bytes(event, "\r\n")
+
+
+@given(st.text(), st.text(max_size=20))
+def test_a_delta_is_the_event_sse_would_make(text: str, model: str) -> None:
+    made = replies.sse("delta", {"text": text, **({"model": model} if model else {})}, "3:17")
+    assert replies.delta(text, model, "3:17") == made
+    assert replies.wire(made) == ensure_bytes(made, "\r\n")
 
 
 class _Tokens:
@@ -48,3 +59,31 @@ async def test_a_stream_ends_with_its_last_chunk_or_where_the_drain_stops_it() -
     got = [e async for e in replies.live(tokens, cut, [])]  # type: ignore[arg-type]
     assert [(e["event"], e["id"]) for e in got] == [("delta", "3:10")]
     assert tokens.closed == [done, cut]
+
+
+async def test_chunks_that_queued_up_go_out_as_one_delta_per_run_of_one_attempt() -> None:
+    """The same text and resume points as a delta per chunk: a run ends at a new attempt and at the end."""
+    stream = Stream("r", 3, 10)
+    for chunk in (
+        _chunk(0, 10, text="Hel", model="m"),
+        _chunk(1, 11, text="lo"),
+        _chunk(0, 12, attempt=1, text="Hello", offset_chars=0, model="m2"),
+        _chunk(2, 13, text=" late"),  # attempt 0 again: superseded, dropped
+        _chunk(1, 14, attempt=1, text=" world"),
+        _chunk(2, 15, attempt=1, finish_reason="stop", model="m2"),
+    ):
+        stream.queue.put_nowait(chunk)
+    got = [(e["event"], json.loads(e["data"]), e.get("id")) async for e in replies.live(_Tokens(), stream, [])]  # type: ignore[arg-type]
+    assert [(kind, cursor) for kind, _, cursor in got] == [("delta", "3:11"), ("restarted", "3:11"), ("delta", "3:14"), ("done", "3:15")]
+    assert got[0][1] == {"text": "Hello", "model": "m"} and got[2][1] == {"text": "Hello world", "model": "m2"}
+    assert got[1][1] == {"message_id": "r", "attempt": 1, "offset_chars": 0}
+
+
+async def test_a_stream_that_keeps_up_sends_a_delta_per_chunk() -> None:
+    stream = Stream("r", 3, 10)
+    reader = replies.live(_Tokens(), stream, [])  # type: ignore[arg-type]
+    for offset, text in ((10, "a"), (11, "b")):
+        stream.queue.put_nowait(_chunk(offset - 10, offset, text=text))
+        event = await anext(reader)
+        assert (event["event"], json.loads(event["data"])["text"], event["id"]) == ("delta", text, f"3:{offset}")
+    await reader.aclose()
