@@ -170,8 +170,10 @@ class TokenStreams:
             except KafkaException as exc:  # pragma: no cover - broker trouble is retried by librdkafka
                 log.warning("token consumer error", extra={"error": str(exc)})
                 self.healthy = False
-                batch = []
+                if opened and self._loop is not None:
+                    self._loop.call_soon_threadsafe(self._on_loop, opened, [])
                 time.sleep(0.5)
+                continue
             records: list[tuple[int, int, bytes | None]] = []
             for msg in batch:
                 error = msg.error()
