@@ -63,7 +63,7 @@ def test_damaged_bytes_are_refused_or_read_as_the_codec_reads_them(chunk: TokenC
                 chunk_reader.read(bad, {chunk.request_id})
         else:
             got = chunk_reader.read(bad, {expected.request_id})  # type: ignore[attr-defined]
-            assert got == expected
+            assert repr(got) == repr(expected)  # repr: a flipped byte can make retry_after NaN, never == itself
 
 
 def test_other_events_and_other_bytes_take_the_codec_s_way() -> None:
