@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, TopicPartition
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, reader
-from parley.errors import BrokerUnavailable
+from gateway.log_ends import LogEnds
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
 from schemas import codec
@@ -78,10 +78,10 @@ class TokenStreams:
         self._partitions = TOPICS[TOKENS].partitions
         # Latency over batching: these are live token streams.
         self._consumer = reader(settings, "gateway-tokens", fetch_wait_max_ms=10, fetch_min_bytes=1)
-        # Watermark queries get a client of their own: a consumer blocked in poll() on the reader
-        # thread also blocks other calls on it.
+        # End offsets are asked by a client of their own (a consumer blocked in poll() on the reader
+        # thread also blocks other calls on it), for every waiting reply at once (gateway/log_ends.py).
         self._meta = reader(settings, "gateway-tokens-meta")
-        self._meta_lock = threading.Lock()
+        self._ends = LogEnds(self._meta, self._topic)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams
         self._by_partition: dict[int, set[Stream]] = defaultdict(set)
@@ -108,16 +108,7 @@ class TokenStreams:
 
     async def note_end(self, partition: int) -> int:
         """The partition's end offset now: a reply appended after this has its chunks at or after it."""
-
-        def high() -> int:
-            try:
-                with self._meta_lock:
-                    _, hi = self._meta.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=5, cached=False)
-            except KafkaException as exc:
-                raise BrokerUnavailable(f"cannot read the end of {self._topic}[{partition}]: {exc}") from exc
-            return int(hi)
-
-        return await asyncio.to_thread(high)
+        return await self._ends.end_of(partition)
 
     def open(self, request_id: str, partition: int, from_offset: int) -> Stream:
         """A stream of ``request_id``'s chunks at or after ``from_offset``.

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Events queued per lane before the agent stops reading (streams/lanes.py).
 LANE_DEPTH = 64
+#: What a fetch waits to fill when the processor's wiring lets it wait (Wiring.fetch_wait_ms).
+FETCH_MIN_BYTES = 64 * 1024
 
 
 class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -48,6 +50,9 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
         # worker's aborted GenerationCompleted must never reach the context builder or the materializer.
         # aiokafka takes the level at construction and uses it when it starts (its fetcher).
         consumer._isolation_level = "read_committed"
+        wait_ms = getattr(self.consumer.app, "parley_fetch_wait_ms", 0)
+        if wait_ms:  # the processor's wiring trades latency for batches (Wiring.fetch_wait_ms)
+            consumer._fetch_min_bytes, consumer._fetch_max_wait_ms = FETCH_MIN_BYTES, wait_ms
         return consumer
 
 
@@ -160,6 +165,7 @@ def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str
 def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wiring: Wiring) -> faust.App:
     """``processor`` as a faust App: an agent per topic it reads, its tasks, timers and hooks."""
     app, group = processor_app(streams, kafka, processor)
+    app.parley_fetch_wait_ms = wiring.fetch_wait_ms  # read when the consumer is created, at start
     sinks = {name: raw_topic(app, kafka, name) for name in wiring.writes}
     by_physical = {kafka.topic(a.topic): a.topic for a in wiring.agents}
 
@@ -200,23 +206,26 @@ def _agent_loop(
         record, event = item
         TRACE_ID.set(event.trace_id)
         handler = agent.handler_for(event)
-        try:
-            if handler is None:  # no business on this topic: not dropped silently
-                await dead_letter(app, record, group, TypeError(f"unexpected {type(event).__name__}"))
-                return
+        if handler is None:  # no business on this topic: not dropped silently
+            await dead_letter(app, record, group, TypeError(f"unexpected {type(event).__name__}"))
+        else:
             try:
                 out = await handler(event)
             except ValueError as exc:  # an id that is not a UUID, and the like: the record is bad
                 await dead_letter(app, record, group, exc)
-                return
+                out = []
+            except Exception as exc:  # a bug meets this record: kept in the DLQ, not lost, not a crash loop
+                log.exception("a handler failed; the record is dead-lettered", extra={"event": type(event).__name__})
+                await dead_letter(app, record, group, exc)
+                out = []
             for produced in out:
                 partition = produced.partition if isinstance(produced, InferenceRouted) else None
                 await send_event(sinks[topic_name_for(produced)], produced, partition=partition)
-        finally:
-            # Only now may its offset be committed: what it produced is on the broker. A handler that
-            # raised fails the agent instead (Lanes re-raises it), and this ack commits nothing past
-            # the offsets of the lanes' unfinished events (faust commits up to the first gap).
-            record.ack()
+        # Only now may its offset be committed: what it produced is on the broker. A send that
+        # failed leaves it unacknowledged and fails the agent (Lanes re-raises it); faust commits
+        # only up to the first offset not acknowledged, so it and what follows are read again
+        # by the next owner of the partition.
+        record.ack()
 
     async def loop(stream: faust.StreamT) -> None:
         ordered = Lanes(lanes, LANE_DEPTH, handle, name=f"{group}:{agent.topic}")
