@@ -27,8 +27,6 @@ import json
 import logging
 from dataclasses import dataclass
 
-import httpx
-
 from edge import http1
 from edge.routes import order, route
 from edge.settings import EdgeSettings
@@ -441,18 +439,16 @@ class Edge:
 
     async def watch(self) -> None:
         """Each gateway's /readyz every PARLEY_EDGE_HEALTH_S: up, and the shard it says it is."""
-        async with httpx.AsyncClient(timeout=max(0.5, self.settings.health_s)) as http:
-            while True:
-                await asyncio.gather(*(self._check(http, g) for g in range(len(self.gateways))))
-                self.checked = True
-                await asyncio.sleep(self.settings.health_s)
+        while True:
+            await asyncio.gather(*(self._check(g) for g in range(len(self.gateways))))
+            self.checked = True
+            await asyncio.sleep(self.settings.health_s)
 
-    async def _check(self, http: httpx.AsyncClient, g: int) -> None:
+    async def _check(self, g: int) -> None:
         state = self.gateways[g]
         try:
-            response = await http.get(f"http://{state.host}:{state.port}/readyz")
-            up, shard = response.status_code == 200, response.json().get("shard")
-        except (httpx.HTTPError, ValueError, AttributeError):
+            up, shard = await asyncio.wait_for(readiness(state.host, state.port), max(0.5, self.settings.health_s))
+        except (OSError, asyncio.TimeoutError, http1.FramingError, ValueError):
             up, shard = False, state.shard
         if up != state.up:
             (log.info if up else log.warning)("gateway ready" if up else "gateway not ready", extra={"gateway": g})
@@ -463,6 +459,25 @@ class Edge:
                 extra={"gateway": g, "shard": shard, "expected": f"{g}/{n}"},
             )
         state.up, state.shard = up, shard
+
+
+async def readiness(host: str, port: int) -> tuple[bool, str | None]:
+    """``GET /readyz`` on a connection of its own: (answered 200, the shard it names)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        raw = await reader.read()  # to the close the request asked for
+    finally:
+        writer.close()
+    head_end = raw.find(b"\r\n\r\n")
+    if head_end < 0:
+        raise http1.FramingError("no response head")
+    head = http1.parse_head(raw[: head_end + 4])
+    framing = http1.response_body(head, "GET")
+    body = raw[head_end + 4 :] if isinstance(framing, http1.Length) else b""  # the gateway's JSONResponse has a length
+    found = json.loads(body) if body else {}
+    shard = found.get("shard") if isinstance(found, dict) else None
+    return http1.status_of(head) == 200, shard if isinstance(shard, str) else None
 
 
 async def run(settings: EdgeSettings, stop: asyncio.Event) -> None:
