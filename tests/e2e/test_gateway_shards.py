@@ -23,6 +23,7 @@ from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
 from tools.client import ParleyClient, SseEvent, parse_sse
+from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL
 
 DEADLINE = 60.0
 ENV = {
@@ -32,8 +33,9 @@ ENV = {
     "PARLEY_CONTEXT_MAX_TOKENS": "60",
     "PARLEY_GATEWAY_DRAIN_S": "1",
     "PARLEY_GATEWAY_BORROWED_IDLE_S": "1",
-    "PARLEY_TITLER_ENGINE_URL": "",
 }
+#: What a turn needs, and no more: the suite has a time budget.
+SERVICES = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
 
 
 class Shards:
@@ -54,7 +56,11 @@ class Shards:
 @pytest.fixture(scope="module")
 def shards(infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shards]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "shards")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("shards-logs"), ENV, gateways=2)
+    try:
+        inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("shards-logs"), ENV, SERVICES, gateways=2)
+    except BaseException:
+        isolated.drop(kafka, cassandra)
+        raise
     try:
         yield Shards(inner)
     finally:
@@ -124,8 +130,7 @@ async def test_new_conversations_live_on_the_gateway_that_made_them_and_their_tu
         cids = [await client.create_conversation() for _ in range(4)]
         assert {owner(c) for c in cids} == {0, 1}, "round-robin creation, each minted on its creator's partitions"
         before = [posts_served(g) for g in shards.gateways]
-        for cid in cids:
-            reply = await client.send(cid, "hello")
+        for reply in await asyncio.gather(*(client.send(cid, "hello") for cid in cids)):
             assert reply.final is not None and reply.final.event == "done", reply.final
         after = [posts_served(g) for g in shards.gateways]
         assert [a - b for a, b in zip(after, before)] == [sum(owner(c) == g for c in cids) for g in (0, 1)]
