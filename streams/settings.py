@@ -36,6 +36,16 @@ class StreamsSettings:
         "How long a processor that died without leaving its group keeps its partitions before the group moves them "
         "(Kafka's session timeout; at least the broker's group.min.session.timeout.ms, 6 s by default)",
     )
+    lanes: int = env(
+        "PARLEY_STREAMS_LANES",
+        32,
+        "Events each agent handles at once, in order per key (conversation) and concurrently across keys"
+        " (streams/lanes.py); 1 handles one event at a time",
+    )
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1:
+            raise ConfigError(f"PARLEY_STREAMS_LANES must be at least 1, got {self.lanes}")
 
     def group(self, processor: str) -> str:
         return f"{self.group_prefix}streams.{processor}"
