@@ -1,17 +1,17 @@
 """`make bench`: every benchmark, each printing its figure next to a baseline measured in the same run.
 
 codec and router_sim are in-process; engine starts the CPU engine with its default model (no
-Kafka); pipeline, router_stack and load start isolated stacks on the running Kafka and Cassandra (a
-few minutes in all).
+Kafka); pipeline, router_stack, load and gateways start isolated stacks on the running Kafka and
+Cassandra (a few minutes in all).
 """
 
 import sys
 
-from bench import codec, engine, load, pipeline, replay, router_sim, router_stack
+from bench import codec, engine, gateways, load, pipeline, replay, router_sim, router_stack
 
 for name, module in (
     ("codec", codec), ("router_sim", router_sim), ("engine", engine), ("pipeline", pipeline),
-    ("router_stack", router_stack), ("replay", replay), ("load", load),
+    ("router_stack", router_stack), ("replay", replay), ("load", load), ("gateways", gateways),
 ):
     print(f"\n== bench.{name}", flush=True)
     sys.argv = [f"bench.{name}"]

@@ -18,6 +18,14 @@ a second new stream's offset and skip the first stream's opening chunks.
 The consumer runs in a thread (confluent-kafka blocks); chunks cross into the
 event loop with ``call_soon_threadsafe``. Assignment changes are queued to that
 thread so only it touches the consumer.
+
+A sharded gateway (``PARLEY_GATEWAY_SHARD``, parley/shards.py) gets the streams of
+its own partitions from the edge; a stream of another partition (a resume through
+a plain load balancer, its owner down) is served all the same, by *borrowing* the
+partition: assigned on demand like any other, but given back
+``PARLEY_GATEWAY_BORROWED_IDLE_S`` after its last stream ends instead of 30 s, so
+strays cost a few seconds of reading that partition, not a steady share of it.
+``parley_gateway_token_records_read_total{share}`` counts what is read.
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, reader
 from gateway.log_ends import LogEnds
+from parley.metrics import TOKEN_RECORDS_READ
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
+from parley.shards import Shard, owns
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import TokenChunk
@@ -43,8 +53,11 @@ from schemas.events import TokenChunk
 log = logging.getLogger(__name__)
 
 TOKENS = "chat.tokens"
-#: Partitions with no stream for this long are unassigned.
+#: Owned partitions with no stream for this long are unassigned (a conversation's next turn comes
+#: within it and finds its partition still assigned); borrowed ones after PARLEY_GATEWAY_BORROWED_IDLE_S.
 IDLE_UNASSIGN_S = 30.0
+#: How often idle partitions are looked for.
+IDLE_CHECK_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -73,9 +86,14 @@ class Stream:
 
 
 class TokenStreams:
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, shard: Shard | None = None, borrowed_idle_s: float = 2.0) -> None:
         self._topic = settings.topic(TOKENS)
         self._partitions = TOPICS[TOKENS].partitions
+        self.shard = shard
+        # Per partition: how long it may sit idle before it is unassigned, and the counter its records go to.
+        self._idle_bound = {p: IDLE_UNASSIGN_S if owns(shard, p) else borrowed_idle_s for p in range(self._partitions)}
+        self._read = {p: TOKEN_RECORDS_READ.labels("owned" if owns(shard, p) else "borrowed") for p in range(self._partitions)}
+        self._idle_checked = 0.0
         # Latency over batching: these are live token streams.
         self._consumer = reader(settings, "gateway-tokens", fetch_wait_max_ms=10, fetch_min_bytes=1)
         # End offsets are asked by a client of their own (a consumer blocked in poll() on the reader
@@ -136,6 +154,7 @@ class TokenStreams:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._apply_commands()
+            self._unassign_idle()  # on a clock, not only when a poll comes back empty: a busy reader never idles
             try:
                 msg = self._consumer.poll(0.05)
             except KafkaException as exc:  # pragma: no cover - broker trouble is retried by librdkafka
@@ -144,12 +163,12 @@ class TokenStreams:
                 time.sleep(0.5)
                 continue
             if msg is None:
-                self._unassign_idle()
                 continue
             if msg.error():
                 self.healthy = not msg.error().fatal()
                 continue
             self.healthy = True
+            self._read[msg.partition()].inc()
             if msg.partition() in self._next:
                 self._next[msg.partition()] = msg.offset() + 1
             self._dispatch(msg.partition(), msg.offset(), msg.value())
@@ -179,6 +198,9 @@ class TokenStreams:
 
     def _unassign_idle(self) -> None:
         now = time.monotonic()
+        if now - self._idle_checked < IDLE_CHECK_S:
+            return
+        self._idle_checked = now
         with self._lock:
             busy = {p for p, streams in self._by_partition.items() if streams}
         for partition, idle_since in list(self._assigned.items()):
@@ -186,7 +208,7 @@ class TokenStreams:
                 self._assigned[partition] = 0.0
             elif idle_since == 0.0:
                 self._assigned[partition] = now
-            elif now - idle_since > IDLE_UNASSIGN_S:
+            elif now - idle_since > self._idle_bound[partition]:
                 self._consumer.incremental_unassign([TopicPartition(self._topic, partition)])
                 del self._assigned[partition]
                 del self._next[partition]
