@@ -48,6 +48,13 @@ class Write:
         return self.table, tuple(k for k, _ in self.key), tuple(c for c, _ in self.cells)
 
     @property
+    def partition(self) -> tuple[str, Any]:
+        """The partition key (column, value): the first key column in every projected table. Writes of
+        one conversation to ``conversations``, ``messages`` and ``summaries`` share it, and Cassandra
+        applies them as one mutation when they come in one batch."""
+        return self.key[0]
+
+    @property
     def values(self) -> tuple[Any, ...]:
         """Bind values in the order of ``cql(shape)``."""
         return (self.timestamp, *(v for _, v in self.cells), *(v for _, v in self.key))
