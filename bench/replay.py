@@ -15,7 +15,9 @@ cancels, sheds, cache hits) to prefixed topics on the running Kafka, then:
   batch per partition (``execute_concurrent``). cassandra-stress is not in the Maven
   artifacts the local Cassandra runs from, so the ceiling is the Python driver's;
 - the live materializer's core (``streams.materializer.Materializer`` on the real store),
-  one event at a time as its faust agent runs it (no faust, no Kafka).
+  one event at a time, no faust and no Kafka: the latency of one event's reads and writes.
+  (The faust runner handles different conversations at once, ``streams/lanes.py``; that
+  is not measured here.)
 
 Topics and keyspaces are dropped afterwards.
 
