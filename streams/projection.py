@@ -210,7 +210,8 @@ def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:
     key = {"conversation_id": to_uuid(e.conversation_id), "summary_id": e.summary_id}
     cells = {
         "through_message_id": to_uuid(e.through_message_id),
-        "covered_message_ids": [to_uuid(m) for m in e.covered_message_ids],
+        # Frozen: the old non-frozen covered_message_ids grew on every rewrite (schemas/cql/0008).
+        "covered_ids": [to_uuid(m) for m in e.covered_message_ids],
         "content": e.content,
         "tokens": e.tokens,
         "model": e.model,
