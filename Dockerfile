@@ -5,6 +5,7 @@ COPY pyproject.toml README.md ./
 COPY parley ./parley
 COPY schemas ./schemas
 COPY gateway ./gateway
+COPY edge ./edge
 COPY streams ./streams
 COPY workers ./workers
 COPY infra ./infra

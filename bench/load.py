@@ -244,6 +244,7 @@ def cpu_seconds(pid: int) -> float:
 def processes(stack: isolated.IsolatedStack) -> dict[str, int]:
     """The stack's processes by name, and the shared Kafka and Cassandra (not started here, but on the path)."""
     out = {c.log.stem: c.process.pid for c in stack.supervisor.children}
+    out["load generator (this process)"] = os.getpid()  # its clients share the cores: counted, not hidden
     for state in infra_stack.status(from_env(LocalInfraSettings)):
         if state.pid:
             out[f"{state.name} (shared)"] = state.pid

@@ -6,9 +6,9 @@ alternates turns: one straight to the engine over SGLang's API (the baseline),
 one through gateway → Kafka → context → router → worker → engine → Kafka →
 gateway → SSE. Both see the same engine at the same moment, so the difference
 is what Parley adds: to the first token, between tokens, and from the last
-token to the end of the stream (the close: the reply settled on the log). The synthetic engine decodes at 25 tokens/s, slower than
-the worker's 30 ms coalescing window, so every token is its own SSE delta in
-both paths and inter-token gaps compare like with like.
+token to the end of the stream (the close: the reply settled on the log). The synthetic engine decodes at 25 tokens/s, and the
+run sets the worker's coalescing window to 30 ms (the default is 80), so every
+token is its own SSE delta in both paths and inter-token gaps compare like with like.
 
 Run: `python -m bench.pipeline [--turns N]` with Kafka and Cassandra up (`make infra`).
 """
@@ -36,6 +36,9 @@ ENV = {
     "PARLEY_ENGINE_TOKENS_PER_S": "25",
     "PARLEY_ENGINE_PREFIX_CACHE_TOKENS": "0",
     "PARLEY_CONTEXT_MAX_TOKENS": str(TOKENS),
+    # A window below the engine's 40 ms between tokens, so each token is its own delta on both paths
+    # (the default 80 ms carries two per chunk: cheaper, and a gap this benchmark would count twice).
+    "PARLEY_WORKER_COALESCE_MS": "30",
 }
 
 

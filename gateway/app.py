@@ -61,7 +61,8 @@ async def readyz(request: Request) -> Response:
     svc = services(request)
     checks = {"tokens": svc.tokens.healthy, "kafka": svc.broker_up, "draining": request.app.state.draining or svc.drain.draining}
     ready = checks["tokens"] and checks["kafka"] and not checks["draining"]
-    return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
+    shard = svc.tokens.shard  # the edge checks it against its own list of gateways
+    return JSONResponse({"ready": ready, **checks, "shard": str(shard) if shard else None}, status_code=200 if ready else 503)
 
 
 async def metrics(request: Request) -> Response:
@@ -168,7 +169,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not
         # land much later: librdkafka gives it up at about the same time.
         producer = EventProducer(kafka, **{"delivery.timeout.ms": int(settings.append_timeout_s * 1000) + 1000})
-        tokens = TokenStreams(kafka)
+        tokens = TokenStreams(kafka, settings.token_shard, settings.borrowed_idle_s)
         tokens.start()
         policy = policy_from(from_env(RouterSettings))  # the router's thresholds: one verdict, two places
         pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)

@@ -15,7 +15,9 @@ from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
 from gateway.validation import MISSING, json_body, string, uuid_string
 from parley import ids
+from parley.shards import mint_conversation_id
 from gateway.store import ConversationRow
+from schemas.catalog import TOPICS
 from schemas.events import (
     ConversationArchived,
     ConversationCreated,
@@ -44,7 +46,8 @@ async def create_conversation(request: Request) -> Response:
     title = string(body, "title", max_chars=200, required=False, allow_empty=True)
     model = string(body, "model", max_chars=ID_MAX, required=False)
     event = ConversationCreated(
-        conversation_id=ids.new_conversation_id(),
+        # On this gateway's own chat.tokens partitions: the edge sends the conversation's streams back here.
+        conversation_id=mint_conversation_id(svc.tokens.shard, TOPICS["chat.tokens"].partitions),
         user_id=user.user_id,
         title="" if title in (MISSING, None) else title,
         model=None if model is MISSING else model,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import replies, turns
+from gateway import ownership, replies, turns
 from gateway.auth import Principal
 from gateway.errors import NotFound, Unprocessable
 from gateway.services import Services, services, trace_id
@@ -53,6 +53,7 @@ async def regenerate(request: Request) -> Response:
     conversation_id, message = await _owned_message(svc, user, request.path_params["message_id"])
     if message.role != "assistant" or message.parent_id is None:
         raise Unprocessable("regenerate names a reply (an assistant message)", code="not_a_reply")
+    ownership.check(request, svc, conversation_id)  # the new reply streams from its conversation's partition
     reply_id = ids.reply_id(conversation_id, client_message_id)
     existing = await svc.store.message(conversation_id, reply_id)
     if existing is not None:  # a retried regenerate
@@ -79,4 +80,6 @@ async def stream(request: Request) -> Response:
     if message.role != "assistant" or message.parent_id is None:
         raise Unprocessable("only a reply (an assistant message) has a stream", code="not_a_reply")
     after = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    if message.status not in replies.FINISHED:
+        ownership.check(request, svc, conversation_id)  # read live: from the owner of its partition
     return turns.resume(svc, conversation_id, user.user_id, message.parent_id, message, after)

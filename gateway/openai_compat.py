@@ -75,7 +75,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import turns
+from gateway import ownership, turns
 from gateway.auth import Principal
 from gateway.errors import ApiError, NotFound, ServiceUnavailable, openai_response
 from gateway.openai_reply import (
@@ -132,7 +132,7 @@ async def _complete(request: Request, svc: Services) -> Response:
     chat = parse_request(body, svc.settings.max_message_chars)
     model = resolve_model(chat.model, request.app.state.router_policy)
     idempotency = _idempotency_key(request)
-    plan, events = await _turn(svc, user, chat, model, trace_id(request), idempotency)
+    plan, events = await _turn(request, svc, user, chat, model, idempotency)
     replies = pieces(events)
     try:
         first = await anext(replies, None)
@@ -175,11 +175,13 @@ def _idempotency_key(request: Request) -> str | None:
 
 
 async def _turn(
-    svc: Services, user: Principal, chat: ChatRequest, model: str | None, trace: str, idempotency: str | None
+    request: Request, svc: Services, user: Principal, chat: ChatRequest, model: str | None, idempotency: str | None
 ) -> tuple[Plan, AsyncIterator[dict[str, Any]]]:
     """Place the history in the tree, append what it lacks and ask for the reply (or find it: a retry)."""
+    trace = trace_id(request)
     keys = message_keys(chat.messages)
     cid = conversation_id_for(user.user_id, chat.end_user, chat.messages, keys)
+    ownership.check(request, svc, cid)  # derived from the user: only now is its partition, and so its owner, known
     try:
         conversation = await svc.owned(user, cid, cached_ok=True)
     except NotFound:  # a new opening: the conversation is created with its first turn

@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 
 from parley.errors import ConfigError
 from parley.settings import env
+from parley.shards import Shard, parse_shard
+from schemas.catalog import TOPICS
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,28 @@ class GatewaySettings:
         20.0,
         "On SIGTERM, how long replies in flight may finish before their streams are told to resume elsewhere",
     )
+    shard: str = env(
+        "PARLEY_GATEWAY_SHARD",
+        "",
+        "`i/N`: this gateway owns the chat.tokens partitions p with p % N == i (the edge routes their conversations "
+        "here, new conversations are minted on them); empty: unsharded, owns every partition",
+    )
+    borrowed_idle_s: float = env(
+        "PARLEY_GATEWAY_BORROWED_IDLE_S",
+        2.0,
+        "A chat.tokens partition this gateway does not own (a resume or failover landed here) is unassigned this many "
+        "seconds after its last stream ends (owned ones after 30 s)",
+    )
+
+    def __post_init__(self) -> None:
+        self.token_shard  # a malformed PARLEY_GATEWAY_SHARD fails at start-up, naming itself
+        if self.borrowed_idle_s < 0:
+            raise ConfigError(f"PARLEY_GATEWAY_BORROWED_IDLE_S must be >= 0, got {self.borrowed_idle_s}")
+
+    @property
+    def token_shard(self) -> Shard | None:
+        """The parsed PARLEY_GATEWAY_SHARD (None: unsharded)."""
+        return parse_shard(self.shard, TOPICS["chat.tokens"].partitions)
 
 
 @dataclass(frozen=True)

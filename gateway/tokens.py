@@ -30,6 +30,14 @@ loop's self-pipe) was a fifth of the process's time at 1,000 streams; and a
 reader thread decoding thousands of records a second holds the GIL while the
 loop, which gives it up at every socket write, waits for it back (the convoy
 effect): the loop got 0.08 of a core and streams fell seconds behind.
+
+A sharded gateway (``PARLEY_GATEWAY_SHARD``, parley/shards.py) gets the streams of
+its own partitions from the edge; a stream of another partition (a resume through
+a plain load balancer, its owner down) is served all the same, by *borrowing* the
+partition: assigned on demand like any other, but given back
+``PARLEY_GATEWAY_BORROWED_IDLE_S`` after its last stream ends instead of 30 s, so
+strays cost a few seconds of reading that partition, not a steady share of it.
+``parley_gateway_token_records_read_total{share}`` counts what is read.
 """
 
 from __future__ import annotations
@@ -46,11 +54,12 @@ from typing import NamedTuple
 from confluent_kafka import KafkaException, TopicPartition
 
 from gateway import chunk_reader
-
+from gateway.log_ends import LogEnds
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, poll_batch, reader
-from parley.errors import BrokerUnavailable
+from parley.metrics import TOKEN_RECORDS_READ
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
+from parley.shards import Shard, owns
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import TokenChunk
@@ -58,8 +67,11 @@ from schemas.events import TokenChunk
 log = logging.getLogger(__name__)
 
 TOKENS = "chat.tokens"
-#: Partitions with no stream for this long are unassigned.
+#: Owned partitions with no stream for this long are unassigned (a conversation's next turn comes
+#: within it and finds its partition still assigned); borrowed ones after PARLEY_GATEWAY_BORROWED_IDLE_S.
 IDLE_UNASSIGN_S = 30.0
+#: How often idle partitions are looked for.
+IDLE_CHECK_S = 0.25
 #: Records taken from the consumer at once (only what is already fetched: a batch never waits to fill).
 BATCH = 500
 
@@ -90,18 +102,23 @@ class Stream:
 
 
 class TokenStreams:
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, shard: Shard | None = None, borrowed_idle_s: float = 2.0) -> None:
         self._topic = settings.topic(TOKENS)
         self._partitions = TOPICS[TOKENS].partitions
+        self.shard = shard
+        # Per partition: how long it may sit idle before it is unassigned, and the counter its records go to.
+        self._idle_bound = {p: IDLE_UNASSIGN_S if owns(shard, p) else borrowed_idle_s for p in range(self._partitions)}
+        self._read = {p: TOKEN_RECORDS_READ.labels("owned" if owns(shard, p) else "borrowed") for p in range(self._partitions)}
+        self._idle_checked = 0.0
         # Latency over batching: these are live token streams.
         self._consumer = reader(settings, "gateway-tokens", fetch_wait_max_ms=10, fetch_min_bytes=1)
-        # Watermark queries get a client of their own: a consumer blocked in poll() on the reader
-        # thread also blocks other calls on it.
+        # End offsets are asked by a client of their own (a consumer blocked in poll() on the reader
+        # thread also blocks other calls on it), for every waiting reply at once (gateway/log_ends.py).
         self._meta = reader(settings, "gateway-tokens-meta")
-        self._meta_lock = threading.Lock()
+        self._ends = LogEnds(self._meta, self._topic)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, set[Stream]] = defaultdict(set)  # request_id → streams (the loop's alone)
-        self._by_partition: dict[int, set[Stream]] = defaultdict(set)  # under _lock: the reader thread asks which are idle
+        self._by_partition: dict[int, set[Stream]] = defaultdict(set)  # under _lock: positioned, not closed (idle check)
         self._assigned: dict[int, float] = {}  # partition → when it last had no streams (0: has some)
         self._next: dict[int, int] = {}  # assigned partition → the offset of the next record the reader gets
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -125,16 +142,7 @@ class TokenStreams:
 
     async def note_end(self, partition: int) -> int:
         """The partition's end offset now: a reply appended after this has its chunks at or after it."""
-
-        def high() -> int:
-            try:
-                with self._meta_lock:
-                    _, hi = self._meta.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=5, cached=False)
-            except KafkaException as exc:
-                raise BrokerUnavailable(f"cannot read the end of {self._topic}[{partition}]: {exc}") from exc
-            return int(hi)
-
-        return await asyncio.to_thread(high)
+        return await self._ends.end_of(partition)
 
     def open(self, request_id: str, partition: int, from_offset: int) -> Stream:
         """A stream of ``request_id``'s chunks at or after ``from_offset``.
@@ -151,20 +159,21 @@ class TokenStreams:
 
     def close_stream(self, stream: Stream) -> None:
         """Stop ``stream`` (on the event loop, as everything that reads or changes ``_streams``)."""
-        stream.closed = True
+        with self._lock:  # against the reader thread marking its partition busy (_apply_commands)
+            stream.closed = True
+            self._by_partition[stream.partition].discard(stream)
         streams = self._streams.get(stream.request_id)
         if streams is not None:
             streams.discard(stream)
             if not streams:
                 del self._streams[stream.request_id]
-        with self._lock:
-            self._by_partition[stream.partition].discard(stream)
 
     # ------------------------------------------------------------ consumer thread
 
     def _run(self) -> None:
         while not self._stop.is_set():
             opened = self._apply_commands()
+            self._unassign_idle()  # on a clock, not only when a poll comes back empty: a busy reader never idles
             try:
                 batch = poll_batch(self._consumer, BATCH, 0.05)
             except KafkaException as exc:  # pragma: no cover - broker trouble is retried by librdkafka
@@ -175,6 +184,7 @@ class TokenStreams:
                 time.sleep(0.5)
                 continue
             records: list[tuple[int, int, bytes | None]] = []
+            read: dict[int, int] = defaultdict(int)
             for msg in batch:
                 error = msg.error()
                 if error:
@@ -182,13 +192,14 @@ class TokenStreams:
                     continue
                 self.healthy = True
                 partition, offset = msg.partition(), msg.offset()
+                read[partition] += 1
                 if partition in self._next:
                     self._next[partition] = offset + 1
                 records.append((partition, offset, msg.value()))
+            for partition, count in read.items():
+                self._read[partition].inc(count)
             if (opened or records) and self._loop is not None:
                 self._loop.call_soon_threadsafe(self._on_loop, opened, records)
-            if not batch:
-                self._unassign_idle()
 
     def _apply_commands(self) -> list[Stream]:
         """Position the partitions of the streams opened since; those streams, in order."""
@@ -210,10 +221,16 @@ class TokenStreams:
                 self._next[partition] = offset
             # else: the reader gets there on its own; nothing may be skipped for the streams before it.
             self._assigned[partition] = 0.0
+            with self._lock:  # busy from now on (_unassign_idle); it gets records once the loop registers it
+                if not stream.closed:
+                    self._by_partition[partition].add(stream)
             opened.append(stream)
 
     def _unassign_idle(self) -> None:
         now = time.monotonic()
+        if now - self._idle_checked < IDLE_CHECK_S:
+            return
+        self._idle_checked = now
         with self._lock:
             busy = {p for p, streams in self._by_partition.items() if streams}
         for partition, idle_since in list(self._assigned.items()):
@@ -221,7 +238,7 @@ class TokenStreams:
                 self._assigned[partition] = 0.0
             elif idle_since == 0.0:
                 self._assigned[partition] = now
-            elif now - idle_since > IDLE_UNASSIGN_S:
+            elif now - idle_since > self._idle_bound[partition]:
                 self._consumer.incremental_unassign([TopicPartition(self._topic, partition)])
                 del self._assigned[partition]
                 del self._next[partition]
@@ -233,8 +250,6 @@ class TokenStreams:
         for stream in opened:
             if not stream.closed:
                 self._streams[stream.request_id].add(stream)
-                with self._lock:
-                    self._by_partition[stream.partition].add(stream)
         for partition, offset, value in records:
             self._dispatch(partition, offset, value)
 

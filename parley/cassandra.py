@@ -13,7 +13,7 @@ from typing import Any
 from cassandra import DriverException, RequestExecutionException
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
-from cassandra.query import PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
@@ -69,23 +69,45 @@ class AsyncCql:
                 self._session = await asyncio.to_thread(connect, self.settings, self.settings.keyspace)
             return self._session
 
+    async def _statement(self, session: Session, cql: str) -> PreparedStatement:
+        statement = self._prepared.get(cql)
+        if statement is None:
+            text = cql.replace("{ks}", self.settings.keyspace)
+            statement = self._prepared[cql] = await asyncio.to_thread(session.prepare, text)
+        return statement
+
     async def run(self, cql: str, values: tuple[Any, ...] = ()) -> list[Any]:
         """Every row ``cql`` answers (all pages), as a prepared statement."""
         try:
             session = await self.session()
-            statement = self._prepared.get(cql)
-            if statement is None:
-                text = cql.replace("{ks}", self.settings.keyspace)
-                statement = self._prepared[cql] = await asyncio.to_thread(session.prepare, text)
+            statement = await self._statement(session, cql)
             return await _all_pages(session.execute_async(statement, values))
         except StoreUnavailable:
             raise
         except _ERRORS as exc:
-            s = self.settings
-            raise StoreUnavailable(
-                f"Cassandra at {s.hosts}:{s.port} (keyspace {s.keyspace}; PARLEY_CASSANDRA_HOSTS, "
-                f"PARLEY_CASSANDRA_PORT, PARLEY_KEYSPACE) failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._unavailable(exc) from exc
+
+    async def run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Writes as one unlogged batch of prepared statements: one request, and for statements of one
+        partition key one mutation, applied together (no batch log: a batch of several partitions is
+        not atomic across them)."""
+        try:
+            session = await self.session()
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for cql, values in statements:
+                batch.add(await self._statement(session, cql), values)
+            await _all_pages(session.execute_async(batch))
+        except StoreUnavailable:
+            raise
+        except _ERRORS as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        s = self.settings
+        return StoreUnavailable(
+            f"Cassandra at {s.hosts}:{s.port} (keyspace {s.keyspace}; PARLEY_CASSANDRA_HOSTS, "
+            f"PARLEY_CASSANDRA_PORT, PARLEY_KEYSPACE) failed: {type(exc).__name__}: {exc}"
+        )
 
     def close(self) -> None:
         if self._session is not None:

@@ -71,6 +71,25 @@ CLIENT_TTFT = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 HTTP_REQUESTS = Counter("parley_http_requests", "Gateway responses", ["route", "method", "status"])
+TOKEN_RECORDS_READ = Counter(
+    "parley_gateway_token_records_read",
+    "chat.tokens records the gateway's reader fetched and decoded, by whether the partition is this gateway's own "
+    "(PARLEY_GATEWAY_SHARD) or borrowed for a stream routed elsewhere; divided by tokens streamed, the read amplification",
+    ["share"],
+)
+
+# ------------------------------------------------------------------ edge
+
+EDGE_ROUTES = Counter(
+    "parley_edge_routes",
+    "Requests the edge sent on, by how it chose the gateway: owner (by the conversation in the path), cursor (by the "
+    "partition of Last-Event-ID), any (round-robin), rerouted (a gateway answered 421 naming the owner), failover "
+    "(the owner was down: the next gateway in ring order)",
+    ["how"],
+)
+EDGE_UPSTREAM_ERRORS = Counter(
+    "parley_edge_upstream_errors", "Connections to a gateway that failed before its response began", ["gateway"]
+)
 
 # ------------------------------------------------------------------ every consumer
 

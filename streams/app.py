@@ -30,10 +30,16 @@ from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.catalog import dlq_name, topic_name_for
 from schemas.events import Event, InferenceRouted
+from streams.lanes import Lanes
 from streams.settings import StreamsSettings
 from streams.wiring import Agent, RebalanceHook, Wiring
 
 log = logging.getLogger(__name__)
+
+#: Events queued per lane before the agent stops reading (streams/lanes.py).
+LANE_DEPTH = 64
+#: What a fetch waits to fill when the processor's wiring lets it wait (Wiring.fetch_wait_ms).
+FETCH_MIN_BYTES = 64 * 1024
 
 
 class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -44,6 +50,9 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
         # worker's aborted GenerationCompleted must never reach the context builder or the materializer.
         # aiokafka takes the level at construction and uses it when it starts (its fetcher).
         consumer._isolation_level = "read_committed"
+        wait_ms = getattr(self.consumer.app, "parley_fetch_wait_ms", 0)
+        if wait_ms:  # the processor's wiring trades latency for batches (Wiring.fetch_wait_ms)
+            consumer._fetch_min_bytes, consumer._fetch_max_wait_ms = FETCH_MIN_BYTES, wait_ms
         return consumer
 
 
@@ -87,6 +96,15 @@ def raw_topic(app: faust.App, settings: KafkaSettings, name: str) -> faust.Topic
 
 async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> AsyncIterator[Event]:
     """The events of ``stream``, decoded; undecodable records go to ``<topic>.dlq``."""
+    async for _, event in decoded_records(app, stream, consumer):
+        yield event
+
+
+async def decoded_records(
+    app: faust.App, stream: faust.StreamT, consumer: str
+) -> AsyncIterator[tuple[faust.EventT, Event]]:
+    """Each record of ``stream`` with its event; undecodable records go to ``<topic>.dlq`` (and are acked
+    when ``stream`` leaves acking to its reader)."""
     async for record in stream.events():
         try:
             if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
@@ -95,9 +113,11 @@ async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> Async
         except codec.CodecError as exc:
             TRACE_ID.set("")
             await dead_letter(app, record, consumer, exc)
+            if not stream.enable_acks:
+                record.ack()
             continue
         TRACE_ID.set(event.trace_id)  # the agent's log lines about this event carry its request's trace id
-        yield event
+        yield record, event
 
 
 async def dead_letter(app: faust.App, record: faust.EventT, consumer: str, error: Exception) -> None:
@@ -145,11 +165,14 @@ def processor_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str
 def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wiring: Wiring) -> faust.App:
     """``processor`` as a faust App: an agent per topic it reads, its tasks, timers and hooks."""
     app, group = processor_app(streams, kafka, processor)
+    app.parley_fetch_wait_ms = wiring.fetch_wait_ms  # read when the consumer is created, at start
     sinks = {name: raw_topic(app, kafka, name) for name in wiring.writes}
     by_physical = {kafka.topic(a.topic): a.topic for a in wiring.agents}
 
     for agent in wiring.agents:
-        app.agent(raw_topic(app, kafka, agent.topic), name=agent.topic)(_agent_loop(app, group, agent, sinks))
+        app.agent(raw_topic(app, kafka, agent.topic), name=agent.topic)(
+            _agent_loop(app, group, agent, sinks, streams.lanes)
+        )
     for task in wiring.tasks:
         app.task(task)
     for timer in wiring.timers:
@@ -177,22 +200,40 @@ def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wi
 
 
 def _agent_loop(
-    app: faust.App, group: str, agent: Agent, sinks: Mapping[str, faust.TopicT]
+    app: faust.App, group: str, agent: Agent, sinks: Mapping[str, faust.TopicT], lanes: int
 ) -> Callable[[faust.StreamT], Awaitable[None]]:
-    async def loop(stream: faust.StreamT) -> None:
-        async for event in decoded(app, stream, consumer=group):
-            handler = agent.handler_for(event)
-            if handler is None:  # no business on this topic: not dropped silently
-                await _dead_letter_current(app, stream, group, TypeError(f"unexpected {type(event).__name__}"))
-                continue
+    async def handle(item: tuple[faust.EventT, Event]) -> None:
+        record, event = item
+        TRACE_ID.set(event.trace_id)
+        handler = agent.handler_for(event)
+        if handler is None:  # no business on this topic: not dropped silently
+            await dead_letter(app, record, group, TypeError(f"unexpected {type(event).__name__}"))
+        else:
             try:
                 out = await handler(event)
             except ValueError as exc:  # an id that is not a UUID, and the like: the record is bad
-                await _dead_letter_current(app, stream, group, exc)
-                continue
+                await dead_letter(app, record, group, exc)
+                out = []
+            except Exception as exc:  # a bug meets this record: kept in the DLQ, not lost, not a crash loop
+                log.exception("a handler failed; the record is dead-lettered", extra={"event": type(event).__name__})
+                await dead_letter(app, record, group, exc)
+                out = []
             for produced in out:
                 partition = produced.partition if isinstance(produced, InferenceRouted) else None
                 await send_event(sinks[topic_name_for(produced)], produced, partition=partition)
+        # Only now may its offset be committed: what it produced is on the broker. A send that
+        # failed leaves it unacknowledged and fails the agent (Lanes re-raises it); faust commits
+        # only up to the first offset not acknowledged, so it and what follows are read again
+        # by the next owner of the partition.
+        record.ack()
+
+    async def loop(stream: faust.StreamT) -> None:
+        ordered = Lanes(lanes, LANE_DEPTH, handle, name=f"{group}:{agent.topic}")
+        try:
+            async for record, event in decoded_records(app, stream.noack(), consumer=group):
+                await ordered.put(record.message.key, (record, event))
+        finally:
+            await ordered.close()
 
     loop.__name__ = f"handle_{agent.topic.replace('.', '_')}"
     return loop
@@ -213,11 +254,3 @@ async def send_event(topic: faust.TopicT, event: Event, *, partition: int | None
     """
     pending = await topic.send(key=event.key, value=codec.encode(event), partition=partition)
     await pending
-
-
-async def _dead_letter_current(app: faust.App, stream: faust.StreamT, consumer: str, error: Exception) -> None:
-    """Send the record ``stream`` is on to its topic's DLQ, with ``error`` as the cause."""
-    current = stream.current_event
-    if current is None:  # cannot happen inside the agent's loop; refuse to drop silently
-        raise RuntimeError("no current record to dead-letter") from error
-    await dead_letter(app, current, consumer, error)

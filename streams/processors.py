@@ -198,6 +198,7 @@ def _materializer(kafka: KafkaSettings) -> Wiring:
         timers=[Timer(cfg.checkpoint_tick_s, flush_due)],
         on_revoked=[flush_on_revoke],
         on_stop=[flush_all],
+        fetch_wait_ms=cfg.fetch_wait_ms,
     )
 
 

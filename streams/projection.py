@@ -48,6 +48,13 @@ class Write:
         return self.table, tuple(k for k, _ in self.key), tuple(c for c, _ in self.cells)
 
     @property
+    def partition(self) -> tuple[str, Any]:
+        """The partition key (column, value): the first key column in every projected table. Writes of
+        one conversation to ``conversations``, ``messages`` and ``summaries`` share it, and Cassandra
+        applies them as one mutation when they come in one batch."""
+        return self.key[0]
+
+    @property
     def values(self) -> tuple[Any, ...]:
         """Bind values in the order of ``cql(shape)``."""
         return (self.timestamp, *(v for _, v in self.cells), *(v for _, v in self.key))
@@ -203,7 +210,8 @@ def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:
     key = {"conversation_id": to_uuid(e.conversation_id), "summary_id": e.summary_id}
     cells = {
         "through_message_id": to_uuid(e.through_message_id),
-        "covered_message_ids": [to_uuid(m) for m in e.covered_message_ids],
+        # Frozen: the old non-frozen covered_message_ids grew on every rewrite (schemas/cql/0008).
+        "covered_ids": [to_uuid(m) for m in e.covered_message_ids],
         "content": e.content,
         "tokens": e.tokens,
         "model": e.model,

@@ -36,6 +36,16 @@ class StreamsSettings:
         "How long a processor that died without leaving its group keeps its partitions before the group moves them "
         "(Kafka's session timeout; at least the broker's group.min.session.timeout.ms, 6 s by default)",
     )
+    lanes: int = env(
+        "PARLEY_STREAMS_LANES",
+        32,
+        "Events each agent handles at once, in order per key (conversation) and concurrently across keys"
+        " (streams/lanes.py); 1 handles one event at a time",
+    )
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1:
+            raise ConfigError(f"PARLEY_STREAMS_LANES must be at least 1, got {self.lanes}")
 
     def group(self, processor: str) -> str:
         return f"{self.group_prefix}streams.{processor}"
@@ -242,6 +252,12 @@ class MaterializerSettings:
         2.0,
         "Longest a streaming reply's new text waits before a checkpoint writes it (must exceed the minimum)",
     )
+    fetch_wait_ms: int = env(
+        "PARLEY_MATERIALIZER_FETCH_WAIT_MS",
+        100,
+        "How long a fetch may wait to fill (64 KiB) before the materializer gets it: fewer, larger batches of"
+        " token chunks; rows and checkpoints land up to this much later (the gateway writes a turn's rows itself)",
+    )
     live_replies: int = env(
         "PARLEY_MATERIALIZER_LIVE_REPLIES",
         10_000,
@@ -260,6 +276,8 @@ class MaterializerSettings:
             )
         if self.live_replies <= 0:
             raise ConfigError(f"PARLEY_MATERIALIZER_LIVE_REPLIES must be positive, got {self.live_replies}")
+        if not 0 <= self.fetch_wait_ms <= 1000:
+            raise ConfigError(f"PARLEY_MATERIALIZER_FETCH_WAIT_MS must be between 0 and 1000, got {self.fetch_wait_ms}")
 
     @property
     def checkpoint_tick_s(self) -> float:

@@ -36,6 +36,25 @@ _MESSAGES = (
 )
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
 
+#: The most statements one batch carries: a partition's writes beyond it go in further batches. A batch
+#: of one partition is exempt from Cassandra's batch size thresholds, but a mutation must still fit
+#: in half a commit log segment; replies are at most a few hundred KiB.
+BATCH_MAX = 64
+
+
+def by_partition(writes: Iterable[Write], most: int = BATCH_MAX) -> list[list[Write]]:
+    """``writes`` grouped by partition key (``Write.partition``), in order, each group at most ``most`` long."""
+    groups: dict[tuple[str, Any], list[list[Write]]] = {}
+    for w in writes:
+        chunks = groups.get(w.partition)
+        if chunks is None:
+            groups[w.partition] = [[w]]
+        elif len(chunks[-1]) >= most:
+            chunks.append([w])
+        else:
+            chunks[-1].append(w)
+    return [chunk for chunks in groups.values() for chunk in chunks]
+
 
 
 
@@ -112,13 +131,25 @@ class Store:
         return StoredReply(content=r.content or "", tokens=r.tokens or 0, status=r.status or "")
 
     async def write(self, writes: list[Write]) -> None:
-        """Execute ``writes`` (concurrently: they commute, each carrying its own timestamp)."""
-        await asyncio.gather(*(self.run(cql(w.shape), w.values) for w in writes))
+        """Execute ``writes``: those of one partition as one unlogged batch, the partitions concurrently.
+
+        Order does not matter, within a partition or across: every write carries its event's time as
+        ``USING TIMESTAMP`` (streams/projection.py, streams/checkpoint.py), so Cassandra keeps the
+        newest cell whatever order the writes land in. One batch per partition is one request and one
+        mutation instead of one of each per write.
+        """
+        await asyncio.gather(*(self._write_one(group) for group in by_partition(writes)))
+
+    async def _write_one(self, group: list[Write]) -> None:
+        if len(group) == 1:
+            await self.run(cql(group[0].shape), group[0].values)
+        else:
+            await self._cql.run_batch([(cql(w.shape), w.values) for w in group])
 
     async def write_memory(self, event: MemoryUpdated) -> None:
-        """A user's memory snapshot replaces their rows (streams/memory.py)."""
-        for statement in memory.writes_for(event):
-            await self.run(statement.cql, statement.values)
+        """A user's memory snapshot replaces their rows (streams/memory.py): the partition delete and the
+        facts, each timestamped, in one batch of the user's partition."""
+        await self._cql.run_batch([(s.cql, s.values) for s in memory.writes_for(event)])
 
     def close(self) -> None:
         self._cql.close()

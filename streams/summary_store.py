@@ -16,7 +16,7 @@ from streams.store import Store
 from streams.summary import Summary
 
 _SELECT = (
-    "SELECT summary_id, through_message_id, covered_message_ids, content, tokens, model "
+    "SELECT summary_id, through_message_id, covered_ids, covered_message_ids, content, tokens, model "
     "FROM summaries WHERE conversation_id = ?"
 )
 
@@ -25,9 +25,12 @@ def summaries_from_rows(rows: Iterable[Any]) -> list[Summary]:
     """Rows (anything with the selected attributes) → summaries; a row the projection left incomplete is skipped."""
     out = []
     for r in rows:
-        if r.through_message_id is None or not r.covered_message_ids or r.content is None:
+        # covered_ids since schemas/cql/0008; rows written before it have only the old column,
+        # whose duplicates (it grew on rewrites) are dropped keeping the first of each.
+        ids = r.covered_ids if getattr(r, "covered_ids", None) else list(dict.fromkeys(r.covered_message_ids or ()))
+        if r.through_message_id is None or not ids or r.content is None:
             continue
-        covered = tuple(str(m) for m in r.covered_message_ids)
+        covered = tuple(str(m) for m in ids)
         out.append(Summary(r.summary_id, str(r.through_message_id), covered, r.content, r.tokens or 0, r.model or ""))
     return out
 

@@ -51,6 +51,10 @@ class Wiring:
     on_assigned: Sequence[RebalanceHook] = ()
     on_revoked: Sequence[RebalanceHook] = ()
     on_stop: Sequence[Callable[[], Awaitable[None]]] = ()
+    #: How long the broker may hold a fetch of this processor's consumer to fill it (fetch.max.wait,
+    #: with a 64 KiB fetch.min.bytes); 0 returns each fetch as soon as a record is there. Off the
+    #: reply's path a wait turns a fetch per record into a fetch per batch (the materializer's cost).
+    fetch_wait_ms: int = 0
 
     @property
     def reads(self) -> tuple[str, ...]:

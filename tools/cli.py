@@ -92,6 +92,7 @@ def infra_status() -> None:
 
 def _settings_by_service() -> list[tuple[str, type]]:
     """Every typed settings object, under the service that reads it (imported here: the services are below)."""
+    from edge.settings import EdgeSettings
     from gateway.settings import GatewaySettings, QuotaSettings
     from streams.settings import (
         ContextSettings,
@@ -119,6 +120,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("titler", TitlerSettings),
         ("gateway", GatewaySettings),
         ("gateway: quotas", QuotaSettings),
+        ("edge (in front of sharded gateways)", EdgeSettings),
     ]
 
 
@@ -266,6 +268,12 @@ def _exec_module(module: str, args: list[str]) -> None:
 def gateway_cmd(ctx: typer.Context) -> None:
     """Serve the HTTP gateway (PARLEY_GATEWAY_HOST/PORT)."""
     _exec_module("gateway", ctx.args)
+
+
+@app.command("edge", context_settings=PASS_THROUGH)
+def edge_cmd(ctx: typer.Context) -> None:
+    """Route HTTP to sharded gateways by conversation (PARLEY_EDGE_PORT, PARLEY_EDGE_GATEWAYS in shard order)."""
+    _exec_module("edge", ctx.args)
 
 
 @app.command("engine", context_settings=PASS_THROUGH)

@@ -8,7 +8,7 @@ started the way `parley run` starts it.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from parley.cassandra import connect
@@ -18,7 +18,7 @@ from parley.settings import CassandraSettings, KafkaSettings
 from parley.topics import ensure_topics
 from parley.users import create_user
 from tools.supervisor import Child, Supervisor, free_port
-from tools.topology import ENGINE, SERVICES, Service
+from tools.topology import EDGE, ENGINE, GATEWAY, SERVICES, Service
 
 
 @dataclass
@@ -29,6 +29,8 @@ class IsolatedStack:
     cassandra: CassandraSettings
     supervisor: Supervisor
     session: object  # a Cassandra session on the keyspace
+    #: With ``start(gateways=N)``, N > 1: each sharded gateway's own URL, in shard order (``url`` is the edge's).
+    gateway_urls: list[str] = field(default_factory=list)
 
     def create_user(self, name: str = "user", tier: str = "plus") -> tuple[str, str]:
         return create_user(self.session, name, tier)  # type: ignore[arg-type]
@@ -58,7 +60,13 @@ def start(
     log_dir: Path,
     env: dict[str, str] | None = None,
     services: tuple[Service, ...] = SERVICES,
+    gateways: int = 1,
 ) -> IsolatedStack:
+    """The stack; ``gateways`` > 1: that many sharded gateways (``PARLEY_GATEWAY_SHARD`` i/N) behind an edge,
+    whose URL is the stack's ``url``."""
+    sharded = gateways > 1 and GATEWAY in services
+    if sharded:
+        services = tuple(s for s in services if s is not GATEWAY)
     engine_port, gateway_port = free_port(), free_port()
     base = {
         "PARLEY_KAFKA_BOOTSTRAP": kafka.bootstrap,
@@ -82,7 +90,7 @@ def start(
     except BaseException:
         supervisor.stop_all()
         raise
-    return IsolatedStack(
+    stack = IsolatedStack(
         f"http://127.0.0.1:{gateway_port}",
         f"http://127.0.0.1:{engine_port}",
         kafka,
@@ -90,6 +98,32 @@ def start(
         supervisor,
         connect(cassandra, cassandra.keyspace),
     )
+    if sharded:
+        try:
+            stack.gateway_urls = [add_gateway(stack, f"gateway-{i}", f"{i}/{gateways}")[1] for i in range(gateways)]
+            stack.url = add_edge(stack, stack.gateway_urls)[1]
+        except BaseException:
+            stack.stop()
+            raise
+    return stack
+
+
+def add_gateway(stack: IsolatedStack, name: str, shard: str = "", extra_env: dict[str, str] | None = None) -> tuple[Child, str]:
+    """Another gateway process on the stack, on a free port (``shard``: its PARLEY_GATEWAY_SHARD); (child, URL)."""
+    port = free_port()
+    env = {"PARLEY_GATEWAY_PORT": str(port), "PARLEY_GATEWAY_SHARD": shard, **(extra_env or {})}
+    child = stack.supervisor.start(GATEWAY, name=name, extra_env=env, ports={"gateway_port": port})
+    stack.supervisor.wait_ready(child)
+    return child, f"http://127.0.0.1:{port}"
+
+
+def add_edge(stack: IsolatedStack, gateway_urls: list[str], name: str = "edge") -> tuple[Child, str]:
+    """An edge in front of ``gateway_urls`` (in shard order), on a free port; (child, URL)."""
+    port = free_port()
+    env = {"PARLEY_EDGE_PORT": str(port), "PARLEY_EDGE_GATEWAYS": ",".join(gateway_urls), "PARLEY_EDGE_HEALTH_S": "0.5"}
+    child = stack.supervisor.start(EDGE, name=name, extra_env=env, ports={"edge_port": port})
+    stack.supervisor.wait_ready(child)
+    return child, f"http://127.0.0.1:{port}"
 
 
 def add_worker(

@@ -90,6 +90,15 @@ GATEWAY = Service(
     own_metrics=True,
 )
 
+#: In front of sharded gateways (PARLEY_GATEWAY_SHARD): sends each conversation's requests to the gateway that
+#: owns its chat.tokens partition (edge/). Not in SERVICES: `parley run` runs one unsharded gateway, which needs
+#: none; `tools.isolated.start(gateways=N)` and production (an L7 proxy with the same rule) put it in front.
+EDGE = Service(
+    "edge",
+    ("edge",),
+    health_url="http://127.0.0.1:{edge_port}/edge/readyz",
+)
+
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
     ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, GATEWAY

@@ -27,10 +27,23 @@ class WorkerSettings:
     max_queued: int = env(
         "PARLEY_WORKER_MAX_QUEUED", 4, "Records accepted on top of the running ones, started as slots free up"
     )
+    # Latency against cost, per token (workers/coalesce.py): every TokenChunk is a record that Kafka
+    # stores and every gateway and the materializer decode. The first text goes out at once whatever these say.
     coalesce_ms: float = env(
-        "PARLEY_WORKER_COALESCE_MS", 30.0, "Longest a generated delta waits before a TokenChunk carries it"
+        "PARLEY_WORKER_COALESCE_MS",
+        80.0,
+        "After a stream's first TokenChunk, longest a generated delta waits for others to share its chunk"
+        " (a reader sees text every this many ms; a stream slower than one token per window is never held)",
     )
-    coalesce_tokens: int = env("PARLEY_WORKER_COALESCE_TOKENS", 16, "Tokens that make a TokenChunk go out at once")
+    coalesce_tokens: int = env(
+        "PARLEY_WORKER_COALESCE_TOKENS", 32, "Tokens that make a TokenChunk go out at once (bounds chunks of fast streams)"
+    )
+    linger_ms: float = env(
+        "PARLEY_WORKER_LINGER_MS",
+        5.0,
+        "How long the producer of token chunks waits to batch records of many streams into one request"
+        " (librdkafka linger.ms: added to every chunk's latency, saves the broker a request per record)",
+    )
     worker_id: str = env("PARLEY_WORKER_ID", "", "Stable worker id (heartbeats, replica); empty: <hostname>-<pid>")
     heartbeat_s: float = env("PARLEY_WORKER_HEARTBEAT_S", 2.0, "Seconds between WorkerHeartbeat events")
     model_name: str = env(
@@ -72,6 +85,8 @@ class WorkerSettings:
             raise ConfigError(f"PARLEY_WORKER_MAX_QUEUED must not be negative, got {self.max_queued}")
         if self.coalesce_ms < 0 or self.coalesce_tokens < 1:
             raise ConfigError("PARLEY_WORKER_COALESCE_MS must be >= 0 and PARLEY_WORKER_COALESCE_TOKENS >= 1")
+        if not 0 <= self.linger_ms <= 1000:
+            raise ConfigError(f"PARLEY_WORKER_LINGER_MS must be between 0 and 1000, got {self.linger_ms}")
         if self.session_timeout_ms < 1000:
             raise ConfigError(f"PARLEY_WORKER_SESSION_TIMEOUT_MS must be at least 1000, got {self.session_timeout_ms}")
         if self.transaction_timeout_ms < 1000:

@@ -238,8 +238,20 @@ class SGLangClient:
             async with self._http.stream("POST", "/generate", json=generate_payload(request)) as resp:
                 if resp.status_code >= 400:
                     _raise_for_status(resp.status_code, await resp.aread(), "/generate")
-                async for line in resp.aiter_lines():
-                    delta = decoder.feed(line)
+                # Lines split here, from the bytes: httpx's aiter_lines stacks a text decoder and a
+                # line decoder (two more generators) on every network read, the worker's largest
+                # cost per token at a hundred streams.
+                pending = b""
+                async for chunk in resp.aiter_bytes():
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        delta = decoder.feed(line)
+                        if delta is not None:
+                            yield delta
+                        if decoder.finished:
+                            return
+                if pending:
+                    delta = decoder.feed(pending)
                     if delta is not None:
                         yield delta
                     if decoder.finished:

@@ -50,7 +50,7 @@ async def run_worker(
 
         engine = SGLangClient(worker.engine_url)
     control = await asyncio.to_thread(ControlListener, kafka, worker.cancel_memory_s)
-    producer = EventProducer(kafka)
+    producer = EventProducer(kafka, **{"linger.ms": worker.linger_ms})
     # Under the topic prefix: stacks sharing a cluster never rebalance each other's workers.
     group = kafka.topic_prefix + worker.group
     committer = TransactionalCommitter(

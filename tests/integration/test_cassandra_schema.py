@@ -117,3 +117,28 @@ def test_async_cql_reads_every_page_and_names_the_settings_when_it_fails(cassand
     unreachable = AsyncCql(replace(cassandra_settings, port=1))
     with pytest.raises(StoreUnavailable, match="PARLEY_CASSANDRA_PORT"):
         asyncio.run(unreachable.run("SELECT now() FROM system.local"))
+
+
+async def test_a_summary_written_twice_reads_back_once(cassandra, cassandra_settings: CassandraSettings) -> None:
+    """A redelivered (or rebuilt) SummaryWritten rewrites its row to the same state: the covered
+    ids are a frozen list, one cell (a non-frozen list gained the elements again on every rewrite)."""
+    from schemas.events import SummaryWritten
+    from streams.projection import writes_for
+    from streams.store import Store
+    from streams.summary_store import SummaryRows
+    from streams.tree import Conversation
+
+    cid, a, b = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    event = SummaryWritten(
+        conversation_id=cid, user_id="u", summary_id="s1", through_message_id=b,
+        covered_message_ids=[a, b], content="the summary", tokens=3, model="m",
+    )
+    store = Store(cassandra_settings)
+    try:
+        for _ in range(2):
+            await store.write(writes_for(Conversation(cid), event))
+        [summary] = await SummaryRows(store).summaries(cid)
+        [row] = await store.run("SELECT covered_ids FROM summaries WHERE conversation_id = ?", (uuid.UUID(cid),))
+    finally:
+        store.close()
+    assert summary.covered == (a, b) and [str(m) for m in row.covered_ids] == [a, b]

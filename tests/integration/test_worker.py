@@ -191,7 +191,7 @@ async def test_a_reply_streams_coalesced_chunks_and_lands_on_chat_events_before_
     *stream, final = chunks
 
     assert stream[0].text == "tok0 " and stream[0].tokens == 1  # the first token goes out alone, at once
-    assert 2 <= len(stream) < 60 and all(c.tokens <= 16 for c in stream)  # coalesced, never above 16 tokens
+    assert 2 <= len(stream) < 60 and all(c.tokens <= 32 for c in stream)  # coalesced, never above the 32-token default
     assert [c.seq for c in chunks] == list(range(len(chunks)))
     assert "".join(c.text for c in stream) == scripted_reply(60)
     assert [c.offset_chars for c in stream] == [sum(len(c.text) for c in stream[:i]) for i in range(len(stream))]

@@ -18,9 +18,10 @@ RANKS = {
     "infra": 2,  # runs Kafka and Cassandra locally, its settings read with parley's helpers
     "workers": 3,  # below streams: the context builder reuses the engine client and chat template for summaries
     "streams": 4,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
-    "gateway": 5,  # the HTTP edge, the last of the services
-    "tools": 6,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
-    "bench": 7,  # benchmarks start whole stacks through tools; nothing imports them
+    "gateway": 5,  # the HTTP API, the last of the services
+    "edge": 6,  # routes HTTP to the gateways by shard; imports no gateway code (parley's shards, the topic catalog)
+    "tools": 7,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
+    "bench": 8,  # benchmarks start whole stacks through tools; nothing imports them
 }
 
 
@@ -143,3 +144,9 @@ def test_no_core_loads_faust_kafka_or_cassandra_clients() -> None:
 def test_the_purity_check_follows_chains_and_skips_type_checking_blocks() -> None:
     assert io_clients_reached("streams.summary_store") == {"cassandra": "streams.store"}
     assert "cassandra" not in io_clients_reached("streams.materializer")
+
+
+def test_the_edge_loads_no_kafka_or_cassandra_client() -> None:
+    """A thin proxy: it routes by the shard rule alone, so it needs neither."""
+    for module in ("edge.__main__", "edge.proxy"):
+        assert io_clients_reached(module) == {}, module

@@ -5,7 +5,8 @@ into its conversation (``streams.tree.apply``) and turned into writes by
 ``streams.projection.writes_for``; each ``user.memory`` snapshot by ``streams.memory``; the
 writes go through ``streams.store.Store`` as the materializer's do. The keyspace starts
 empty, so the conversations' states start empty too (no reads). Writes carry their event's
-timestamp and commute, so they are sent in concurrent batches.
+timestamp and commute, so they wait by partition and go as one unlogged batch of a partition
+each (one request, one mutation: ``Store.write``), many batches in flight at once.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from parley.cassandra import connect
 from parley.errors import ConfigError
@@ -23,7 +25,7 @@ from parley.settings import CassandraSettings, KafkaSettings
 from schemas import codec
 from schemas import events as ev
 from streams.projection import Write, writes_for
-from streams.store import Store
+from streams.store import BATCH_MAX, Store
 from streams.tree import Conversation, apply, empty
 from tools.analysts import timeline
 from tools.analysts.digest import PROJECTED
@@ -32,8 +34,12 @@ from tools.analysts.location import Location
 log = logging.getLogger(__name__)
 
 TOPICS = ("chat.events", "user.memory")
-BATCH = 256
-IN_FLIGHT = 8
+#: A partition's writes wait until this many (one batch: streams.store.BATCH_MAX) ...
+PER_BATCH = BATCH_MAX
+#: ... or until this many wait in all, when every partition's are sent.
+PENDING_MAX = 8192
+#: Batches in flight at once: reading the log goes on while Cassandra takes them.
+IN_FLIGHT = 32
 
 
 class KeyspaceNotEmpty(ConfigError):
@@ -68,29 +74,44 @@ def prepare(cassandra: CassandraSettings) -> None:
         session.cluster.shutdown()
 
 
+class _Sender:
+    """Batches in flight through ``store``, at most IN_FLIGHT; the first failure is raised on the next send."""
+
+    def __init__(self, store: Store, report: RebuildReport) -> None:
+        self._store = store
+        self._report = report
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def send(self, work: Coroutine[Any, Any, None], writes: int) -> None:
+        while len(self._in_flight) >= IN_FLIGHT:
+            done, _ = await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
+            self._in_flight.difference_update(done)
+            for task in done:
+                task.result()
+        self._in_flight.add(asyncio.create_task(work))
+        self._report.writes += writes
+
+    async def drain(self) -> None:
+        while self._in_flight:
+            await self._in_flight.pop()
+
+
 async def _run(kafka: KafkaSettings, cassandra: CassandraSettings, location: Location | None, report: RebuildReport,
                on_batch: Callable[[int], None] | None, on_plan: Callable[[int], None] | None) -> None:
     store = Store(cassandra)
+    sender = _Sender(store, report)
     states: dict[str, Conversation] = {}
-    pending: list[Write] = []
-    in_flight: set[asyncio.Task[None]] = set()
-
-    async def send(writes: list[Write]) -> None:
-        # Up to IN_FLIGHT batches at once: reading the log goes on while Cassandra takes the last ones.
-        while len(in_flight) >= IN_FLIGHT:
-            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            in_flight.difference_update(done)
-            for task in done:
-                task.result()
-        in_flight.add(asyncio.create_task(store.write(writes)))
-        report.writes += len(writes)
+    # Writes waiting, by partition: sent as one batch each (streams.store.Store.write). They commute (each
+    # carries its event's timestamp), so a partition's batches may land in any order.
+    pending: dict[tuple[str, Any], list[Write]] = {}
+    waiting = 0
 
     try:
         for raw in timeline.read(kafka, list(TOPICS), location=location, stats=report.stats, on_batch=on_batch, on_plan=on_plan):
             try:
                 event = codec.decode(raw.value)
                 if isinstance(event, ev.MemoryUpdated):
-                    await store.write_memory(event)
+                    await sender.send(store.write_memory(event), len(event.facts) + 1)
                     report.events += 1
                     continue
                 cid = str(getattr(event, "conversation_id", ""))
@@ -102,16 +123,28 @@ async def _run(kafka: KafkaSettings, cassandra: CassandraSettings, location: Loc
                 log.warning("record skipped", extra={"topic": raw.topic, "offset": raw.offset, "error": type(exc).__name__})
                 continue
             report.events += 1
-            pending.extend(writes)
-            if len(pending) >= BATCH:
-                await send(pending)
-                pending = []
-        if pending:
-            await send(pending)
-        for task in in_flight:
-            await task
+            for w in writes:
+                group = pending.setdefault(w.partition, [])
+                group.append(w)
+                if len(group) >= PER_BATCH:
+                    del pending[w.partition]
+                    waiting -= len(group) - 1
+                    await sender.send(store.write(group), len(group))
+                else:
+                    waiting += 1
+            if waiting >= PENDING_MAX:
+                await _send_all(sender, store, pending)
+                waiting = 0
+        await _send_all(sender, store, pending)
+        await sender.drain()
     finally:
         store.close()
+
+
+async def _send_all(sender: _Sender, store: Store, pending: dict[tuple[str, Any], list[Write]]) -> None:
+    for group in pending.values():
+        await sender.send(store.write(group), len(group))
+    pending.clear()
 
 
 def rebuild(

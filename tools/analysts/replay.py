@@ -6,14 +6,20 @@ asked for (GenerationRequested); its other events come a little before (the user
 or after (prompt, routing, completion, usage), so the topics are read from ``lead_s`` before
 ``since`` to ``grace_s`` after ``until``. Records of event types the fold does not use are
 skipped by their schema fingerprint, without decoding; a conversation or user filter skips
-records by key, and whole partitions where the key decides the partition.
+records by key, and whole partitions where the key decides the partition. The rest are
+decoded once, into the plain dicts Avro reads (``records.Decoder``): the fold reads a few
+fields of each and never needs the event objects. An InferenceRequested is read only as far
+as its attempt (``HEADS``), and whole only for a turn that was never routed; so a record
+corrupt past that point counts as decoded unless its turn needs it.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,10 +28,15 @@ from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.catalog import TOPICS
-from tools.analysts import timeline, turns
+from tools.analysts import records, timeline, turns
 from tools.analysts.location import Location
+from tools.analysts.logread import Raw
 
 log = logging.getLogger(__name__)
+
+#: Records read only as far as these fields (``records.Head``): an InferenceRequested's prompt is needed only
+#: for a turn never routed (InferenceRouted carries the same request), and is read then.
+HEADS = {"InferenceRequested": ("event_id", "occurred_at", "request_id", "attempt")}
 
 #: Topics whose producers place records by the default partitioner on this key (never an explicit partition).
 _KEYED_BY_CONVERSATION = ("chat.events", "chat.inference")
@@ -88,37 +99,69 @@ def replay(
     on_batch: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> Result:
-    schemas = codec.default_schemas()
-    names = {fp: known.name for fp, known in schemas.by_fingerprint.items()}
-    fold = turns.TurnFold()
-    stats = timeline.TimelineStats()
     since, until = read_window(q)
-    result = Result([], stats, read_window_ms=(since, until))
-    wanted = _key_wanted(q)
-    for raw in timeline.read(
-        kafka, list(turns.TOPICS), since, until, location=location, partitions=_partitions(q), stats=stats,
+    result = Result([], timeline.TimelineStats(), read_window_ms=(since, until))
+    records_read = timeline.read(
+        kafka, list(turns.TOPICS), since, until, location=location, partitions=_partitions(q), stats=result.stats,
         on_batch=on_batch, on_plan=on_plan,
-    ):
-        value = raw.value
-        if value is None or names.get(bytes(value[2 : codec.HEADER_LEN])) not in turns.NEEDED or not wanted(raw.topic, raw.key):
+    )
+    with _no_cycle_collection():
+        result.turns = _fold(records_read, q, result)
+    return result
+
+
+def _fold(read: Iterable[Raw], q: Query, result: Result) -> list[turns.Turn]:
+    """The turns of ``read`` (counting into ``result``); the fold and its records are freed on return."""
+    decode = records.Decoder(turns.NEEDED, heads=HEADS)
+
+    def whole(head: records.Head) -> records.Record | None:
+        try:
+            return decode.whole(head)
+        except codec.CodecError as exc:
+            result.decoded -= 1
+            _undecodable(result, exc, None)
+            return None
+
+    fold = turns.TurnFold(whole)
+    wanted = _key_wanted(q)
+    for raw in read:
+        try:
+            decoded = decode(raw.value) if wanted(raw.topic, raw.key) else None
+        except codec.CodecError as exc:
+            _undecodable(result, exc, raw)
+            continue
+        if decoded is None:
             result.skipped += 1
             continue
-        try:
-            event = codec.decode(value, schemas)
-        except codec.CodecError as exc:
-            result.undecodable += 1
-            where = {"topic": raw.topic, "partition": raw.partition, "offset": raw.offset, "error": type(exc).__name__}
-            log.warning("undecodable record skipped", extra=where)
-            continue
         result.decoded += 1
-        fold.add(event)
-    result.turns = fold.turns(
+        fold.add_record(*decoded)
+    return fold.turns(
         since_us=None if q.since_ms is None else q.since_ms * 1000,
         until_us=None if q.until_ms is None else q.until_ms * 1000,
         conversation_id=q.conversation_id,
         user_id=q.user_id,
     )
-    return result
+
+
+def _undecodable(result: Result, exc: codec.CodecError, raw: Raw | None) -> None:
+    result.undecodable += 1
+    where = {"topic": raw.topic, "partition": raw.partition, "offset": raw.offset} if raw is not None else {}
+    log.warning("undecodable record skipped", extra={**where, "error": type(exc).__name__})
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cyclic garbage collector off while the fold grows: it holds every record it keeps, the
+    records make no cycles, and each pass of the oldest generation would walk all of them again (a
+    third of a replay's time at 60k records). Reference counting still frees what is dropped, the
+    fold included, before collection resumes."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 # ------------------------------------------------------------------ files
@@ -139,6 +182,10 @@ def _arrow_schema() -> Any:
     return pa.schema([(f.name, by_annotation[str(f.type)]) for f in fields(turns.Turn)])
 
 
+#: What ``json.dumps(r, ensure_ascii=False)`` uses, made once rather than for every line.
+_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def write(records: list[dict[str, Any]], path: Path) -> None:
     """Turn records to ``path``: Parquet when it ends in .parquet, else JSON lines (one turn a line)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,9 +195,9 @@ def write(records: list[dict[str, Any]], path: Path) -> None:
 
         pq.write_table(pa.Table.from_pylist(records, schema=_arrow_schema()), path)
         return
+    encode = _JSON.encode
     with path.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n")
+        f.writelines(encode(r) + "\n" for r in records)
 
 
 def load(path: Path) -> list[dict[str, Any]]:

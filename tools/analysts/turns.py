@@ -21,7 +21,7 @@ GenerationCompleted ``rejected`` / ``overloaded``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -29,6 +29,10 @@ from parley import ids
 from schemas import events as ev
 from schemas.endings import OVERLOADED
 from schemas.catalog import POOLS
+from schemas.records import to_record
+from tools.analysts.records import Head
+
+Record = dict[str, Any]
 
 #: The topics a replay reads (catalog names), in the order the docs list them.
 TOPICS: tuple[str, ...] = ("chat.events", "chat.inference", *(f"chat.inference.{p}" for p in POOLS), "chat.usage")
@@ -97,26 +101,35 @@ _FIELDS = tuple(f.name for f in fields(Turn))
 
 @dataclass
 class _Parts:
-    requested: ev.GenerationRequested | None = None
-    inference: dict[int, ev.InferenceRequested] = field(default_factory=dict)
-    routed: dict[int, ev.InferenceRouted] = field(default_factory=dict)
-    completed: dict[int, ev.GenerationCompleted] = field(default_factory=dict)
-    usage: dict[int, ev.UsageRecorded] = field(default_factory=dict)
+    # Each event as its record (``schemas.records.to_record``'s dict, or ``records.Decoder``'s).
+    requested: Record | None = None
+    inference: dict[int, Record] = field(default_factory=dict)
+    routed: dict[int, Record] = field(default_factory=dict)
+    completed: dict[int, Record] = field(default_factory=dict)
+    usage: dict[int, Record] = field(default_factory=dict)
 
 
-def _first(current: Any, new: Any) -> Any:
+def _first(current: Record | None, new: Record) -> Record:
     """Of two copies of one fact, the earlier (ties by event id): independent of arrival order."""
-    if current is None or (new.occurred_at, new.event_id) < (current.occurred_at, current.event_id):
+    if current is None or (new["occurred_at"], new["event_id"]) < (current["occurred_at"], current["event_id"]):
         return new
     return current
 
 
 class TurnFold:
-    """Folds logged events into turns; ``turns()`` finalises them."""
+    """Folds logged events into turns; ``turns()`` finalises them.
 
-    def __init__(self) -> None:
+    It keeps each event's record, not the event: ``add_record`` takes one straight from the
+    bytes (``tools.analysts.records.Decoder``), so a replay never builds the event objects;
+    ``add`` takes an event and keeps its record.
+    """
+
+    def __init__(self, whole: Callable[[Head], Record | None] | None = None) -> None:
         self._parts: dict[str, _Parts] = {}
-        self._posted: dict[str, ev.MessagePosted] = {}
+        self._posted: dict[str, Record] = {}
+        # The rest of a record added as its head only (``records.Head``); None: it does not read (it is
+        # then left out, as an undecodable record is).
+        self._whole = whole
 
     def _of(self, request_id: str) -> _Parts:
         parts = self._parts.get(request_id)
@@ -125,19 +138,46 @@ class TurnFold:
         return parts
 
     def add(self, event: ev.Event) -> None:
-        if isinstance(event, ev.MessagePosted):
-            self._posted[event.message_id] = _first(self._posted.get(event.message_id), event)
-        elif isinstance(event, ev.GenerationRequested):
-            parts = self._of(event.request_id)
-            parts.requested = _first(parts.requested, event)
-        elif isinstance(event, ev.InferenceRequested):
-            _keep(self._of(event.request_id).inference, event.attempt, event)
-        elif isinstance(event, ev.InferenceRouted):
-            _keep(self._of(event.request.request_id).routed, event.request.attempt, event)
-        elif isinstance(event, ev.GenerationCompleted):
-            _keep(self._of(event.request_id).completed, event.attempt, event)
-        elif isinstance(event, ev.UsageRecorded):
-            _keep(self._of(event.request_id).usage, event.attempt, event)
+        add = _ADD.get(type(event).__name__)
+        if add is not None:
+            add(self, to_record(event))
+
+    def add_record(self, name: str, record: Record) -> None:
+        """An event of type ``name`` as its record (the types of ``NEEDED``; others are ignored)."""
+        add = _ADD.get(name)
+        if add is not None:
+            add(self, record)
+
+    def _add_posted(self, r: Record) -> None:
+        mid = r["message_id"]
+        self._posted[mid] = _first(self._posted.get(mid), r)
+
+    def _add_requested(self, r: Record) -> None:
+        parts = self._of(r["request_id"])
+        parts.requested = _first(parts.requested, r)
+
+    def _add_inference(self, r: Record) -> None:
+        _keep(self._of(r["request_id"]).inference, r["attempt"], r)
+
+    def _add_routed(self, r: Record) -> None:
+        request = r["request"]
+        _keep(self._of(request["request_id"]).routed, request["attempt"], r)
+
+    def _add_completed(self, r: Record) -> None:
+        _keep(self._of(r["request_id"]).completed, r["attempt"], r)
+
+    def _add_usage(self, r: Record) -> None:
+        _keep(self._of(r["request_id"]).usage, r["attempt"], r)
+
+    def _complete(self, by_attempt: dict[int, Record]) -> None:
+        """Each head among ``by_attempt`` replaced by its whole record, or dropped when that does not read."""
+        for attempt, record in list(by_attempt.items()):
+            if isinstance(record, Head):
+                whole = self._whole(record) if self._whole is not None else None
+                if whole is None:
+                    del by_attempt[attempt]
+                else:
+                    by_attempt[attempt] = whole
 
     def turns(
         self,
@@ -152,21 +192,35 @@ class TurnFold:
             req = parts.requested
             if req is None:  # asked for before what was read
                 continue
-            if since_us is not None and req.occurred_at < since_us:
+            if since_us is not None and req["occurred_at"] < since_us:
                 continue
-            if until_us is not None and req.occurred_at >= until_us:
+            if until_us is not None and req["occurred_at"] >= until_us:
                 continue
-            if conversation_id is not None and req.conversation_id != conversation_id:
+            if conversation_id is not None and req["conversation_id"] != conversation_id:
                 continue
-            if user_id is not None and req.user_id != user_id:
+            if user_id is not None and req["user_id"] != user_id:
                 continue
-            out.append(_turn(request_id, req, parts, self._posted.get(req.parent_id)))
+            if not parts.routed:  # the prompt comes from InferenceRequested itself
+                self._complete(parts.inference)
+            out.append(_turn(request_id, req, parts, self._posted.get(req["parent_id"])))
         out.sort(key=lambda t: (t.requested_at, t.request_id))
         return out
 
 
-def _keep(by_attempt: dict[int, Any], attempt: int, event: Any) -> None:
-    by_attempt[attempt] = _first(by_attempt.get(attempt), event)
+#: How each type of ``NEEDED`` is folded in (unbound: a table of bound methods would make every fold a
+#: reference cycle, left with all its records to the cyclic collector).
+_ADD: dict[str, Callable[[TurnFold, Record], None]] = {
+    "MessagePosted": TurnFold._add_posted,
+    "GenerationRequested": TurnFold._add_requested,
+    "InferenceRequested": TurnFold._add_inference,
+    "InferenceRouted": TurnFold._add_routed,
+    "GenerationCompleted": TurnFold._add_completed,
+    "UsageRecorded": TurnFold._add_usage,
+}
+
+
+def _keep(by_attempt: dict[int, Record], attempt: int, record: Record) -> None:
+    by_attempt[attempt] = _first(by_attempt.get(attempt), record)
 
 
 def fold(events: Iterable[ev.Event], **window: Any) -> list[Turn]:
@@ -177,59 +231,63 @@ def fold(events: Iterable[ev.Event], **window: Any) -> list[Turn]:
     return f.turns(**window)
 
 
-def kind_of(req: ev.GenerationRequested) -> str:
+def kind_of(req: Record) -> str:
     """A post derives the user message id from the same client id as the reply; a regenerate does not."""
-    fresh = ids.user_message_id(req.conversation_id, req.client_message_id) == req.parent_id
+    fresh = ids.user_message_id(req["conversation_id"], req["client_message_id"]) == req["parent_id"]
     return "message" if fresh else "regenerate"
 
 
-def _turn(request_id: str, req: ev.GenerationRequested, p: _Parts, posted: ev.MessagePosted | None) -> Turn:
+_NO_USAGE: Record = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
+
+
+def _turn(request_id: str, req: Record, p: _Parts, posted: Record | None) -> Turn:
     attempts = [*p.inference, *p.routed, *p.completed, *p.usage]
     final = max(p.completed) if p.completed else max(attempts, default=0)
     done = p.completed.get(final)
     routed = p.routed.get(final) or (p.routed[max(p.routed)] if p.routed else None)
-    built = routed.request if routed is not None else p.inference.get(final) or (
+    built = routed["request"] if routed is not None else p.inference.get(final) or (
         p.inference[max(p.inference)] if p.inference else None
     )
     usage_event = p.usage.get(final)
-    counts = usage_event.usage if usage_event is not None else (done.usage if done is not None else ev.Usage())
-    reached_engine = usage_event is not None or (done is not None and counts.prompt_tokens > 0)
-    duration = usage_event.duration_ms if usage_event is not None else None
+    counts = usage_event["usage"] if usage_event is not None else (done["usage"] if done is not None else _NO_USAGE)
+    prompt_tokens, cached_tokens, completion_tokens = counts["prompt_tokens"], counts["cached_tokens"], counts["completion_tokens"]
+    reached_engine = usage_event is not None or (done is not None and prompt_tokens > 0)
+    duration = usage_event["duration_ms"] if usage_event is not None else None
     return Turn(
         request_id=request_id,
-        conversation_id=req.conversation_id,
-        user_id=req.user_id,
+        conversation_id=req["conversation_id"],
+        user_id=req["user_id"],
         kind=kind_of(req),
-        tier=req.tier,
-        requested_at=req.occurred_at,
-        completed_at=done.occurred_at if done is not None else None,
-        user_message_id=req.parent_id,
-        user_message=posted.content if posted is not None else None,
-        user_parent_id=posted.parent_id if posted is not None else None,
-        prompt=[{"role": m.role, "content": m.content} for m in built.messages] if built is not None else [],
-        prompt_tokens_estimate=built.prompt_tokens if built is not None else 0,
-        budget_tokens=built.budget_tokens if built is not None else 0,
-        max_tokens=built.max_tokens if built is not None else (req.max_tokens or 0),
-        requested_model=(built.model if built is not None else req.model) or None,
-        pool=(routed.pool if routed else "") or (done.pool if done else "") or (usage_event.pool if usage_event else ""),
-        model=(routed.model if routed else "") or (done.model if done else "") or (usage_event.model if usage_event else ""),
-        replica=(usage_event.replica if usage_event else "") or (done.replica if done else ""),
-        partition=routed.partition if routed is not None else None,
-        route_reason=routed.route_reason if routed is not None else "",
-        downgraded_from=routed.downgraded_from if routed is not None else None,
-        finish_reason=done.finish_reason if done is not None else None,
-        error_code=done.error_code if done is not None else None,
+        tier=req["tier"],
+        requested_at=req["occurred_at"],
+        completed_at=done["occurred_at"] if done is not None else None,
+        user_message_id=req["parent_id"],
+        user_message=posted["content"] if posted is not None else None,
+        user_parent_id=posted["parent_id"] if posted is not None else None,
+        prompt=[{"role": m["role"], "content": m["content"]} for m in built["messages"]] if built is not None else [],
+        prompt_tokens_estimate=built["prompt_tokens"] if built is not None else 0,
+        budget_tokens=built["budget_tokens"] if built is not None else 0,
+        max_tokens=built["max_tokens"] if built is not None else (req["max_tokens"] or 0),
+        requested_model=(built["model"] if built is not None else req["model"]) or None,
+        pool=(routed["pool"] if routed else "") or (done["pool"] if done else "") or (usage_event["pool"] if usage_event else ""),
+        model=(routed["model"] if routed else "") or (done["model"] if done else "") or (usage_event["model"] if usage_event else ""),
+        replica=(usage_event["replica"] if usage_event else "") or (done["replica"] if done else ""),
+        partition=routed["partition"] if routed is not None else None,
+        route_reason=routed["route_reason"] if routed is not None else "",
+        downgraded_from=routed["downgraded_from"] if routed is not None else None,
+        finish_reason=done["finish_reason"] if done is not None else None,
+        error_code=done["error_code"] if done is not None else None,
         attempts=max(attempts, default=0) + 1,
-        content=done.content if done is not None else "",
-        prompt_tokens=counts.prompt_tokens,
-        cached_tokens=counts.cached_tokens,
-        completion_tokens=counts.completion_tokens,
-        cache=("hit" if counts.cached_tokens > 0 else "miss") if reached_engine else None,
-        cache_ratio=round(counts.cached_tokens / counts.prompt_tokens, 6) if reached_engine and counts.prompt_tokens else None,
-        ttft_ms=usage_event.ttft_ms if usage_event is not None else None,
-        queue_ms=usage_event.queue_ms if usage_event is not None else None,
+        content=done["content"] if done is not None else "",
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        completion_tokens=completion_tokens,
+        cache=("hit" if cached_tokens > 0 else "miss") if reached_engine else None,
+        cache_ratio=round(cached_tokens / prompt_tokens, 6) if reached_engine and prompt_tokens else None,
+        ttft_ms=usage_event["ttft_ms"] if usage_event is not None else None,
+        queue_ms=usage_event["queue_ms"] if usage_event is not None else None,
         duration_ms=duration,
-        tokens_per_s=round(counts.completion_tokens / (duration / 1000), 6) if duration else None,
-        shed=done is not None and done.finish_reason == "rejected" and done.error_code == OVERLOADED,
-        downgraded=routed is not None and routed.downgraded_from is not None,
+        tokens_per_s=round(completion_tokens / (duration / 1000), 6) if duration else None,
+        shed=done is not None and done["finish_reason"] == "rejected" and done["error_code"] == OVERLOADED,
+        downgraded=routed is not None and routed["downgraded_from"] is not None,
     )

@@ -44,7 +44,7 @@ def test_parley_settings_lists_every_variable_the_services_read() -> None:
     root = Path(__file__).resolve().parents[3]
     listed = {name for _, cls in _settings_by_service() for name, _, _ in describe(cls)}
     read = set()
-    for package in ("parley", "infra", "workers", "streams", "gateway"):
+    for package in ("parley", "infra", "workers", "streams", "gateway", "edge"):
         for path in (root / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"PARLEY_[A-Z0-9_]+", node.value):

@@ -154,3 +154,34 @@ def test_branches_and_the_selected_leaf_in_the_tables_match_the_tree_after_every
     r2c = msgs[ids["r2c"]]
     assert (r2c["status"], r2c["finish_reason"], r2c["content"]) == ("cancelled", "cancelled", "a2c partial")
     assert conv["selected_leaf_id"] == uuid.UUID(ids["r2b"])
+
+
+def _partition_keys() -> dict[str, tuple[str, ...]]:
+    """Each table's partition key columns, from the CQL migrations."""
+    import re
+    from pathlib import Path
+
+    out: dict[str, tuple[str, ...]] = {}
+    for path in sorted((Path(__file__).parents[3] / "schemas" / "cql").glob("*.cql")):
+        for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\)\s*(?:WITH[^;]*)?;", path.read_text(), re.S):
+            inline = re.search(r"^\s*(\w+)\s+\w+\s+PRIMARY KEY", body, re.M)
+            if inline:
+                out[name] = (inline.group(1),)
+            else:
+                key = re.search(r"PRIMARY KEY \(\(([^)]*)\)", body)
+                assert key, name
+                out[name] = tuple(c.strip() for c in key.group(1).split(","))
+    return out
+
+
+def test_a_writes_partition_is_its_tables_partition_key_so_a_batch_of_one_partition_is_one_mutation() -> None:
+    from streams.checkpoint import Checkpoint
+
+    keys = _partition_keys()
+    log, _ = conversation_log()
+    writes, _ = run(log)
+    writes.append(Checkpoint(CID, str(uuid.uuid4()), "partial", 3, 5).write())
+    assert {w.table for w in writes} >= {"conversations", "conversations_by_user", "messages"}
+    for w in writes:
+        assert keys[w.table] == (w.partition[0],) == (w.key[0][0],), w.table
+        assert cql(w.shape).startswith(f"UPDATE {w.table} USING TIMESTAMP ? ")  # order within a partition is moot

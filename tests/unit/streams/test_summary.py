@@ -132,10 +132,17 @@ async def test_every_engine_failure_is_summary_unavailable_and_pauses_asking(eng
 def test_rows_of_the_summaries_table_become_summaries_and_incomplete_ones_are_skipped() -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     rows = [
-        Row(summary_id="s1", through_message_id=b, covered_message_ids=[a, b], content="text", tokens=4, model="m"),
-        Row(summary_id="s2", through_message_id=None, covered_message_ids=None, content=None, tokens=None, model=None),
+        Row(summary_id="s1", through_message_id=b, covered_ids=[a, b], covered_message_ids=None, content="text", tokens=4, model="m"),
+        Row(summary_id="s2", through_message_id=None, covered_ids=None, covered_message_ids=None, content=None, tokens=None, model=None),
     ]
     assert summaries_from_rows(rows) == [Summary("s1", str(b), (str(a), str(b)), "text", 4, "m")]
+
+
+def test_a_summary_row_from_before_the_frozen_column_loses_the_duplicates_its_rewrites_added() -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    # Written twice into the non-frozen list (a redelivery): Cassandra appended the elements again.
+    row = Row(summary_id="s1", through_message_id=b, covered_ids=None, covered_message_ids=[a, b, a, b], content="t", tokens=1, model="m")
+    assert summaries_from_rows([row]) == [Summary("s1", str(b), (str(a), str(b)), "t", 1, "m")]
 
 
 @pytest.mark.parametrize(

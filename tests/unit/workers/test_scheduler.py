@@ -146,9 +146,9 @@ async def test_a_generation_streams_coalesced_chunks_then_closes_in_contract_ord
 
     chunks = h.chunks("r1")
     *stream, final = chunks
-    assert [c.tokens for c in stream] == [1, 16, 16, 7]  # the first at once, then per 16 tokens, then the rest
+    assert [c.tokens for c in stream] == [1, 32, 7]  # the first at once, then per 32 tokens (the default), then the rest
     assert "".join(c.text for c in stream) == scripted_reply(40)
-    assert [c.seq for c in chunks] == [0, 1, 2, 3, 4]
+    assert [c.seq for c in chunks] == [0, 1, 2, 3]
     assert [c.offset_chars for c in stream] == [sum(len(c.text) for c in stream[:i]) for i in range(len(stream))]
     assert (final.text, final.finish_reason, final.offset_chars) == ("", "stop", len(scripted_reply(40)))
     assert final.usage is not None and final.usage.completion_tokens == 40

@@ -15,7 +15,7 @@ from workers.settings import WorkerSettings
 def test_defaults_serve_the_small_pool_from_the_local_engine() -> None:
     s = from_env(WorkerSettings, {})
     assert (s.pool, s.engine_url, s.group) == ("small", "http://127.0.0.1:30000", "workers.small")
-    assert (s.coalesce_ms, s.coalesce_tokens) == (30.0, 16)
+    assert (s.coalesce_ms, s.coalesce_tokens, s.linger_ms) == (80.0, 32, 5.0)
     assert s.worker_id == f"{socket.gethostname()}-{os.getpid()}"
     assert s.capacity == s.max_concurrency + s.max_queued
 
@@ -34,6 +34,7 @@ def test_environment_overrides() -> None:
         ({"PARLEY_WORKER_POOL": "huge"}, "PARLEY_WORKER_POOL"),
         ({"PARLEY_WORKER_MAX_CONCURRENCY": "0"}, "PARLEY_WORKER_MAX_CONCURRENCY"),
         ({"PARLEY_WORKER_COALESCE_TOKENS": "0"}, "PARLEY_WORKER_COALESCE_TOKENS"),
+        ({"PARLEY_WORKER_LINGER_MS": "-1"}, "PARLEY_WORKER_LINGER_MS"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
