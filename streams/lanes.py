@@ -14,6 +14,10 @@ handles its events in arrival order. Offsets are acknowledged by the caller's
 only up to the first offset not yet acknowledged, so a crash still redelivers
 everything unfinished (at-least-once, as before).
 
+Every processor's state is per conversation (or per user, on the topics keyed
+by user), so this order is the only one they rely on; a processor whose state
+spans keys would need ``PARLEY_STREAMS_LANES=1``.
+
 A full lane blocks ``put``: the reader stops pulling records, and faust's
 buffer pauses the partitions (backpressure, not unbounded memory). A handler
 that raises fails the agent as it did before: ``put`` and ``close`` raise it.
