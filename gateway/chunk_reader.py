@@ -21,14 +21,15 @@ import struct
 from collections.abc import Container
 
 from schemas import codec
-from schemas.events import Event, TokenChunk, Usage
+from schemas.events import Citation, Event, TokenChunk, Usage
 
 #: CRC-64-AVRO of the TokenChunk schema this reader is written for (``schemas/avro/TokenChunk.avsc``).
-FINGERPRINT = bytes.fromhex("36428c5342a16d5e")
+FINGERPRINT = bytes.fromhex("68dcbc8f53b400db")
 #: The fields in the order ``read`` takes them (a unit test compares them with the schema).
 FIELDS = (
     "event_id", "occurred_at", "trace_id", "conversation_id", "user_id", "request_id", "attempt", "seq", "text",
     "tokens", "offset_chars", "finish_reason", "usage", "replica", "model", "error_code", "error_message", "retry_after",
+    "citations", "citation_status",
 )
 _DOUBLE = struct.Struct("<d")
 _new = object.__new__
@@ -92,6 +93,27 @@ def _optional_string(buf: bytes, pos: int) -> tuple[str | None, int]:
     return _string(buf, pos) if present else (None, pos)
 
 
+def _citations(buf: bytes, pos: int) -> tuple[list[Citation], int]:
+    """An Avro array of Citation records: blocks of items, each block's count first (negative: its byte size
+    follows), ended by an empty block. Only a reply's last chunk has any."""
+    out: list[Citation] = []
+    while True:
+        count, pos = _long(buf, pos)
+        if count == 0:
+            return out, pos
+        if count < 0:
+            count = -count
+            _, pos = _long(buf, pos)
+        for _ in range(count):
+            number, pos = _long(buf, pos)
+            document_id, pos = _string(buf, pos)
+            page, pos = _long(buf, pos)
+            chunk_id, pos = _string(buf, pos)
+            text, pos = _string(buf, pos)
+            filename, pos = _string(buf, pos)
+            out.append(Citation(number=number, document_id=document_id, page=page, chunk_id=chunk_id, text=text, filename=filename))
+
+
 def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     pos = codec.HEADER_LEN
     event_id, pos = _string(buf, pos)
@@ -124,6 +146,8 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     if present:
         (retry_after,) = _DOUBLE.unpack_from(buf, pos)
         pos += _DOUBLE.size
+    citations, pos = _citations(buf, pos)
+    citation_status, pos = _string(buf, pos)
     if pos != len(buf):
         raise codec.Undecodable("TokenChunk body has trailing bytes")
     # Every field set at once, then the type's own checks: what TokenChunk(**fields) does, at half the cost
@@ -133,7 +157,7 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
         event_id=event_id, occurred_at=occurred_at, trace_id=trace_id, conversation_id=conversation_id, user_id=user_id,
         request_id=request_id, attempt=attempt, seq=seq, text=text, tokens=tokens, offset_chars=offset_chars,
         finish_reason=finish_reason, usage=usage, replica=replica, model=model, error_code=error_code,
-        error_message=error_message, retry_after=retry_after,
+        error_message=error_message, retry_after=retry_after, citations=citations, citation_status=citation_status,
     )
     chunk.__post_init__()
     return chunk

@@ -96,7 +96,7 @@ _MAIN: tuple[Topic, ...] = (
     Topic(
         "docs.events",
         "document_id",
-        (ev.DocumentUploaded, ev.DocumentPagesExtracted, ev.DocumentIndexed, ev.DocumentFailed),
+        (ev.DocumentUploaded, ev.DocumentPagesExtracted, ev.DocumentIndexed, ev.DocumentFailed, ev.DocumentDeleted),
         partitions=6,
         retention_ms=FOREVER,
     ),

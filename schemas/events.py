@@ -95,6 +95,21 @@ class Sampling:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Citation:
+    """A passage a reply drew on: where it is, and the span of it the reply used."""
+
+    number: int = doc("1-based, in the order the reply first used them (the [n] the web page shows)")
+    document_id: str = doc("The document")
+    page: int = doc("1-based page of the document")
+    chunk_id: str = doc("The chunk quoted (document_chunks.chunk_id)")
+    text: str = doc("The quoted span, from the page's text")
+    filename: str = doc("The document's name as uploaded", default="")
+
+
+CITATION_STATUSES = frozenset({"", "cited", "uncited"})
+
+
 # ------------------------------------------------------------------ chat.events
 
 
@@ -117,6 +132,11 @@ class MessagePosted(ConversationEvent):
     content: str = doc("Message text (never logged)")
     model: str | None = doc("Model the user selected for this turn, if any", default=None)
     edit_of: str | None = doc("The message this one edits (a sibling under the same parent)", default=None)
+    document_ids: list[str] = doc(
+        "Documents this message asks about (the owner's, checked by the gateway); a turn uses those of every "
+        "user message on its branch",
+        default_factory=list,
+    )
 
     def __post_init__(self) -> None:
         _check(self.role, ROLES, "role")
@@ -155,9 +175,14 @@ class GenerationCompleted(ConversationEvent):
     replica: str = doc("Worker id that served it", default="")
     error_code: str | None = doc("Machine-readable cause when failed or rejected", default=None)
     error_message: str | None = doc("Human-readable cause when failed or rejected", default=None)
+    citations: list[Citation] = doc("Passages of the turn's documents the reply drew on", default_factory=list)
+    citation_status: str = doc(
+        "'' (the turn had no documents) | cited | uncited (documents were given and the reply used none)", default=""
+    )
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
+        _check(self.citation_status, CITATION_STATUSES, "citation_status")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +237,47 @@ class PromptMessage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Passage:
+    """A retrieved chunk of a document, as the prompt shows it."""
+
+    label: str = doc("How the prompt names it: [filename p.N]")
+    document_id: str = doc("The document")
+    chunk_id: str = doc("The chunk")
+    page: int = doc("1-based page")
+    text: str = doc("The chunk's text (never logged)")
+    char_start: int = doc("Offset of the text in the page's text", default=0)
+    filename: str = doc("The document's name as uploaded", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentCoverage:
+    """How much of one document a turn could search."""
+
+    document_id: str = doc("The document")
+    filename: str = doc("Its name", default="")
+    status: str = doc("processing | ready | failed | missing (deleted, or not the user's)")
+    pages_ready: int = doc("Pages 1..pages_ready were searched", default=0)
+    pages_total: int = doc("Pages in the document (0: not yet counted)", default=0)
+
+
+RETRIEVAL_PATHS = frozenset({"hybrid", "keyword", "vector", "none"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retrieval:
+    """What a turn's document search did: which path answered, what it searched and what it found."""
+
+    path: str = doc("hybrid | keyword (semantic search was down) | vector | none (nothing searchable)")
+    documents: list[DocumentCoverage] = doc("Each document of the turn, in the order given", default_factory=list)
+    passages: list[Passage] = doc("What the prompt shows, in prompt order", default_factory=list)
+    note: str = doc("What the prompt told the model about coverage, e.g. 'pages 1–12 of 150 indexed'", default="")
+    latency_ms: float = doc("Time the search took", default=0.0)
+
+    def __post_init__(self) -> None:
+        _check(self.path, RETRIEVAL_PATHS, "path")
+
+
+@dataclass(frozen=True, kw_only=True)
 class InferenceRequested(ConversationEvent):
     """A prompt is ready for a model. context builder → router."""
 
@@ -231,6 +297,7 @@ class InferenceRequested(ConversationEvent):
         "so the router can tell whether its memory of decisions reaches back that far (0: unknown, older writers)",
         default=0,
     )
+    retrieval: Retrieval | None = doc("The turn's document search; null when the turn has no documents", default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,9 +341,12 @@ class TokenChunk(ConversationEvent):
     error_code: str | None = doc("On a last chunk that failed or was rejected: machine-readable cause", default=None)
     error_message: str | None = doc("On a last chunk that failed or was rejected: human-readable cause", default=None)
     retry_after: float | None = doc("On a rejected last chunk: seconds after which a retry may succeed", default=None)
+    citations: list[Citation] = doc("On the last chunk: the passages the reply drew on", default_factory=list)
+    citation_status: str = doc("On the last chunk: '' | cited | uncited (see GenerationCompleted)", default="")
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
+        _check(self.citation_status, CITATION_STATUSES, "citation_status")
 
 
 # ----------------------------------------------------------------- chat.control
@@ -361,26 +431,41 @@ class DocumentUploaded(DocumentEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class DocumentPagesExtracted(DocumentEvent):
-    """Text was extracted. document worker → materializer."""
+    """A batch of pages is extracted, chunked and indexed: pages 1..last_page are searchable from now on.
+    document worker → materializer (documents.pages_ready)."""
 
-    pages: int = doc("Pages extracted")
-    chars: int = doc("Characters extracted", default=0)
+    pages: int = doc("Pages in this batch")
+    chars: int = doc("Characters extracted in this batch", default=0)
+    first_page: int = doc("First page of the batch (1-based)", default=0)
+    last_page: int = doc("Last page of the batch; every page up to it is indexed", default=0)
+    pages_total: int = doc("Pages in the document", default=0)
+    ocr_pages: int = doc("Pages of the batch read by OCR (no text layer)", default=0)
+    chunks: int = doc("Chunks written for the batch", default=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DocumentIndexed(DocumentEvent):
-    """Chunks and embeddings are stored. document worker → materializer, context builder."""
+    """Every page is indexed. document worker → materializer."""
 
     chunks: int = doc("Chunks written")
     embedding_model: str = doc("Model that embedded them", default="")
+    pages_total: int = doc("Pages in the document", default=0)
+    ocr_pages: int = doc("Pages read by OCR", default=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DocumentFailed(DocumentEvent):
-    """Extraction or indexing failed. document worker → materializer."""
+    """The file was refused (unsafe, unreadable, no text) or processing failed; nothing of it is served.
+    document worker → materializer."""
 
     error_code: str = doc("Machine-readable cause")
     error_message: str = doc("Human-readable cause", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentDeleted(DocumentEvent):
+    """The owner deleted the document: processing stops, its rows and original go. gateway → document worker,
+    materializer."""
 
 
 # ------------------------------------------------------------------ user.memory
@@ -451,6 +536,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DocumentPagesExtracted,
         DocumentIndexed,
         DocumentFailed,
+        DocumentDeleted,
         MemoryUpdated,
         DeadLetter,
     )

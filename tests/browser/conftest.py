@@ -11,7 +11,7 @@ topics and keyspace), started once for the package. Two engines serve it:
   temperature 0). The page reaches it by choosing the model by name. The titler
   names chats with it too, as it would with a small pool of SmolLM2.
 
-Chromium comes from Debian (tests/browser/install.sh); Playwright only drives it.
+Chromium comes from Debian (infra/local/debian-packages.sh); Playwright only drives it.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def web_stack(infra, tmp_path_factory) -> Iterator[WebStack]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `bash tests/browser/install.sh` (installs Debian's chromium)")
+        pytest.fail(f"{CHROMIUM} is missing: run `bash infra/local/debian-packages.sh` (installs Debian's chromium)")
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=WAIT_MS)

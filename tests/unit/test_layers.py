@@ -16,12 +16,13 @@ RANKS = {
     "schemas": 0,  # the contracts (events, codec, topic catalog, CQL) that every other layer speaks
     "parley": 1,  # the shared shell: settings, Kafka and Cassandra clients, ids, logging, metrics
     "infra": 2,  # runs Kafka and Cassandra locally, its settings read with parley's helpers
-    "workers": 3,  # below streams: the context builder reuses the engine client and chat template for summaries
-    "streams": 4,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
-    "gateway": 5,  # the HTTP API, the last of the services
-    "edge": 6,  # routes HTTP to the gateways by shard; imports no gateway code (parley's shards, the topic catalog)
-    "tools": 7,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
-    "bench": 8,  # benchmarks start whole stacks through tools; nothing imports them
+    "documents": 3,  # files → searchable pages: the gateway stores and checks, the context builder retrieves, workers cite
+    "workers": 4,  # below streams: the context builder reuses the engine client and chat template for summaries
+    "streams": 5,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
+    "gateway": 6,  # the HTTP API, the last of the services
+    "edge": 7,  # routes HTTP to the gateways by shard; imports no gateway code (parley's shards, the topic catalog)
+    "tools": 8,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
+    "bench": 9,  # benchmarks start whole stacks through tools; nothing imports them
 }
 
 

@@ -40,7 +40,7 @@ def test_every_chunk_reads_as_the_codec_reads_it(chunk: TokenChunk) -> None:
     data = codec.encode(chunk)
     read = chunk_reader.read(data, {chunk.request_id})
     assert read == codec.decode(data) == chunk
-    assert (type(read), vars(read), hash(read), repr(read)) == (TokenChunk, vars(chunk), hash(chunk), repr(chunk))
+    assert (type(read), vars(read), repr(read)) == (TokenChunk, vars(chunk), repr(chunk))
 
 
 @settings(max_examples=100, deadline=None)

@@ -14,6 +14,8 @@ from schemas.events import (
     CANCEL_REASONS,
     EVENT_TYPES,
     FINISH_REASONS,
+    CITATION_STATUSES,
+    RETRIEVAL_PATHS,
     ROLES,
     GenerationCompleted,
     TokenChunk,
@@ -22,7 +24,13 @@ from schemas.records import _optional_inner
 
 LONG = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 # Fields whose values are checked against a set of allowed strings.
-CONSTRAINED = {"finish_reason": FINISH_REASONS, "reason": CANCEL_REASONS, "role": ROLES}
+CONSTRAINED = {
+    "finish_reason": FINISH_REASONS,
+    "reason": CANCEL_REASONS,
+    "role": ROLES,
+    "citation_status": CITATION_STATUSES,
+    "path": RETRIEVAL_PATHS,
+}
 
 
 def strategy(tp: typing.Any, name: str = "") -> st.SearchStrategy:
