@@ -72,9 +72,13 @@ class DocumentSettings:
     embedder_model: str = env(
         "PARLEY_DOCUMENTS_EMBEDDER_MODEL", "sentence-transformers/all-MiniLM-L6-v2", "Model name sent to the embedding server"
     )
+    embedder_timeout_s: float = env(
+        "PARLEY_DOCUMENTS_EMBEDDER_TIMEOUT_S", 30.0, "Longest one request to the embedding server may take (a page's chunks)"
+    )
     reranker_url: str = env(
         "PARLEY_DOCUMENTS_RERANKER_URL", "", "A reranking server's base URL (SGLang /v1/rerank); empty: the fused score"
     )
+    reranker_model: str = env("PARLEY_DOCUMENTS_RERANKER_MODEL", "BAAI/bge-reranker-v2-m3", "Model name sent to the reranking server")
     retrieve_k: int = env("PARLEY_DOCUMENTS_RETRIEVE_K", 20, "Candidates each search (keyword, vector) returns per document")
     passages: int = env("PARLEY_DOCUMENTS_PASSAGES", 5, "Passages a turn's prompt shows at most")
     passage_tokens: int = env(
