@@ -169,7 +169,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def reranker_from(settings: DocumentSettings) -> Reranker:
-    """The reranking server named by the settings, or the fused order."""
+    """The reranking server the settings name, or the fused order (no cross-encoder ships offline)."""
     if settings.reranker_url:
         return HttpReranker(settings.reranker_url, settings.reranker_model, timeout_s=settings.search_timeout_s)
     return FusedScore()
