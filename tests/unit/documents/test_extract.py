@@ -159,3 +159,23 @@ def test_a_slow_page_times_out_and_the_next_page_still_reads() -> None:
         assert reader._process is None  # killed, not left running
         text = reader.read(fx.text_pdf(fx.PDF_PAGES), PDF, 2)  # a fresh child, the document reopened
         assert "pomegranate" in text.text and reader._process.pid != first_child
+
+
+@pytest.mark.parametrize(
+    ("make", "media_type"),
+    [
+        (lambda: fx.text_pdf(fx.PDF_PAGES), PDF),
+        (fx.docx_with_table, DOCX),
+        (fx.html_page, HTML),
+        (lambda: b"# A\n\ntext\n\f# B\n\nmore\n\f", MARKDOWN),
+        (lambda: b"one\n\ftwo\n\fthree", TEXT),
+        (lambda: fx.png_of_text("One page"), PNG),
+    ],
+)
+def test_page_count_agrees_with_extract_page(make, media_type: str) -> None:
+    data = make()
+    count = page_count(data, media_type)
+    assert all(extract_page(data, media_type, n, ocr=False).number == n for n in range(1, count + 1))
+    for outside in (0, count + 1):
+        with pytest.raises(IndexError):
+            extract_page(data, media_type, outside, ocr=False)
