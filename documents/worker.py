@@ -28,6 +28,7 @@ from documents.embedding import embedder_from
 from documents.index import DocumentIndex
 from documents.jobs import Job
 from documents.settings import DocumentSettings
+from documents.status import DELETED
 from parley.cassandra import AsyncCql
 from parley.consumer import Delivery, EventConsumer
 from parley.errors import Unavailable
@@ -65,7 +66,8 @@ class DocumentWorker:
         await retrying("appending a document event", lambda: self.producer.send(event), 30.0, on=Unavailable)
 
     async def _alive(self, up: ev.DocumentUploaded) -> bool:
-        """The document's status row still exists (a delete removes it at once: gateway write-through)."""
+        """The document is not deleted. No row yet is alive: the upload's own write (the gateway's, after the
+        append) may land after this worker took the job."""
         rows = await retrying(
             "reading a document's status",
             lambda: self.cql.run(
@@ -74,7 +76,7 @@ class DocumentWorker:
             ),
             30.0,
         )
-        return bool(rows and rows[0].status)
+        return not rows or rows[0].status != DELETED
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("document worker started", extra={"group": self.consumer.group})

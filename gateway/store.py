@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from documents.status import VISIBLE
 from parley.cassandra import AsyncCql
 from schemas.events import ConversationEvent, DocumentEvent, MemoryUpdated
 from streams import document_status, memory, projection, tree
@@ -172,12 +173,11 @@ class Store:
         rows = await self._run(
             f"SELECT {_DOCUMENT_COLUMNS} FROM {{ks}}.documents WHERE user_id = ? AND document_id = ?", (user_id, did)
         )
-        # A row without a status holds only cells a late page batch wrote after a delete (streams/document_status.py).
-        return _document(rows[0]) if rows and rows[0].status else None
+        return _document(rows[0]) if rows and rows[0].status in VISIBLE else None
 
     async def documents_of(self, user_id: str) -> list[DocumentRow]:
         rows = await self._run(f"SELECT {_DOCUMENT_COLUMNS} FROM {{ks}}.documents WHERE user_id = ?", (user_id,))
-        found = [_document(r) for r in rows if r.status]
+        found = [_document(r) for r in rows if r.status in VISIBLE]
         return sorted(found, key=lambda d: (d.created_at or datetime.min, d.id), reverse=True)
 
     async def conversation_documents(self, conversation_id: str) -> list[str]:

@@ -24,13 +24,12 @@ from typing import Protocol
 
 from documents.hits import Hit, Scope
 from documents.retrieval import Retrieved
+from documents.status import FAILED, PROCESSING, READY
 from parley.errors import Unavailable
 from schemas import events as ev
 
 log = logging.getLogger(__name__)
 
-READY = "ready"
-PROCESSING = "processing"
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def note(documents: Sequence[ev.DocumentCoverage]) -> str:
                 lines.append(f"{name}: pages 1–{d.pages_ready}{of} indexed; the rest is still being processed.")
             else:
                 lines.append(f"{name}: still being processed; no page is searchable yet.")
-        elif d.status == "failed":
+        elif d.status == FAILED:
             lines.append(f"{name}: could not be processed; it was not searched.")
         elif d.status == "missing":
             lines.append(f"{name}: not available (deleted, or not yours); it was not searched.")

@@ -7,24 +7,22 @@ write-through), so the two writes are one.
 Every statement carries its event's time as ``USING TIMESTAMP``, and each
 event sets only the cells it knows, so the newest event wins whatever order
 the writes land in: a later batch of pages moves ``pages_ready`` forward, a
-repeated old one changes nothing. A delete is a row tombstone at the delete's
-time: it shadows everything the document's earlier events wrote. A page batch
-the worker finished after the delete (it stops at its next check) could write
-cells after the tombstone; those rows have no ``status``, and every reader
-treats a row without one as no document at all.
+repeated old one changes nothing. A delete sets ``status = deleted`` (and
+blanks the name and the blob's address); a page batch the worker finished
+after it (it stops at its next check) moves only ``pages_ready``. Readers
+show rows whose status is in ``VISIBLE``.
 """
 
 from __future__ import annotations
 
 import uuid
 
+from documents.status import DELETED, FAILED, PROCESSING, READY
 from schemas import events as ev
 from streams.memory import Statement
 from streams.projection import to_time
 
-PROCESSING = "processing"
-READY = "ready"
-FAILED = "failed"
+_GONE = None  # a null cell: _update writes every cell it is given, None included
 
 _SET = "UPDATE {ks}.documents USING TIMESTAMP ? SET %s WHERE user_id = ? AND document_id = ?"
 
@@ -74,11 +72,11 @@ def statements_for(event: ev.Event) -> list[Statement]:
     if isinstance(event, ev.DocumentFailed):
         return [_update(event, status=FAILED, error_code=event.error_code, error_message=event.error_message)]
     if isinstance(event, ev.DocumentDeleted):
+        # A mark, not a row tombstone: "deleted" is then told apart from "not written yet" (the worker may take
+        # the upload before the gateway's write-through lands), and cells a late page batch writes cannot bring
+        # the document back. What named it goes with the mark.
         out = [
-            Statement(
-                "DELETE FROM {ks}.documents USING TIMESTAMP ? WHERE user_id = ? AND document_id = ?",
-                (event.occurred_at, event.user_id, uuid.UUID(event.document_id)),
-            )
+            _update(event, status=DELETED, filename=_GONE, sha256=_GONE, storage_uri=_GONE, error_message=_GONE)
         ]
         if event.conversation_id:
             out.append(

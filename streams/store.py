@@ -17,6 +17,7 @@ from typing import Any
 
 from cassandra.cluster import Session
 
+from documents.status import VISIBLE
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
 from schemas.events import DocumentEvent, MemoryUpdated
@@ -175,7 +176,7 @@ class Store:
                 for d in document_ids
             )
         )
-        found = [r[0] for r in rows if r and r[0].status]  # no status: only a late batch's cells after a delete
+        found = [r[0] for r in rows if r and r[0].status in VISIBLE]
         return {
             str(r.document_id): Status(str(r.document_id), r.filename or "", r.status, r.pages_ready or 0, r.pages_total or 0)
             for r in found

@@ -290,6 +290,12 @@ def worker_cmd(ctx: typer.Context) -> None:
     _exec_module("workers", ctx.args)
 
 
+@app.command("documents", context_settings=PASS_THROUGH)
+def documents_cmd(ctx: typer.Context) -> None:
+    """Run a document worker: checks, extracts (OCR), indexes uploads (group `documents`; PARLEY_DOCUMENTS_*)."""
+    _exec_module("documents", ctx.args)
+
+
 @app.command("streams", context_settings=PASS_THROUGH)
 def streams_cmd(ctx: typer.Context) -> None:
     """Run a stream processor: `parley streams context|router|materializer|usage|titler` (streams/processors.py)."""

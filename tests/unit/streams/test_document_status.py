@@ -16,11 +16,13 @@ def test_an_upload_writes_processing_and_its_attachment_at_the_events_time() -> 
     assert "documents_by_conversation" in attached.cql
 
 
-def test_a_page_batch_moves_only_the_ready_mark_and_a_delete_is_a_tombstone_at_its_time() -> None:
+def test_a_page_batch_moves_only_the_ready_mark_and_a_delete_is_a_mark_at_its_time() -> None:
     (batch,) = statements_for(ev.DocumentPagesExtracted(document_id=D, user_id="u", pages=4, first_page=5, last_page=8, pages_total=20))
     assert "status" not in batch.cql and "pages_ready = ?" in batch.cql and 8 in batch.values
-    deleted = statements_for(ev.DocumentDeleted(document_id=D, user_id="u", conversation_id=C, occurred_at=5))
-    assert [s.cql.split()[0] for s in deleted] == ["DELETE", "DELETE"] and all(s.values[0] == 5 for s in deleted)
+    mark, detached = statements_for(ev.DocumentDeleted(document_id=D, user_id="u", conversation_id=C, occurred_at=5))
+    assert mark.cql.startswith("UPDATE") and "deleted" in mark.values and "filename = ?" in mark.cql
+    assert detached.cql.startswith("DELETE FROM {ks}.documents_by_conversation")
+    assert mark.values[0] == detached.values[0] == 5
 
 
 def test_events_of_other_topics_write_nothing() -> None:
