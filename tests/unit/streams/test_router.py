@@ -216,3 +216,19 @@ def test_a_user_selected_model_is_never_downgraded() -> None:
     router.heartbeat(heartbeat("m", [0], pool="medium", load=4), 0)
     out = routed(router, request(str(uuid.uuid4()), EASY, tier="free", model="m-medium"), now=1)
     assert (out.pool, out.downgraded_from) == ("medium", None)  # queued on its pool instead
+
+
+def test_comparing_documents_is_hard_work_and_a_missing_document_does_not_count() -> None:
+    from dataclasses import replace
+
+    from schemas.events import DocumentCoverage, Retrieval
+
+    def with_documents(statuses: list[str]) -> InferenceRequested:
+        docs = [DocumentCoverage(document_id=str(uuid.uuid4()), status=s, pages_ready=9) for s in statuses]
+        return replace(request(str(uuid.uuid4()), "Compare the reports."), retrieval=Retrieval(path="hybrid", documents=docs))
+
+    router = Router(policy_from(SETTINGS))
+    assert routed(router, request(str(uuid.uuid4()), "Compare the reports.")).pool == "small"
+    assert routed(router, with_documents(["ready", "ready"])).pool == "medium"
+    assert routed(router, with_documents(["ready"] * 4)).pool == "frontier"
+    assert routed(router, with_documents(["missing", "missing"])).pool == "small"
