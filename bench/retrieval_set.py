@@ -410,3 +410,15 @@ def build(seed: int = SEED) -> tuple[list[Document], list[Question]]:
             questions.append(Question(fact.paraphrase, "paraphrase", report.name, number))
         documents.append(Document(report.name, report.title, tuple(pages)))
     return documents, questions
+
+
+#: (report, question text) → the fact's position in its report as written (before the seeded shuffle).
+_FACT = {(r.name, text): i for r in REPORTS for i, f in enumerate(r.facts) for text in (f.exact, f.paraphrase)}
+
+
+def half(question: Question) -> str:
+    """``dev`` (even fact positions) or ``test`` (odd): bench.retrieval tunes fusion on dev only.
+
+    By fact, not by question: a fact's exact and paraphrased questions share a half,
+    so a test answer is never a page tuned on. Each half holds six facts of every report."""
+    return "dev" if _FACT[(question.document, question.text)] % 2 == 0 else "test"

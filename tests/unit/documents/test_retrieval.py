@@ -11,7 +11,18 @@ import pytest
 
 from documents.hits import Hit, Scope
 from documents.settings import DocumentSettings
-from documents.retrieval import RRF_K, FusedScore, HttpReranker, RetrievalFailed, Retriever, reranker_from, rrf
+from bench.retrieval_set import build, half
+from documents.retrieval import (
+    HYBRID_ALPHA,
+    RRF_K,
+    FusedScore,
+    HttpReranker,
+    RetrievalFailed,
+    Retriever,
+    convex,
+    reranker_from,
+    rrf,
+)
 
 
 def hit(chunk_id: str, *, doc: str = "d1", page: int = 1, ordinal: int = 0, text: str = "", score: float = 0.0) -> Hit:
@@ -37,19 +48,90 @@ def test_rrf_lists_each_chunk_once_as_first_seen() -> None:
     assert fused[0].score == pytest.approx(2 / (RRF_K + 1))  # a repeat within one ranking counts once
 
 
-def test_rrf_breaks_ties_by_document_page_and_ordinal_whatever_the_input_order() -> None:
+def test_rrf_breaks_ties_by_page_and_ordinal_before_ids_whatever_the_input_order() -> None:
     x, y, z = hit("x", doc="d2", page=1), hit("y", doc="d1", page=3), hit("z", doc="d1", page=2, ordinal=1)
-    assert [h.chunk_id for h in rrf([[x], [y], [z]])] == ["z", "y", "x"]
-    assert rrf([[x], [y], [z]]) == rrf([[z], [x], [y]])
+    w = hit("w", doc="d0", page=2, ordinal=2)
+    assert [h.chunk_id for h in rrf([[x], [y], [z], [w]])] == ["x", "z", "w", "y"]
+    assert rrf([[x], [y], [z], [w]]) == rrf([[w], [z], [x], [y]])
 
 
 def test_rrf_of_nothing_is_nothing() -> None:
     assert rrf([]) == rrf([[], []]) == []
 
 
-async def test_fused_score_keeps_the_fused_order_and_breaks_ties_the_same_way() -> None:
-    fused = rrf([[hit("a", page=2), hit("b")], [hit("c", page=1), hit("a", page=2)]])
-    assert await FusedScore().rerank("anything", list(reversed(fused))) == fused
+# ------------------------------------------------------------------ convex
+
+
+def test_convex_weighs_each_search_over_its_best() -> None:
+    kw = [hit("k", score=8.0), hit("both", score=4.0)]
+    vec = [hit("v", score=0.9), hit("both", score=0.6)]
+    fused = {h.chunk_id: h.score for h in convex(kw, vec, 0.75)}
+    assert fused == pytest.approx({"v": 0.75, "both": 0.75 * 0.6 / 0.9 + 0.25 * 0.5, "k": 0.25})
+
+
+def test_convex_at_the_ends_of_alpha_is_one_search_alone() -> None:
+    kw = [hit("k1", score=5.0), hit("k2", score=3.0)]
+    vec = [hit("v1", score=0.9), hit("k2", score=0.8)]
+    assert [h.chunk_id for h in convex(kw, vec, 0.0)][:2] == ["k1", "k2"]
+    assert [h.chunk_id for h in convex(kw, vec, 1.0)][:2] == ["v1", "k2"]
+
+
+def test_a_rare_term_match_far_ahead_outweighs_a_near_tie_in_vector_scores() -> None:
+    # What plain RRF cannot see: BM25 12 against 3 is a wide margin, cosine 0.72 against 0.71 is none.
+    kw = [hit("code", score=12.0), hit("other", score=3.0)]
+    vec = [hit("other", score=0.72), hit("code", score=0.71)]
+    assert convex(kw, vec, 0.9)[0].chunk_id == "code"
+    assert rrf([kw, vec])[0].score == rrf([kw, vec])[1].score  # RRF: a tie
+
+
+def test_convex_with_one_ranking_empty_keeps_the_other_order_whatever_alpha() -> None:
+    kw = [hit("a", page=3, score=5.0), hit("b", page=1, score=2.0), hit("c", page=2, score=1.0)]
+    for alpha in (0.0, 0.9, 1.0):
+        assert [h.chunk_id for h in convex(kw, [], alpha)] == ["a", "b", "c"]
+        assert [h.chunk_id for h in convex([], kw, alpha)] == ["a", "b", "c"]
+    assert convex([], [], 0.5) == []
+
+
+def test_convex_counts_a_repeated_chunk_once_at_its_best_place() -> None:
+    first = hit("a", text="from keyword", score=6.0)
+    fused = convex([first, hit("a", score=1.0), hit("b", score=3.0)], [hit("a", text="from vector", score=0.5)], 0.5)
+    assert [(h.chunk_id, h.score) for h in fused] == [("a", pytest.approx(1.0)), ("b", pytest.approx(0.25))]
+
+
+def test_convex_breaks_ties_by_vector_share_then_page_not_by_ids_or_input_order() -> None:
+    kw = [hit("k", doc="d0", page=5, score=1.0)]
+    vec = [hit("v", doc="d9", page=9, score=1.0), hit("p2", doc="d0", page=2, score=0.5), hit("p1", doc="d9", page=1, score=0.5)]
+    fused = convex(kw, vec, 0.5)  # k and v tie at 0.5; p1 and p2 tie at 0.25
+    assert [h.chunk_id for h in fused] == ["v", "k", "p1", "p2"]
+    assert convex(list(reversed(kw)), list(reversed(vec)), 0.5) == fused
+
+
+def test_convex_refuses_an_alpha_outside_zero_to_one() -> None:
+    with pytest.raises(ValueError, match="PARLEY_DOCUMENTS_HYBRID_ALPHA"):
+        convex([hit("a", score=1.0)], [], 1.5)
+    with pytest.raises(ValueError, match="PARLEY_DOCUMENTS_HYBRID_ALPHA"):
+        Retriever(FakeIndex([], []), None, FusedScore(), alpha=-0.1)  # type: ignore[arg-type]
+
+
+def test_the_setting_default_is_the_retriever_default() -> None:
+    assert DocumentSettings().hybrid_alpha == HYBRID_ALPHA
+
+
+def test_the_bench_halves_split_every_report_by_fact() -> None:
+    _, questions = build()
+    by_fact: dict[tuple[str, int], set[str]] = {}
+    for q in questions:
+        by_fact.setdefault((q.document, q.page), set()).add(half(q))
+    assert all(len(halves) == 1 for halves in by_fact.values())  # a fact's two questions share a half
+    for name in {q.document for q in questions}:
+        for kind in ("exact", "paraphrase"):
+            mine = [half(q) for q in questions if q.document == name and q.kind == kind]
+            assert mine.count("dev") == mine.count("test") == 6
+
+
+async def test_fused_score_keeps_the_fused_order() -> None:
+    fused = convex([hit("a", page=2, score=2.0), hit("b", score=1.0)], [hit("c", page=1, score=0.9), hit("a", page=2, score=0.5)])
+    assert await FusedScore().rerank("anything", fused) == fused
 
 
 # ------------------------------------------------------------------ Retriever
@@ -97,18 +179,23 @@ class BrokenReranker:
 
 
 SCOPES = [Scope("d1", max_page=3, filename="a.pdf")]
-KW = [hit("k1", text="alpha"), hit("both", text="alpha beta")]
-VEC = [hit("v1", text="gamma"), hit("both", text="alpha beta")]
+KW = [hit("k1", text="alpha", score=8.0), hit("both", text="alpha beta", score=4.0)]
+VEC = [hit("v1", text="gamma", score=0.9), hit("both", text="alpha beta", score=0.8)]
 
 
 def retriever(index: FakeIndex, embedder: FakeEmbedder | None = None, **kw) -> Retriever:
-    return Retriever(index, embedder, FusedScore(), **kw)  # type: ignore[arg-type]
+    return Retriever(index, embedder, FusedScore(), **{"alpha": 0.5, **kw})  # type: ignore[arg-type]
 
 
 async def test_both_searches_answer_hybrid_and_agreement_ranks_first() -> None:
     got = await retriever(FakeIndex(KW, VEC), FakeEmbedder()).retrieve("alpha", SCOPES, limit=2)
     assert got.path == "hybrid" and got.errors == ()
-    assert [h.chunk_id for h in got.hits] == ["both", "k1"]
+    assert [h.chunk_id for h in got.hits] == ["both", "v1"]  # v1 and k1 tie at 0.5: the vector share wins
+
+
+async def test_the_default_alpha_leans_on_vector_search() -> None:
+    got = await Retriever(FakeIndex(KW, VEC), FakeEmbedder(), FusedScore()).retrieve("alpha", SCOPES, 3)  # type: ignore[arg-type]
+    assert [h.chunk_id for h in got.hits] == ["v1", "both", "k1"]
 
 
 async def test_an_embedder_that_fails_leaves_keyword_answering() -> None:
@@ -160,7 +247,7 @@ async def test_only_documents_with_ready_pages_are_searched() -> None:
 
 async def test_a_broken_reranker_costs_the_order_not_the_answer() -> None:
     got = await Retriever(FakeIndex(KW, VEC), FakeEmbedder(), BrokenReranker()).retrieve("alpha", SCOPES, 5)  # type: ignore[arg-type]
-    assert got.path == "hybrid" and [h.chunk_id for h in got.hits] == ["both", "k1", "v1"]
+    assert got.path == "hybrid" and [h.chunk_id for h in got.hits] == ["v1", "both", "k1"]
     assert got.errors == ("rerank: ConnectionError: reranker down",)
 
 
