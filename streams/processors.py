@@ -89,7 +89,8 @@ def _context(kafka: KafkaSettings) -> Wiring:
     docs = from_env(DocumentSettings)
     embedder = embedder_from(docs)
     retriever = Retriever(
-        DocumentIndex(store.cql), embedder, reranker_from(docs), k=docs.retrieve_k, timeout_s=docs.search_timeout_s
+        DocumentIndex(store.cql), embedder, reranker_from(docs), k=docs.retrieve_k, timeout_s=docs.search_timeout_s,
+        alpha=docs.hybrid_alpha,
     )
     counter = TokenCounter.from_spec(cfg.tokenizer)
     search = DocumentSearch(store, retriever, passages=docs.passages, passage_tokens=docs.passage_tokens, count=counter.segment)

@@ -67,7 +67,7 @@ def search(store: Store, embedder) -> DocumentSearch:
     return DocumentSearch(store, retriever, passages=2, passage_tokens=400, count=lambda t: len(t.split()))
 
 
-async def test_hybrid_finds_the_page_and_keyword_alone_answers_when_embeddings_are_down(cassandra_settings, minilm) -> None:
+async def test_hybrid_finds_the_page_and_keyword_alone_answers_when_embeddings_are_down(cassandra, cassandra_settings, minilm) -> None:  # cassandra: the migrated keyspace
     store = Store(cassandra_settings)
     try:
         user = f"u-{uuid.uuid4().hex[:8]}"
@@ -82,7 +82,7 @@ async def test_hybrid_finds_the_page_and_keyword_alone_answers_when_embeddings_a
         store.close()
 
 
-async def test_pages_past_the_ready_mark_and_other_users_documents_are_never_searched(cassandra_settings, minilm) -> None:
+async def test_pages_past_the_ready_mark_and_other_users_documents_are_never_searched(cassandra, cassandra_settings, minilm) -> None:  # cassandra: the migrated keyspace
     store = Store(cassandra_settings)
     try:
         user = f"u-{uuid.uuid4().hex[:8]}"
