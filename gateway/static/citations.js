@@ -11,6 +11,23 @@ export function citationsOf(message) {
   return [...byNumber.values()].sort((a, b) => a.number - b.number);
 }
 
+/** Splits a reply's text around what may be citation markers: "[2]", "[report.pdf p.3]", "[p.3]" (a capturing split). */
+export const MARKERS = /(\[(?:\d{1,3}|[^[\]\n]{0,120}?p\.?\s*\d{1,5})\])/i;
+
+/**
+ * The citation `token` (one piece of a MARKERS split) stands for, or null: [n] by its number; a
+ * page label, as the server reads those the model writes, by page and (when it names one) file.
+ */
+export function markerCitation(token, citations) {
+  const number = /^\[(\d{1,3})\]$/.exec(token);
+  if (number) return citations.find((c) => c.number === Number(number[1])) ?? null;
+  const label = /^\[([^[\]\n]{0,120}?)\s*p\.?\s*(\d{1,5})\]$/i.exec(token);
+  if (!label) return null;
+  const name = label[1].trim().toLowerCase();
+  const page = Number(label[2]);
+  return citations.find((c) => c.page === page && (!name || name === (c.filename || "").toLowerCase())) ?? null;
+}
+
 /** "report.pdf p.3" */
 export const citationLabel = (c) => `${c.filename || "document"} p.${c.page}`;
 

@@ -2,7 +2,7 @@
 // the only HTML string is the Markdown renderer's, which escapes its input first.
 // Buttons carry data-action and data-id; app.js handles them by delegation.
 
-import { citationLabel, citationsOf, documentsNote, locate, uncited } from "./citations.js";
+import { citationLabel, citationsOf, documentsNote, locate, markerCitation, MARKERS, uncited } from "./citations.js";
 import { statusOf, statusText } from "./documents.js";
 import { renderMarkdown } from "./markdown.js";
 import { modelLabel } from "./models.js";
@@ -189,23 +189,17 @@ function sources(m) {
   return parts;
 }
 
-/** The [n] a reply writes for a citation it has, made a button that opens the page (text nodes only, never code). */
+/** The markers a reply writes for its citations ([1], [report.pdf p.3]) made buttons that open the page; never in code. */
 function markCitations(body, m) {
-  const byNumber = new Map(citationsOf(m).map((c) => [String(c.number), c]));
+  const cited = citationsOf(m);
   const walker = document.createTreeWalker(body, NodeFilter.SHOW_TEXT, {
     acceptNode: (node) => (node.parentElement.closest("code, a, button") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
   });
   const nodes = [];
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) if (/\[\d+\]/.test(node.data)) nodes.push(node);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) if (node.data.includes("[")) nodes.push(node);
   for (const node of nodes) {
-    const parts = node.data.split(/(\[\d+\])/);
-    if (!parts.some((p) => byNumber.has(p.slice(1, -1)))) continue;
-    node.replaceWith(
-      ...parts.map((p) => {
-        const c = /^\[\d+\]$/.test(p) ? byNumber.get(p.slice(1, -1)) : null;
-        return c ? citeButton(m, c, p, "link cite-marker") : p;
-      }),
-    );
+    const parts = node.data.split(MARKERS).map((p) => ({ p, c: markerCitation(p, cited) }));
+    if (parts.some(({ c }) => c)) node.replaceWith(...parts.map(({ p, c }) => (c ? citeButton(m, c, p, "link cite-marker") : p)));
   }
 }
 
