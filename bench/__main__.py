@@ -7,12 +7,12 @@ alone) on the running Kafka and Cassandra (a few minutes in all).
 
 import sys
 
-from bench import codec, engine, fanout, gateways, load, pipeline, replay, router_sim, router_stack
+from bench import codec, engine, fanout, gateways, load, pipeline, replay, retrieval, router_sim, router_stack
 
 for name, module in (
     ("codec", codec), ("router_sim", router_sim), ("engine", engine), ("pipeline", pipeline),
     ("router_stack", router_stack), ("replay", replay), ("load", load), ("gateways", gateways),
-    ("fanout", fanout),
+    ("fanout", fanout), ("retrieval", retrieval),
 ):
     print(f"\n== bench.{name}", flush=True)
     sys.argv = [f"bench.{name}"]

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from bench.load import pct
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
 from tools.client import ParleyClient
@@ -40,11 +41,6 @@ ENV = {
     # (the default 80 ms carries two per chunk: cheaper, and a gap this benchmark would count twice).
     "PARLEY_WORKER_COALESCE_MS": "30",
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _timed(texts: AsyncIterator[str]) -> tuple[float, list[float], float]:

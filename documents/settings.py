@@ -49,6 +49,14 @@ class DocumentSettings:
     page_timeout_s: float = env(
         "PARLEY_DOCUMENTS_PAGE_TIMEOUT_S", 30.0, "Longest one page's extraction (OCR included) may take; then it is skipped"
     )
+    open_timeout_s: float = env(
+        "PARLEY_DOCUMENTS_OPEN_TIMEOUT_S", 60.0, "Longest parsing a whole document (to count its pages) may take"
+    )
+    child_memory_mb: int = env(
+        "PARLEY_DOCUMENTS_CHILD_MEMORY_MB",
+        2048,
+        "Address space of the extraction child process (and its tesseract): a hostile page fails instead of the worker",
+    )
     ocr: bool = env("PARLEY_DOCUMENTS_OCR", True, "Read pages without a text layer with tesseract")
     ocr_dpi: int = env("PARLEY_DOCUMENTS_OCR_DPI", 200, "Resolution pages are rendered at for OCR")
     ocr_languages: str = env("PARLEY_DOCUMENTS_OCR_LANGUAGES", "eng", "tesseract's -l (installed language packs)")
@@ -72,9 +80,13 @@ class DocumentSettings:
     embedder_model: str = env(
         "PARLEY_DOCUMENTS_EMBEDDER_MODEL", "sentence-transformers/all-MiniLM-L6-v2", "Model name sent to the embedding server"
     )
+    embedder_timeout_s: float = env(
+        "PARLEY_DOCUMENTS_EMBEDDER_TIMEOUT_S", 30.0, "Longest one request to the embedding server may take (a page's chunks)"
+    )
     reranker_url: str = env(
         "PARLEY_DOCUMENTS_RERANKER_URL", "", "A reranking server's base URL (SGLang /v1/rerank); empty: the fused score"
     )
+    reranker_model: str = env("PARLEY_DOCUMENTS_RERANKER_MODEL", "BAAI/bge-reranker-v2-m3", "Model name sent to the reranking server")
     retrieve_k: int = env("PARLEY_DOCUMENTS_RETRIEVE_K", 20, "Candidates each search (keyword, vector) returns per document")
     passages: int = env("PARLEY_DOCUMENTS_PASSAGES", 5, "Passages a turn's prompt shows at most")
     passage_tokens: int = env(

@@ -1,32 +1,49 @@
-"""Just enough HTTP/1.1 to pass messages through: where a head ends, what it says, where a body ends.
+"""Just enough HTTP/1.1 to pass messages through: requests parsed, responses' framing counted.
 
-The edge never decodes a body: it forwards the bytes as they arrive and only
-counts them against the message's framing (RFC 9112 §6: ``Content-Length``,
+A request is parsed by httptools (llhttp), the parser the gateway's uvicorn
+uses too: ``RequestReader`` turns a connection's bytes into whole requests
+(head and body: the edge holds the body, to send it again on failover).
+
+A response is never decoded: the edge forwards its bytes as they arrive and
+only counts them against the message's framing (RFC 9112 §6: ``Content-Length``,
 ``chunked``, or until the connection closes), so it knows when a response is
-over and the connection can carry the next request. A server-sent-events reply
-is a chunked body like any other; its events go through unparsed.
+over and the connection can carry the next request. That needs to know where
+a body ends inside a read, which httptools does not report; hence ``parse_head``
+and the ``Body`` counters. A server-sent-events reply is a chunked body like any
+other; its events go through unparsed.
 
 Pure: bytes in, facts out.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+
+import httptools
 
 #: Headers that describe one connection, not the message (RFC 9110 §7.6.1): never forwarded as they came.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
 
 
 class FramingError(ValueError):
-    """A head or a chunked body that does not parse: the connection cannot be trusted past it."""
+    """A head or a body that does not parse: the connection cannot be trusted past it."""
+
+
+class HeadTooLarge(FramingError):
+    """A request head (or its trailers) over the reader's ``max_head``."""
+
+
+class BodyTooLarge(FramingError):
+    """A request body over the reader's ``max_body``."""
 
 
 @dataclass(frozen=True)
 class Head:
-    """A request or status line and its header lines, as they came."""
+    """A request or status line and its header lines."""
 
     start: tuple[str, str, str]  # request: method, target, version; response: version, status, reason
-    lines: tuple[bytes, ...]  # raw header lines, without their CRLF
+    lines: tuple[bytes, ...]  # the header lines in their order and spelling, as ``name: value`` (no CRLF)
     headers: dict[bytes, bytes]  # lower-cased name → value (a repeated header: the values joined by ", ")
 
     def get(self, name: bytes) -> bytes | None:
@@ -43,7 +60,7 @@ class Head:
 
 
 def parse_head(raw: bytes) -> Head:
-    """A head up to and including its blank line."""
+    """A head up to and including its blank line (a response's: requests come from ``RequestReader``)."""
     try:
         text = raw.decode("latin-1")
     except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes any byte
@@ -52,19 +69,121 @@ def parse_head(raw: bytes) -> Head:
     parts = first.split(" ", 2)
     if len(parts) < 2:
         raise FramingError(f"not an HTTP start line: {first[:80]!r}")
-    start = (parts[0], parts[1], parts[2] if len(parts) > 2 else "")
-    lines: list[bytes] = []
-    headers: dict[bytes, bytes] = {}
+    fields: list[tuple[bytes, bytes]] = []
     for line in raw[len(first) + 2 :].split(b"\r\n"):
         if not line:
             continue
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip():
             raise FramingError(f"not a header line: {line[:80]!r}")
-        key, value = name.lower(), value.strip()
+        fields.append((name, value.strip()))
+    return _head((parts[0], parts[1], parts[2] if len(parts) > 2 else ""), fields)
+
+
+def _head(start: tuple[str, str, str], fields: list[tuple[bytes, bytes]]) -> Head:
+    headers: dict[bytes, bytes] = {}
+    for name, value in fields:
+        key = name.lower()
         headers[key] = headers[key] + b", " + value if key in headers else value
-        lines.append(line)
-    return Head(start, tuple(lines), headers)
+    return Head(start, tuple(name + b": " + value for name, value in fields), headers)
+
+
+# ------------------------------------------------------------------ requests
+
+
+@dataclass(frozen=True)
+class Request:
+    head: Head  # framed by Content-Length whatever framing the body came with (it is held whole)
+    body: bytes
+
+
+class RequestReader:
+    """A connection's requests, in order, from its bytes as they arrive (httptools' ``HttpRequestParser``).
+
+    ``feed`` adds each request its bytes complete to ``requests``; ``waiting`` is the head of a request
+    whose body is still to come (for ``Expect: 100-continue``). A chunked body is held de-chunked, so
+    its head goes on with a ``Content-Length`` instead (and without trailers: RFC 9110 §6.5.1 lets a
+    recipient that removes the chunking discard them). An ``Upgrade`` is not taken up (the edge never
+    answers 101; RFC 9110 §7.8): the connection goes on as HTTP/1.1. Once ``feed`` has raised, the
+    connection cannot be trusted: feed it nothing more.
+    """
+
+    def __init__(self, max_head: int, max_body: int) -> None:
+        self.max_head, self.max_body = max_head, max_body
+        self.requests: deque[Request] = deque()
+        self.waiting: Head | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._stage = "between"  # then "head", "body", and "between" again once the request is complete
+        self._completed = 0  # requests completed so far
+        self._head_size = 0  # what the callbacks saw of the head (or the trailers) in progress
+        self._head_fed = 0  # bytes of the reads that were all the head in progress's, none complete
+        self._url = b""
+        self._fields: list[tuple[bytes, bytes]] = []
+        self._body = bytearray()
+        self._refused: FramingError | None = None
+
+    def feed(self, data: bytes) -> None:
+        """Parse ``data``; raises ``FramingError`` (``HeadTooLarge``, ``BodyTooLarge``) where it cannot go on."""
+        began, completed = self._stage, self._completed
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:  # the request is complete; what follows is the next one
+            self.feed(data[upgrade.args[0] :])
+            return
+        except httptools.HttpParserError as exc:
+            raise self._refused or FramingError(str(exc) or type(exc).__name__) from None
+        # Every byte of a read that began outside a body and ends inside a head, completing nothing, is that
+        # head's: counted, so a head that never ends is refused (a head begun after a body's end, in the same
+        # read, is counted from the next read on).
+        if self._stage == "head" and began != "body" and self._completed == completed:
+            self._head_fed += len(data)
+            if self._head_fed > self.max_head:
+                raise HeadTooLarge(f"a request head over {self.max_head} bytes")
+
+    # httptools' callbacks
+
+    def on_message_begin(self) -> None:
+        self._stage, self._head_size, self._head_fed = "head", 0, 0
+        self._url, self._fields, self._body = b"", [], bytearray()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._grow_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._grow_head(len(name) + len(value) + 4)
+        if self._stage == "head":  # else a trailer: dropped
+            self._fields.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        method = self._parser.get_method().decode("latin-1")
+        version = "HTTP/" + self._parser.get_http_version()
+        self.waiting = _head((method, self._url.decode("latin-1"), version), self._fields)
+        self._stage, self._head_size = "body", 0
+
+    def on_body(self, body: bytes) -> None:
+        self._body += body
+        if len(self._body) > self.max_body:
+            self._refuse(BodyTooLarge(f"a request body over {self.max_body} bytes"))
+
+    def on_message_complete(self) -> None:
+        head, self.waiting = self.waiting, None
+        self._stage, self._completed = "between", self._completed + 1
+        assert head is not None
+        if head.get(b"transfer-encoding") is not None:
+            fields = [(n, v) for n, v in self._fields if n.lower() not in (b"transfer-encoding", b"content-length")]
+            head = _head(head.start, [*fields, (b"content-length", b"%d" % len(self._body))])
+        self.requests.append(Request(head, bytes(self._body)))
+
+    def _grow_head(self, n: int) -> None:
+        self._head_size += n
+        if self._head_size > self.max_head:
+            self._refuse(HeadTooLarge(f"a request head over {self.max_head} bytes"))
+
+    def _refuse(self, error: FramingError) -> None:
+        """Raise ``error`` out of a callback; httptools wraps it, so ``feed`` raises it again as it was."""
+        self._refused = error
+        raise error
 
 
 # ------------------------------------------------------------------ bodies
@@ -151,13 +270,6 @@ class Chunked(Body):
             else:
                 self._state, self._left = _DATA, size + 2
         return i
-
-
-def request_body(head: Head) -> Body:
-    """How a request's body is framed (a request without a length has none)."""
-    if _chunked(head):
-        return Chunked()
-    return Length(_length(head)) if head.get(b"content-length") is not None else Empty()
 
 
 def response_body(head: Head, method: str) -> Body:

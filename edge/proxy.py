@@ -187,9 +187,9 @@ class Client(asyncio.Protocol):
         self.edge = edge
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
-        self.request: http1.Head | None = None
-        self.body: http1.Body | None = None
-        self.body_bytes = bytearray()
+        self.reader = http1.RequestReader(edge.settings.max_head_bytes, edge.settings.max_body_bytes)
+        self.continued: http1.Head | None = None  # the head last answered 100 Continue
+        self.refusal: tuple[int, str] | None = None  # what does not parse: answered once the requests before it are
         self.busy = False  # a request is being served: what arrives meanwhile waits in buf
         self.exchange: Exchange | None = None
         self.gone = False
@@ -248,39 +248,30 @@ class Client(asyncio.Protocol):
             self.transport.close()
 
     def _parse(self) -> None:
-        settings = self.edge.settings
-        try:
-            if self.request is None:
-                end = self.buf.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(self.buf) > settings.max_head_bytes:
-                        self.refuse(431, "request head larger than the edge takes (PARLEY_EDGE_MAX_HEAD)")
-                    return
-                raw = bytes(self.buf[: end + 4])
-                del self.buf[: end + 4]
-                self.request, self.body, self.body_bytes = http1.parse_head(raw), None, bytearray()
-                self.body = http1.request_body(self.request)
-                if (self.request.get(b"expect") or b"").lower() == b"100-continue":
-                    self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            assert self.body is not None
-            if not self.body.done:
-                used = self.body.feed(bytes(self.buf))
-                self.body_bytes += self.buf[:used]
-                del self.buf[:used]
-                if len(self.body_bytes) > settings.max_body_bytes:
-                    self.refuse(413, "request body larger than the edge holds (PARLEY_EDGE_MAX_BODY)")
-                    return
-                if not self.body.done:
-                    return
-        except http1.FramingError as exc:
-            self.refuse(400, f"not a request the edge can read: {exc}")
-            return
-        request, body = self.request, bytes(self.body_bytes)
-        self.request, self.body, self.body_bytes = None, None, bytearray()
-        self.busy = True
-        if self._idle is not None:
-            self._idle.cancel()
-        asyncio.ensure_future(self.edge.serve(self, request, body))
+        """Read what arrived; serve the next whole request, or refuse what does not parse."""
+        if self.buf and self.refusal is None:
+            data = bytes(self.buf)
+            self.buf.clear()
+            try:
+                self.reader.feed(data)
+            except http1.HeadTooLarge:
+                self.refusal = (431, "request head larger than the edge takes (PARLEY_EDGE_MAX_HEAD)")
+            except http1.BodyTooLarge:
+                self.refusal = (413, "request body larger than the edge holds (PARLEY_EDGE_MAX_BODY)")
+            except http1.FramingError as exc:
+                self.refusal = (400, f"not a request the edge can read: {exc}")
+        if self.reader.requests:
+            request = self.reader.requests.popleft()
+            self.busy = True
+            if self._idle is not None:
+                self._idle.cancel()
+            asyncio.ensure_future(self.edge.serve(self, request.head, request.body))
+        elif self.refusal is not None:
+            self.refuse(*self.refusal)
+        elif (waiting := self.reader.waiting) is not None and waiting is not self.continued:
+            if (waiting.get(b"expect") or b"").lower() == b"100-continue":
+                self.continued = waiting
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _arm(self) -> None:
         if self._idle is not None:

@@ -5,7 +5,7 @@ it reads, dispatching by event type; produce with ack; dead-letter), so a
 processor itself never imports faust. ``make_app`` builds a faust App from Parley's settings (faust speaks to Kafka
 through aiokafka; both work against Kafka 4.x, proven by
 ``tests/integration/test_faust.py``), reading only committed records. Topics are raw bytes to faust: Parley's
-codec decodes them, and ``decoded`` dead-letters what it cannot decode, so an
+codec decodes them, and ``decoded_records`` dead-letters what it cannot decode, so an
 agent only ever sees current event types and a poison record never stops a
 partition.
 """
@@ -92,12 +92,6 @@ def raw_topic(app: faust.App, settings: KafkaSettings, name: str) -> faust.Topic
     return app.topic(
         settings.topic(name), key_type=bytes, value_type=bytes, value_serializer="raw", key_serializer="raw"
     )
-
-
-async def decoded(app: faust.App, stream: faust.StreamT, consumer: str) -> AsyncIterator[Event]:
-    """The events of ``stream``, decoded; undecodable records go to ``<topic>.dlq``."""
-    async for _, event in decoded_records(app, stream, consumer):
-        yield event
 
 
 async def decoded_records(

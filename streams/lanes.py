@@ -58,15 +58,6 @@ class Lanes(Generic[T]):
             except TimeoutError:
                 self._raise_failure()
 
-    async def drain(self) -> None:
-        """Wait until every queued item has been handled (tests, orderly stops)."""
-        for queue in self._queues:
-            joined = asyncio.ensure_future(queue.join())
-            while not joined.done():
-                self._raise_failure()
-                await asyncio.wait({joined}, timeout=0.05)
-        self._raise_failure()
-
     async def close(self) -> None:
         """Stop every lane now; items still queued are left unhandled (their offsets stay uncommitted)."""
         for task in self._tasks:
@@ -87,5 +78,3 @@ class Lanes(Generic[T]):
             except BaseException as exc:
                 self._failed = exc
                 raise
-            finally:
-                queue.task_done()

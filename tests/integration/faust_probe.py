@@ -8,7 +8,7 @@ import os
 
 from parley.settings import KafkaSettings, from_env
 from schemas import codec
-from streams.app import decoded, make_app, raw_topic
+from streams.app import decoded_records, make_app, raw_topic
 
 settings = from_env(KafkaSettings)
 app = make_app(os.environ["PROBE_GROUP"], settings, datadir=os.environ.get("PROBE_DATADIR", "/tmp/parley-faust-probe"))
@@ -18,7 +18,7 @@ sink = raw_topic(app, settings, os.environ["PROBE_OUT"])
 
 @app.agent(source)
 async def relay(stream):
-    async for event in decoded(app, stream, consumer=app.conf.id):
+    async for _, event in decoded_records(app, stream, consumer=app.conf.id):
         await sink.send(key=event.key, value=codec.encode(event))
 
 

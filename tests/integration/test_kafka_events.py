@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 import uuid
 from dataclasses import replace
 
 import fastavro
+import pytest
 
 from parley.consumer import Delivery, EventConsumer
 from parley.kafka import EventProducer, admin
@@ -16,6 +18,7 @@ from schemas.catalog import TOPICS
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.events import DeadLetter, TokenChunk
+from tests.unit.parley.test_kafka import count_wakeups
 
 
 def _drain(consumer: EventConsumer, want: int, timeout: float = 30.0, mine=lambda d: True) -> list[Delivery]:
@@ -57,6 +60,23 @@ def test_events_round_trip_and_keep_order_per_conversation(kafka: KafkaSettings)
         assert [d.event.seq for d in of_cid] == list(range(20))  # total order per key
         assert len({d.partition for d in of_cid}) == 1
         assert all(d.key == cid.encode() for d in of_cid)
+
+
+async def test_send_nowait_keeps_the_order_of_the_calls_and_wakes_the_loop_per_burst(
+    kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = EventProducer(kafka)
+    cid = str(uuid.uuid4())
+    wakeups = count_wakeups(monkeypatch)
+    try:
+        futures = [producer.send_nowait(_chunk(cid, seq)) for seq in range(200)]
+        delivered = await asyncio.wait_for(asyncio.gather(*futures), 30)
+    finally:
+        producer.close()
+    assert len({d.partition for d in delivered}) == 1
+    offsets = [d.offset for d in delivered]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)  # acknowledged in the order sent
+    assert len(wakeups) <= len(futures) // 4  # acknowledgements come in bursts, each one wake-up
 
 
 def _invalid_but_decodable() -> bytes:

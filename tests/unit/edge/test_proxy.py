@@ -121,6 +121,41 @@ async def test_other_requests_go_round_robin(edge: Running) -> None:
     assert served == {0, 1}
 
 
+async def exchange_raw(url: str, *writes: bytes) -> bytes:
+    """``writes`` on one connection, a moment apart; everything the edge answers, until it closes."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        for data in writes:
+            writer.write(data)
+            await asyncio.sleep(0.1)
+        return await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_order_a_chunked_body_goes_on_whole(edge: Running) -> None:
+    chunked = b"POST /v1/echo HTTP/1.1\r\nHost: e\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    closing = b"GET /v1/usage HTTP/1.1\r\nHost: e\r\nConnection: close\r\n\r\n"
+    raw = await exchange_raw(edge.url, chunked + closing)
+    assert raw.count(b"HTTP/1.1 200 OK") == 2 and b'"body":"abcde"' in raw.split(b"HTTP/1.1 200 OK")[1]
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nno colon\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nX-A: " + b"a" * 70_000, b"431"),  # over PARLEY_EDGE_MAX_HEAD's default
+        (b"POST /v1/echo HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n" + b"x" * 1_100_000, b"413"),
+    ],
+)
+async def test_what_the_edge_cannot_take_is_refused_after_the_requests_before_it(edge: Running, data: bytes, status: bytes) -> None:
+    raw = await exchange_raw(edge.url, b"GET /v1/usage HTTP/1.1\r\nHost: e\r\n\r\n", data)
+    first, refusal = raw.split(b"HTTP/1.1 " + status)
+    assert first.startswith(b"HTTP/1.1 200 OK") and b"served_by" in first
+    assert b'"code": "bad_request"' in refusal and b"connection: close" in refusal
+
+
 async def test_a_gateway_down_is_skipped_for_the_next_in_the_ring(edge: Running) -> None:
     await edge.gateways[1].stop()
     cid = conversation_owned_by(1)

@@ -1,0 +1,57 @@
+"""EventProducer.send_nowait (parley/kafka.py): delivery reports reach their futures in bursts, failures included.
+
+No broker here: one that cannot be reached fails every queued event at the delivery timeout, together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from parley.kafka import EventProducer, ProduceFailed
+from parley.settings import KafkaSettings
+from schemas.events import TokenChunk
+
+
+def chunk(seq: int) -> TokenChunk:
+    return TokenChunk(conversation_id="c", user_id="u", request_id="r", seq=seq)
+
+
+def count_wakeups(monkeypatch: pytest.MonkeyPatch) -> list[Callable[..., object]]:
+    """The callbacks other threads hand to the running loop, from now to the end of the test."""
+    loop = asyncio.get_running_loop()
+    handed: list[Callable[..., object]] = []
+    real = loop.call_soon_threadsafe
+
+    def counting(callback: Callable[..., object], *args: object) -> asyncio.Handle:
+        handed.append(callback)
+        return real(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    return handed
+
+
+async def test_failed_deliveries_fail_their_futures_with_a_wakeup_per_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = EventProducer(KafkaSettings(bootstrap="127.0.0.1:1"), **{"delivery.timeout.ms": 200})
+    wakeups = count_wakeups(monkeypatch)
+    try:
+        futures = [producer.send_nowait(chunk(n)) for n in range(50)]
+        outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 10)
+    finally:
+        producer.close(0)
+    assert all(isinstance(o, ProduceFailed) and "timed out" in str(o) for o in outcomes)
+    assert 1 <= len(wakeups) <= 10  # one per record would be 50
+
+
+async def test_a_cancelled_future_is_skipped_and_the_rest_resolve() -> None:
+    producer = EventProducer(KafkaSettings(bootstrap="127.0.0.1:1"), **{"delivery.timeout.ms": 200})
+    try:
+        first, second = producer.send_nowait(chunk(0)), producer.send_nowait(chunk(1))
+        first.cancel()
+        with pytest.raises(ProduceFailed):
+            await asyncio.wait_for(second, 10)
+    finally:
+        producer.close(0)
+    assert first.cancelled()
