@@ -61,6 +61,24 @@ def attach(page: Page, name: str, data: bytes, mime: str) -> None:
     chooser.value.set_files(files=[{"name": name, "mimeType": mime, "buffer": data}])
 
 
+#: A DataTransfer holding one file, as a drag from the desktop carries it.
+DRAGGED_FILE = """([name, type, bytes]) => {
+  const dt = new DataTransfer();
+  dt.items.add(new File([new Uint8Array(bytes)], name, {type}));
+  return dt;
+}"""
+
+
+def drop(page: Page, name: str, data: bytes, mime: str) -> None:
+    """Drags a file over the composer (which says it will take it) and drops it there."""
+    dragged = page.evaluate_handle(DRAGGED_FILE, [name, mime, list(data)])
+    composer = page.locator("#composer")
+    composer.dispatch_event("dragover", {"dataTransfer": dragged})
+    expect(composer).to_have_class(re.compile(r"\bdropping\b"))
+    composer.dispatch_event("drop", {"dataTransfer": dragged})
+    expect(composer).not_to_have_class(re.compile(r"\bdropping\b"))
+
+
 def chip(page: Page, name: str):
     return page.locator("#attachments li.chip").filter(has=page.locator(".chip-name", has_text=name))
 
@@ -134,7 +152,7 @@ HELPERS = """async () => {
   return {
     exact: locate(page, 'Apples stayed flat.'),
     respaced: locate(page, 'The Pomegranate harvest doubled after the new irrigation channels were dug.'),
-    runsOn: locate(page, 'Apples stayed flat. Pickers were paid by the crate on page three.'),
+    runsOn: locate(page, 'The new irrigation channels were dug. Apples stayed flat. Pickers were paid by the crate.'),
     absent: locate(page, 'Nothing of this sentence is on the page at all.'),
     markers: ['[1]', '[2]', '[3]', '[report.pdf p.2]', '[p.5]', '[Report.PDF p. 2]', '[other.pdf p.2]', '[x]']
       .map((t) => markerCitation(t, cite)?.number ?? null),
@@ -158,7 +176,8 @@ def test_the_pages_document_helpers(page, web_stack) -> None:
     text = out["page"]
     assert text[slice(*out["exact"])] == "Apples stayed flat."
     assert words(text[slice(*out["respaced"])]) == "The pomegranate harvest doubled after the new irrigation channels were dug."
-    assert text[slice(*out["runsOn"])] == "Apples stayed flat.", "the longest leading run of the quote that is on the page"
+    # A quote that runs on past the page: the longest leading run of its words that is there.
+    assert words(text[slice(*out["runsOn"])]) == "the new irrigation channels were dug. Apples stayed flat."
     assert out["absent"] is None
     assert out["markers"] == [1, 2, None, 1, 2, 1, None, None]
     assert out["chips"] == [
@@ -275,8 +294,9 @@ def test_refused_files_say_why_on_their_chip(page, web_stack) -> None:
     expect(chip(page, "empty.txt").locator(".chip-status")).to_have_text(f"failed: {refused.json()['error']['message']}")
     expect(chip(page, "empty.txt")).to_have_attribute("data-status", "failed")
 
-    # Refused by the checks after upload (active content): the chip turns failed with the document's error.
-    attach(page, "scripted.pdf", pdf_with_javascript(), "application/pdf")
+    # Refused by the checks after upload (active content), dropped onto the composer this time: the chip
+    # turns failed with the document's error.
+    drop(page, "scripted.pdf", pdf_with_javascript(), "application/pdf")
     expect(chip(page, "scripted.pdf")).to_have_attribute("data-status", "failed")
     docs = [d for d in conversation_documents(web_stack, chat.conversation_id()) if d["filename"] == "scripted.pdf"]
     if docs:  # stored and refused later, not at the door
