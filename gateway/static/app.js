@@ -451,14 +451,18 @@ function renderThread() {
   const conv = state.conv;
   const path = conv ? pathTo(conv.messages, conv.leafId) : [];
   const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a.querySelector(".body")]));
-  const articles = path.map((m) =>
-    view.messageView(m, {
+  // A turn uses every document of the chat: each is shown under the message that brought it, once.
+  const shownDocuments = new Set();
+  const articles = path.map((m) => {
+    const newDocuments = (m.document_ids || []).filter((id) => !shownDocuments.has(id));
+    for (const id of newDocuments) shownDocuments.add(id);
+    return view.messageView(m, {
       siblings: siblingsOf(conv.messages, m),
       editing: state.editing === m.id,
       busy: !!state.active,
-      documentName: (id) => tray.filename(id),
-    }),
-  );
+      documents: newDocuments.map((id) => tray.filename(id) || "a document"),
+    });
+  });
   // Keep a body that shows the same thing: a reply's live region must stay the same node for its
   // aria-busy → false to be read out, and a selection in it survives.
   for (const article of articles) {

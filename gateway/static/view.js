@@ -77,8 +77,8 @@ const STATUS_LABEL = {
 };
 
 /**
- * One message of the path. `ctx`: {siblings, editing, busy, documentName (id → the name it was
- * uploaded under, or null)}.
+ * One message of the path. `ctx`: {siblings, editing, busy, documents (the names of the documents
+ * a user message brought to the chat)}.
  */
 export function messageView(m, ctx) {
   const user = m.role === "user";
@@ -99,7 +99,7 @@ export function messageView(m, ctx) {
     article.append(body);
   }
 
-  if (user && m.document_ids?.length) article.append(askedAbout(m.document_ids, ctx.documentName));
+  if (user && ctx.documents?.length) article.append(broughtDocuments(ctx.documents));
   if (!user && m.status !== "streaming") article.append(...sources(m));
 
   if (!user && (m.restarted || m.attempt > 0)) {
@@ -203,12 +203,12 @@ function markCitations(body, m) {
   }
 }
 
-/** Under a user message: the documents it asked about. */
-function askedAbout(ids, documentName) {
+/** Under a user message: the documents it brought to the chat. */
+function broughtDocuments(names) {
   return el(
     "ul",
     { class: "asked-about", "aria-label": "Documents attached to this message" },
-    ...ids.map((id) => el("li", { class: "doc-tag", text: documentName?.(id) || "a document" })),
+    ...names.map((name) => el("li", { class: "doc-tag", text: name })),
   );
 }
 
