@@ -1,4 +1,4 @@
-"""Documents: files a user uploads, made into searchable pages that answers cite (docs/design.md §9).
+"""Documents: files a user uploads, made into searchable pages that answers cite (docs/design.md §10).
 
 Cores (no Kafka, no Cassandra): ``sniff`` and ``safety`` check untrusted files,
 ``extract`` and ``pages`` read them page by page (OCR where a page has no text

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from documents.chunking import estimate_tokens
 from documents.settings import DocumentSettings
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One L2-normalised vector per text, in order. Blocking: call it in a thread from async code."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` as the model counts them: the chunker's budget (documents/chunking.py)."""
         ...
 
 
@@ -145,6 +150,10 @@ class HttpEmbedder:
                 f"(PARLEY_DOCUMENTS_EMBEDDER_MODEL={self.name} must be a {self.dims}-dimensional model)"
             )
         return [normalised(v) for v in vectors]
+
+    def count_tokens(self, text: str) -> int:
+        """The chunker's budget without the server's tokenizer: words and punctuation marks, an estimate."""
+        return estimate_tokens(text)
 
     def close(self) -> None:
         self._client.close()

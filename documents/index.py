@@ -155,6 +155,15 @@ class DocumentIndex:
             written = row.page
         return written
 
+    async def counts(self, document_id: str) -> tuple[int, int]:
+        """(chunks, pages read by OCR) over every page written: a resumed job's totals include the earlier run's."""
+        doc = uuid.UUID(document_id)
+        stats, methods = await asyncio.gather(
+            self._cql.run("SELECT chunks FROM {ks}.document_page_stats WHERE document_id = ?", (doc,)),
+            self._cql.run("SELECT method FROM {ks}.document_pages WHERE document_id = ?", (doc,)),
+        )
+        return sum(r.chunks or 0 for r in stats), sum(1 for r in methods if r.method == "ocr")
+
     async def page(self, document_id: str, number: int) -> PageRow | None:
         rows = await self._cql.run(
             "SELECT text, method FROM {ks}.document_pages WHERE document_id = ? AND page = ?",

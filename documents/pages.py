@@ -123,6 +123,7 @@ class PageReader:
         if source is not self._bytes:
             target.write_bytes(source)
             self._bytes = source
+            self._opened = None  # same path, new content: the child must reopen even if size and mtime agree
         return target
 
     def _ask(self, request: tuple, timeout: float) -> tuple | None:

@@ -21,6 +21,7 @@ import httpx
 
 from documents.embedding import Embedder
 from documents.hits import Hit, Scope
+from documents.settings import DocumentSettings
 from documents.terms import terms
 
 if TYPE_CHECKING:
@@ -165,3 +166,10 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}"
+
+
+def reranker_from(settings: DocumentSettings) -> Reranker:
+    """The reranking server the settings name, or the fused order (no cross-encoder ships offline)."""
+    if settings.reranker_url:
+        return HttpReranker(settings.reranker_url, settings.reranker_model, timeout_s=settings.search_timeout_s)
+    return FusedScore()

@@ -29,6 +29,7 @@ import io
 import re
 import subprocess
 import time
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -144,7 +145,9 @@ def _read_small(package: zipfile.ZipFile, name: str) -> bytes:
 
 def _olevba_finds_macros(data: bytes) -> bool:
     """VBA anywhere oletools looks: OLE parts inside the package, embedded documents."""
-    from oletools.olevba import VBA_Parser
+    with warnings.catch_warnings():  # oletools still calls pyparsing's deprecated names
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from oletools.olevba import VBA_Parser
 
     try:
         parser = VBA_Parser("upload.docx", data=data)

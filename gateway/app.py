@@ -24,10 +24,13 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway import conversations, memory, messages, models, openai_compat, telemetry, usage
+from documents.blobs import blob_store
+from documents.index import DocumentIndex
+from documents.settings import DocumentSettings
+from gateway import conversations, documents, memory, messages, models, openai_compat, telemetry, usage
 from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
-from gateway.services import Services, services
+from gateway.services import DocumentServices, Services, services
 from gateway.quotas import Quotas, QuotaStore
 from gateway.settings import GatewaySettings, QuotaSettings
 from gateway.pressure import PoolPressure
@@ -146,6 +149,11 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
+    Route("/v1/documents", documents.upload, methods=["POST"]),
+    Route("/v1/documents", documents.list_documents, methods=["GET"]),
+    Route("/v1/documents/{document_id}", documents.get_document, methods=["GET"]),
+    Route("/v1/documents/{document_id}", documents.delete_document, methods=["DELETE"]),
+    Route("/v1/documents/{document_id}/pages/{page}", documents.get_page, methods=["GET"]),
     Route("/v1/usage", usage.get_usage, methods=["GET"]),
     Route("/v1/telemetry", telemetry.post_telemetry, methods=["POST"]),
     Route("/v1/memory", memory.get_memory, methods=["GET"]),
@@ -179,6 +187,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
         svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(cql))
+        doc_settings = from_env(DocumentSettings)
+        svc.documents = DocumentServices(doc_settings, blob_store(doc_settings.blob_url), DocumentIndex(cql))
         app.state.draining = False
         svc.spawn(watch_broker(svc))
         try:

@@ -24,12 +24,12 @@ from schemas import codec
 from schemas.events import Citation, Event, TokenChunk, Usage
 
 #: CRC-64-AVRO of the TokenChunk schema this reader is written for (``schemas/avro/TokenChunk.avsc``).
-FINGERPRINT = bytes.fromhex("68dcbc8f53b400db")
+FINGERPRINT = bytes.fromhex("175a756f791eb951")
 #: The fields in the order ``read`` takes them (a unit test compares them with the schema).
 FIELDS = (
     "event_id", "occurred_at", "trace_id", "conversation_id", "user_id", "request_id", "attempt", "seq", "text",
     "tokens", "offset_chars", "finish_reason", "usage", "replica", "model", "error_code", "error_message", "retry_after",
-    "citations", "citation_status",
+    "citations", "citation_status", "documents_note",
 )
 _DOUBLE = struct.Struct("<d")
 _new = object.__new__
@@ -148,6 +148,7 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
         pos += _DOUBLE.size
     citations, pos = _citations(buf, pos)
     citation_status, pos = _string(buf, pos)
+    documents_note, pos = _string(buf, pos)
     if pos != len(buf):
         raise codec.Undecodable("TokenChunk body has trailing bytes")
     # Every field set at once, then the type's own checks: what TokenChunk(**fields) does, at half the cost
@@ -158,6 +159,7 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
         request_id=request_id, attempt=attempt, seq=seq, text=text, tokens=tokens, offset_chars=offset_chars,
         finish_reason=finish_reason, usage=usage, replica=replica, model=model, error_code=error_code,
         error_message=error_message, retry_after=retry_after, citations=citations, citation_status=citation_status,
+        documents_note=documents_note,
     )
     chunk.__post_init__()
     return chunk

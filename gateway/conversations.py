@@ -9,12 +9,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway import turns
-from gateway.errors import Unprocessable
+from gateway.errors import NotFound, Unprocessable
 from gateway.openai_request import MAX_TOKENS
 from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
 from gateway.validation import MISSING, json_body, string, uuid_string
 from parley import ids
+from parley.errors import Unavailable
 from parley.shards import mint_conversation_id
 from gateway.store import ConversationRow
 from schemas.catalog import TOPICS
@@ -35,7 +36,7 @@ from streams.projection import from_time
 ID_MAX = 200  # client ids, model names
 TITLE_MAX = 200
 #: What a posted message may carry; anything else is refused by name.
-POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens"})
+POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens", "document_ids"})
 SAMPLING_FIELDS = frozenset({*RANGES, "seed", "stop"})
 
 
@@ -155,6 +156,7 @@ def _message_json(m: Any) -> dict[str, Any]:
         "finish_reason": m.finish_reason,
         "tokens": m.tokens,
         "created_at": m.created_at.replace(tzinfo=timezone.utc).isoformat() if m.created_at else None,
+        **m.documents_json(),
     }
 
 
@@ -175,6 +177,7 @@ async def post_message(request: Request) -> Response:
     # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).
     conversation, messages = await svc.for_posting(user, request.path_params["conversation_id"])
     known = {m.id for m in messages}
+    document_ids = await turn_documents(svc, user.user_id, conversation.id, body.get("document_ids"))
 
     if parent_id is MISSING:  # continue the selected branch
         parent_id = conversation.selected_leaf_id if conversation.selected_leaf_id in known else None
@@ -200,6 +203,7 @@ async def post_message(request: Request) -> Response:
         client_message_id=client_message_id,
         content=content,
         model=model,
+        document_ids=document_ids,
     )
     requested = GenerationRequested(
         **common,
@@ -212,6 +216,30 @@ async def post_message(request: Request) -> Response:
         sampling=sampling,
     )
     return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
+
+
+async def turn_documents(svc: Any, user_id: str, conversation_id: str, named: Any) -> list[str]:
+    """The documents a message uses: those it names (``document_ids``, each the user's, else 404), then
+    those attached to its conversation, each once. Without any, no read beyond the attachments'."""
+    if named is None:
+        named = []
+    most = svc.documents.settings.max_documents_per_message
+    if not isinstance(named, list) or not all(isinstance(d, str) for d in named):
+        raise Unprocessable("`document_ids` is a list of document ids", code="invalid_document_ids")
+    if len(named) > most:
+        raise Unprocessable(f"a message may name at most {most} documents", code="too_many_documents")
+    ids_ = [uuid_string(d, "document_ids") for d in named]
+    for document_id in dict.fromkeys(ids_):
+        row = await svc.store.document(user_id, document_id)
+        if row is None:
+            raise NotFound(f"no such document: {document_id}", code="document_not_found")
+        if row.status == "failed":
+            raise Unprocessable(f"document {document_id} failed ({row.error_code}); it cannot be asked about", code="document_failed")
+    try:
+        attached = await svc.store.conversation_documents(conversation_id)
+    except Unavailable:
+        attached = []  # Cassandra down: the turn still goes, with the documents it named
+    return list(dict.fromkeys([*ids_, *attached]))
 
 
 def turn_options(body: dict[str, Any]) -> tuple[Sampling, int | None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from json.encoder import encode_basestring as _json_string  # json.dumps(str, ensure_ascii=False), the C part of it
 from collections.abc import AsyncIterator
 from typing import Any
@@ -128,6 +129,11 @@ def final(chunk: Chunk) -> dict[str, Any]:
             error["retry_after"] = ev.retry_after
         return sse("error", error, chunk.cursor)
     done = {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev), "model": ev.model}
+    if ev.citation_status:  # the turn had documents: what the reply cited, or that it cited nothing
+        done["citations"] = [asdict(c) for c in ev.citations]
+        done["citation_status"] = ev.citation_status
+        if ev.documents_note:
+            done["documents_note"] = ev.documents_note
     return sse("done", done, chunk.cursor)
 
 
@@ -157,5 +163,10 @@ def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[d
             "cached_tokens": reply.cached_tokens or 0,
         }
         done = {"message_id": reply.id, "finish_reason": reply.finish_reason, "usage": usage, "model": reply.model or ""}
+        if reply.citations is not None:
+            done["citations"] = reply.citations.get("items", [])
+            done["citation_status"] = reply.citations.get("status", "")
+        if reply.retrieval and reply.retrieval.get("note"):
+            done["documents_note"] = reply.retrieval["note"]
         events.append(sse("done", done, cursor))
     return events

@@ -20,9 +20,16 @@ from gateway.store import ConversationRow, MessageRow, Store
 from gateway.tokens import TokenStreams
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
-from schemas.events import Event
+from schemas.events import DocumentEvent, Event
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DocumentServices:
+    settings: Any  # documents.settings.DocumentSettings
+    blobs: Any  # documents.blobs.BlobStore: the originals
+    index: Any  # documents.index.DocumentIndex: the pages' text
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Services:
     drain: Drain = field(default_factory=Drain)  # SIGTERM: readiness off, new streams refused, live ones cut at a deadline
     recent: Recent = field(default_factory=Recent)  # what posting needs while Cassandra is down
     broker_up: bool = True  # the last probe of Kafka answered (gateway/app.py watch_broker)
+    documents: Any = None  # DocumentServices: uploads' settings, blob store and page reader, set by the app's lifespan
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -87,6 +95,13 @@ class Services:
                 await self.store.write_through(event, state)  # type: ignore[arg-type]
             except Unavailable as exc:
                 log.warning("write-through skipped; the materializer will write it", extra={"error": type(exc).__name__})
+
+    async def write_document(self, event: DocumentEvent) -> None:
+        """``write_through`` for a document's status row: the upload is listed, a delete is gone, at once."""
+        try:
+            await self.store.write_document(event)
+        except Unavailable as exc:
+            log.warning("write-through skipped; the materializer will write it", extra={"error": type(exc).__name__})
 
     def admit_tier(self, tier: str) -> None:
         """503 + Retry-After now when the router would shed this turn anyway: nothing is appended."""

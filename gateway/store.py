@@ -6,14 +6,15 @@ clear message, and logs which settings point where.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from parley.cassandra import AsyncCql
-from schemas.events import ConversationEvent, MemoryUpdated
-from streams import memory, projection, tree
+from schemas.events import ConversationEvent, DocumentEvent, MemoryUpdated
+from streams import document_status, memory, projection, tree
 
 #: Rows read past a list's limit, so archived and deleted ones filtered out still leave a full page.
 LIST_SLACK = 400
@@ -48,6 +49,21 @@ class MessageRow:
     created_at: datetime | None
     prompt_tokens: int | None = None  # the reply's prompt as the engine counted it
     cached_tokens: int | None = None  # of which served from its prefix cache
+    document_ids: tuple[str, ...] = ()  # a user message's documents
+    citations: dict[str, Any] | None = None  # a reply's {"status", "items"} (streams/projection.py citations_json)
+    retrieval: dict[str, Any] | None = None  # a reply's {"path", "note", "documents", "latency_ms"}
+
+    def documents_json(self) -> dict[str, Any]:
+        """The document fields of the message as the API shows them (none for a turn without documents)."""
+        out: dict[str, Any] = {}
+        if self.document_ids:
+            out["document_ids"] = list(self.document_ids)
+        if self.citations is not None:
+            out["citations"] = self.citations.get("items", [])
+            out["citation_status"] = self.citations.get("status", "")
+        if self.retrieval is not None:
+            out["retrieval"] = self.retrieval
+        return out
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -59,6 +75,59 @@ def _uuid(value: str) -> uuid.UUID | None:
 
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    id: str
+    user_id: str
+    conversation_id: str | None
+    filename: str
+    media_type: str
+    size_bytes: int
+    status: str  # processing | ready | failed
+    pages_ready: int
+    pages_total: int
+    ocr_pages: int
+    chunks: int
+    error_code: str | None
+    error_message: str | None
+    storage_uri: str
+    created_at: datetime | None
+
+    def public(self) -> dict[str, Any]:
+        """What the API shows of it (GET /v1/documents/{id})."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "document",
+            "filename": self.filename,
+            "media_type": self.media_type,
+            "size_bytes": self.size_bytes,
+            "status": self.status,
+            "pages_ready": self.pages_ready,
+            "pages_total": self.pages_total,
+            "ocr_pages": self.ocr_pages,
+            "chunks": self.chunks,
+            "conversation_id": self.conversation_id,
+            "created_at": _iso(self.created_at),
+        }
+        if self.status == "failed":
+            out["error"] = {"code": self.error_code or "failed", "message": self.error_message or ""}
+        return out
+
+
+_DOCUMENT_COLUMNS = (
+    "document_id, user_id, conversation_id, filename, media_type, size_bytes, status, pages_ready, pages_total, "
+    "ocr_pages, chunks, error_code, error_message, storage_uri, created_at"
+)
+
+
+def _document(r: Any) -> DocumentRow:
+    return DocumentRow(
+        str(r.document_id), r.user_id, _str(r.conversation_id), r.filename or "", r.media_type or "", r.size_bytes or 0,
+        r.status, r.pages_ready or 0, r.pages_total or 0, r.ocr_pages or 0, r.chunks or 0, r.error_code,
+        r.error_message, r.storage_uri or "", r.created_at,
+    )  # fmt: skip
 
 
 class Store:
@@ -89,6 +158,34 @@ class Store:
         what is known of the conversation (its creation keys the owner's list)."""
         for write in projection.writes_for(state or tree.empty(event.conversation_id), event):
             await self._run(projection.cql(write.shape).replace("UPDATE ", "UPDATE {ks}.", 1), write.values)
+
+    async def write_document(self, event: DocumentEvent) -> None:
+        """The ``documents`` rows ``event`` projects to, as the materializer writes them (streams/document_status.py)."""
+        for statement in document_status.statements_for(event):
+            await self._run(statement.cql, statement.values)
+
+    async def document(self, user_id: str, document_id: str) -> DocumentRow | None:
+        """The user's document; None for another user's, a deleted one, or an id that is none."""
+        did = _uuid(document_id)
+        if did is None:
+            return None
+        rows = await self._run(
+            f"SELECT {_DOCUMENT_COLUMNS} FROM {{ks}}.documents WHERE user_id = ? AND document_id = ?", (user_id, did)
+        )
+        # A row without a status holds only cells a late page batch wrote after a delete (streams/document_status.py).
+        return _document(rows[0]) if rows and rows[0].status else None
+
+    async def documents_of(self, user_id: str) -> list[DocumentRow]:
+        rows = await self._run(f"SELECT {_DOCUMENT_COLUMNS} FROM {{ks}}.documents WHERE user_id = ?", (user_id,))
+        found = [_document(r) for r in rows if r.status]
+        return sorted(found, key=lambda d: (d.created_at or datetime.min, d.id), reverse=True)
+
+    async def conversation_documents(self, conversation_id: str) -> list[str]:
+        """Ids of the documents attached to a conversation (uploaded with its id), oldest id first."""
+        rows = await self._run(
+            "SELECT document_id FROM {ks}.documents_by_conversation WHERE conversation_id = ?", (uuid.UUID(conversation_id),)
+        )
+        return [str(r.document_id) for r in rows]
 
     async def write_memory(self, event: MemoryUpdated) -> None:
         for statement in memory.writes_for(event):
@@ -129,7 +226,7 @@ class Store:
 
     _MESSAGE_COLUMNS = (
         "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
-        "prompt_tokens, cached_tokens"
+        "prompt_tokens, cached_tokens, document_ids, citations, retrieval"
     )
 
     async def messages(self, conversation_id: str) -> list[MessageRow]:
@@ -198,7 +295,14 @@ def _message(r: Any) -> MessageRow:
         r.created_at,
         r.prompt_tokens,
         r.cached_tokens,
+        tuple(r.document_ids or ()),
+        _json(r.citations),
+        _json(r.retrieval),
     )
+
+
+def _json(value: str | None) -> dict[str, Any] | None:
+    return json.loads(value) if value else None
 
 
 def _iso(value: datetime | None) -> str | None:

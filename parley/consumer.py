@@ -303,6 +303,28 @@ class EventConsumer:
     def assignment(self) -> list[TopicPartition]:
         return self._consumer.assignment()
 
+    def hold(self) -> None:
+        """Pause every assigned partition: for a record whose handling outlasts ``max.poll.interval.ms``
+        (a document job), during which ``keep_alive`` keeps the member in its group."""
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.pause(assigned)
+
+    def keep_alive(self) -> None:
+        """Poll while held: nothing of a paused partition comes back, and the group sees a live member. A
+        record of a partition assigned since ``hold`` is put back (seek) and its partition paused too."""
+        msg = self._consumer.poll(0)
+        if msg is not None and not msg.error():
+            where = TopicPartition(msg.topic(), msg.partition(), msg.offset())
+            self._consumer.seek(where)
+            self._consumer.pause([TopicPartition(msg.topic(), msg.partition())])
+
+    def release(self) -> None:
+        """Resume every assigned partition after ``hold``."""
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.resume(assigned)
+
     def close(self) -> None:
         """Commit what is done and leave the group (hands partitions over at once)."""
         try:

@@ -179,6 +179,9 @@ class GenerationCompleted(ConversationEvent):
     citation_status: str = doc(
         "'' (the turn had no documents) | cited | uncited (documents were given and the reply used none)", default=""
     )
+    retrieval: Retrieval | None = doc(
+        "The turn's document search, without the passages' text (null: the turn had no documents)", default=None
+    )
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
@@ -343,6 +346,7 @@ class TokenChunk(ConversationEvent):
     retry_after: float | None = doc("On a rejected last chunk: seconds after which a retry may succeed", default=None)
     citations: list[Citation] = doc("On the last chunk: the passages the reply drew on", default_factory=list)
     citation_status: str = doc("On the last chunk: '' | cited | uncited (see GenerationCompleted)", default="")
+    documents_note: str = doc("On the last chunk: how much of the turn's documents was searched (Retrieval.note)", default="")
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
@@ -466,6 +470,8 @@ class DocumentFailed(DocumentEvent):
 class DocumentDeleted(DocumentEvent):
     """The owner deleted the document: processing stops, its rows and original go. gateway → document worker,
     materializer."""
+
+    conversation_id: str | None = doc("Conversation it was attached to, if any", default=None)
 
 
 # ------------------------------------------------------------------ user.memory

@@ -38,15 +38,18 @@ from schemas import events as ev
 from schemas.endings import CONTEXT_UNAVAILABLE, ending
 from streams import summary
 from streams.context_tokens import TokenCounter
-from streams.prompt import Layout, Prompt, Window, choose_window, render
+from streams.document_search import DocumentSearch
+from streams.prompt import Layout, Prompt, Window, choose_window, documents_text, render
 from streams.settings import ContextSettings
 from streams.summary import Summary, from_event, with_summary
 from streams.engine_writer import EngineWriter, WriterUnavailable
-from streams.tree import FOLD, Conversation, apply, branch
+from streams.tree import FOLD, Conversation, Message, apply, branch
 
 log = logging.getLogger(__name__)
 
-def layout(cfg: ContextSettings, *, summaries: bool, memory: Sequence[str] = ()) -> Layout:
+def layout(
+    cfg: ContextSettings, *, summaries: bool, memory: Sequence[str] = (), retrieval: ev.Retrieval | None = None
+) -> Layout:
     """The prompt layout the settings describe (``memory``: the user's facts, in the order given)."""
     return Layout(
         system_prompt=cfg.system_prompt,
@@ -54,11 +57,21 @@ def layout(cfg: ContextSettings, *, summaries: bool, memory: Sequence[str] = ())
         block_tokens=max(1, math.ceil(cfg.drop_fraction * cfg.budget_tokens)),
         summary_tokens=cfg.summary_tokens if summaries else 0,
         memory=tuple(memory),
+        documents=documents_text(retrieval.passages, retrieval.note) if retrieval else "",
     )
 
 
+def turn_documents(branch_: Sequence[Message]) -> list[str]:
+    """The documents a turn uses: those named by every user message on its branch, first named first."""
+    return list(dict.fromkeys(d for m in branch_ if m.role == "user" for d in m.document_ids))
+
+
 def inference_request(
-    state: Conversation, request: ev.GenerationRequested, prompt: Prompt, cfg: ContextSettings
+    state: Conversation,
+    request: ev.GenerationRequested,
+    prompt: Prompt,
+    cfg: ContextSettings,
+    retrieval: ev.Retrieval | None = None,
 ) -> ev.InferenceRequested:
     return ev.InferenceRequested(
         conversation_id=request.conversation_id,
@@ -74,6 +87,7 @@ def inference_request(
         tier=request.tier,
         sampling=request.sampling,
         requested_at=request.occurred_at,
+        retrieval=retrieval,
     )
 
 
@@ -115,8 +129,10 @@ class ContextBuilder:
         counter: TokenCounter | None = None,
         retry_max_s: float = 30.0,
         memory: Callable[[str], Sequence[str]] | None = None,
+        documents: DocumentSearch | None = None,
     ) -> None:
         self.cfg = cfg
+        self._documents = documents
         self._memory = memory or (lambda user_id: ())
         self._store = store
         self._stored = stored
@@ -163,11 +179,12 @@ class ContextBuilder:
             if cold and event.parent_id not in known.conversation.messages:
                 known = await self._wait_for_parent(known, event.parent_id)
             if event.parent_id in known.conversation.messages:
-                written, prompt = await self.prompt_for(known, event, memory=self._memory(event.user_id))
+                retrieval = await self.search(known.conversation, event)
+                written, prompt = await self.prompt_for(known, event, memory=self._memory(event.user_id), retrieval=retrieval)
                 for w in written:
                     known = replace(known, summaries=with_summary(known.summaries, from_event(w)))
                 out.extend(written)
-                out.append(inference_request(known.conversation, event, prompt, self.cfg))
+                out.append(inference_request(known.conversation, event, prompt, self.cfg, retrieval))
             else:
                 log.error(
                     "generation asked for an unknown message; failing it",
@@ -177,11 +194,27 @@ class ContextBuilder:
         self._states.put(cid, replace(known, conversation=apply(known.conversation, event)))
         return out
 
+    async def search(self, state: Conversation, request: ev.GenerationRequested) -> ev.Retrieval | None:
+        """The turn's document search (streams/document_search.py); None when its branch names no document."""
+        on_branch = branch(state, request.parent_id)
+        documents = turn_documents(on_branch)
+        if not documents:
+            return None
+        if self._documents is None:
+            missing = [ev.DocumentCoverage(document_id=d, status="missing") for d in documents]
+            return ev.Retrieval(path="none", documents=missing, note="Document search is not configured here.")
+        question = state.messages[request.parent_id].content
+        return await self._documents.search(request.user_id, documents, question)
+
     async def prompt_for(
-        self, known: Known, request: ev.GenerationRequested, memory: Sequence[str] = ()
+        self,
+        known: Known,
+        request: ev.GenerationRequested,
+        memory: Sequence[str] = (),
+        retrieval: ev.Retrieval | None = None,
     ) -> tuple[list[ev.SummaryWritten], Prompt]:
         """The prompt answering ``request``, and the summaries written for it (none on most turns)."""
-        shape = layout(self.cfg, summaries=self._summariser is not None, memory=memory)
+        shape = layout(self.cfg, summaries=self._summariser is not None, memory=memory, retrieval=retrieval)
         window = choose_window(branch(known.conversation, request.parent_id), shape, self._counter)
         if not window.boundary:
             return [], render(window, shape, self._counter)

@@ -25,8 +25,14 @@ from parley.errors import BrokerUnavailable, ConfigError, Unavailable
 from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas.catalog import inference_topic
-from schemas.events import Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
+from schemas.events import DocumentEvent, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
+from documents.embedding import embedder_from
+from documents.index import DocumentIndex
+from documents.retrieval import Retriever, reranker_from
+from documents.settings import DocumentSettings
 from streams.context import ContextBuilder
+from streams.context_tokens import TokenCounter
+from streams.document_search import DocumentSearch
 from streams.materializer import Checkpoints, Materializer
 from streams.readers import HeartbeatReader, MemoryReader
 from streams.route_recall import read_decisions
@@ -80,7 +86,16 @@ def _context(kafka: KafkaSettings) -> Wiring:
         engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
         summariser = EngineWriter(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
     memories = MemoryReader(kafka)
-    builder = ContextBuilder(cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of)
+    docs = from_env(DocumentSettings)
+    embedder = embedder_from(docs)
+    retriever = Retriever(
+        DocumentIndex(store.cql), embedder, reranker_from(docs), k=docs.retrieve_k, timeout_s=docs.search_timeout_s
+    )
+    counter = TokenCounter.from_spec(cfg.tokenizer)
+    search = DocumentSearch(store, retriever, passages=docs.passages, passage_tokens=docs.passage_tokens, count=counter.segment)
+    builder = ContextBuilder(
+        cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of, documents=search, counter=counter
+    )
 
     async def follow_memory() -> None:
         # The compacted user.memory topic, read whole into memory: a prompt never waits on Cassandra for it.
@@ -174,6 +189,11 @@ def _materializer(kafka: KafkaSettings) -> Wiring:
         await retrying("writing a user's memory", lambda: store.write_memory(event), cfg.retry_max_s)
         return []
 
+    async def write_document(event: Event) -> list[Event]:
+        assert isinstance(event, DocumentEvent)  # the only type dispatched here
+        await retrying("writing a document's status", lambda: store.write_document(event), cfg.retry_max_s)
+        return []
+
     async def flush_due() -> None:
         await checkpoints.flush()
 
@@ -194,6 +214,7 @@ def _materializer(kafka: KafkaSettings) -> Wiring:
             Agent("chat.events", {Event: returning_nothing(materializer.handle)}),
             Agent("chat.tokens", {TokenChunk: returning_nothing(checkpoints.handle)}),
             Agent("user.memory", {MemoryUpdated: write_memory}),
+            Agent("docs.events", {DocumentEvent: write_document}),
         ],
         timers=[Timer(cfg.checkpoint_tick_s, flush_due)],
         on_revoked=[flush_on_revoke],

@@ -17,9 +17,10 @@ conversation's ``created_at``, part of ``conversations_by_user``'s key.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -129,6 +130,7 @@ def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
             model=e.model,
             status="complete",
             client_message_id=e.client_message_id,
+            document_ids=list(e.document_ids) or None,
             created_at=to_time(e.occurred_at),
         ),
         _conversation(e, user_id=e.user_id, selected_leaf_id=to_uuid(e.message_id)),
@@ -173,9 +175,28 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> list[Write]:
             replica=e.replica or None,
             attempt=e.attempt,
             error_code=e.error_code,
+            citations=citations_json(e),
+            retrieval=retrieval_json(e.retrieval),
         ),
         _conversation(e),
     ]
+
+
+def citations_json(e: ev.GenerationCompleted) -> str | None:
+    """``messages.citations``: the reply's citations and whether it cited anything (null: no documents)."""
+    if not e.citation_status:
+        return None
+    return json.dumps({"status": e.citation_status, "items": [asdict(c) for c in e.citations]}, sort_keys=True)
+
+
+def retrieval_json(r: ev.Retrieval | None) -> str | None:
+    """``messages.retrieval``: which search answered and how much of each document it saw."""
+    if r is None:
+        return None
+    return json.dumps(
+        {"path": r.path, "note": r.note, "documents": [asdict(d) for d in r.documents], "latency_ms": r.latency_ms},
+        sort_keys=True,
+    )
 
 
 def _leaf(s: Conversation, e: ev.LeafSelected) -> list[Write]:

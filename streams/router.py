@@ -135,7 +135,9 @@ def choose_pool(request: InferenceRequested, policy: Policy, current: str | None
         if tokens > policy.pools[pool].context_tokens:
             return _too_long(tokens, policy)
         return Choice(pool, "user_selected")
-    f = features(newest_user_text(request), context_tokens=request.prompt_tokens)
+    # Documents the turn searched count as hard work (comparing reports is, seed §4); none when it has none.
+    searched = sum(1 for d in request.retrieval.documents if d.status != "missing") if request.retrieval else 0
+    f = features(newest_user_text(request), context_tokens=request.prompt_tokens, documents=searched)
     wanted = escalate(policy.default_pool, classify(f, policy.thresholds))
     if current in policy.pools:
         wanted = escalate(current, wanted)

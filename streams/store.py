@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cassandra.cluster import Session
 
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
-from schemas.events import MemoryUpdated
-from streams import memory
+from schemas.events import DocumentEvent, MemoryUpdated
+from streams import document_status, memory
 from streams.checkpoint import StoredReply
+from streams.document_search import Status
 from streams.projection import Write, cql, from_time
 from streams.usage_fold import UsageRow
 from streams.tree import FINAL_STATUSES, Conversation, Message, frozen_messages
@@ -31,7 +32,7 @@ _CONVERSATION = (
     "SELECT user_id, title, model, created_at, selected_leaf_id, deleted_at FROM conversations WHERE conversation_id = ?"
 )
 _MESSAGES = (
-    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at "
+    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids "
     "FROM messages WHERE conversation_id = ?"
 )
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
@@ -80,7 +81,8 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
             continue
         mid = str(r.message_id)
         msgs[mid] = Message(
-            mid, _id(r.parent_id), r.role or "", r.content or "", r.status or "", r.finish_reason, from_time(r.created_at)
+            mid, _id(r.parent_id), r.role or "", r.content or "", r.status or "", r.finish_reason, from_time(r.created_at),
+            tuple(getattr(r, "document_ids", None) or ()),
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
             answered.add(mid)
@@ -150,6 +152,34 @@ class Store:
         """A user's memory snapshot replaces their rows (streams/memory.py): the partition delete and the
         facts, each timestamped, in one batch of the user's partition."""
         await self._cql.run_batch([(s.cql, s.values) for s in memory.writes_for(event)])
+
+    async def write_document(self, event: DocumentEvent) -> None:
+        """A document's status rows (streams/document_status.py): each statement timestamped, so they may
+        land in any order."""
+        await asyncio.gather(*(self.run(s.cql, s.values) for s in document_status.statements_for(event)))
+
+    @property
+    def cql(self) -> AsyncCql:
+        """The session, for the document index (documents/index.py) that shares it."""
+        return self._cql
+
+    async def statuses(self, user_id: str, document_ids: Sequence[str]) -> dict[str, Status]:
+        """The user's documents among ``document_ids`` (another user's are simply not found), by id."""
+        rows = await asyncio.gather(
+            *(
+                self.run(
+                    "SELECT document_id, filename, status, pages_ready, pages_total FROM documents "
+                    "WHERE user_id = ? AND document_id = ?",
+                    (user_id, uuid.UUID(d)),
+                )
+                for d in document_ids
+            )
+        )
+        found = [r[0] for r in rows if r and r[0].status]  # no status: only a late batch's cells after a delete
+        return {
+            str(r.document_id): Status(str(r.document_id), r.filename or "", r.status, r.pages_ready or 0, r.pages_total or 0)
+            for r in found
+        }
 
     def close(self) -> None:
         self._cql.close()

@@ -45,6 +45,8 @@ class Message:
     finish_reason: str | None = None
     #: µs of the event that created it; None when only its completion is known.
     created_at: int | None = None
+    #: Documents a user message asks about (MessagePosted.document_ids).
+    document_ids: tuple[str, ...] = ()
 
 
 def frozen_messages(d: dict[str, Message]) -> Mapping[str, Message]:
@@ -100,7 +102,7 @@ def _created(s: Conversation, e: ev.ConversationCreated) -> Conversation:
 def _posted(s: Conversation, e: ev.MessagePosted) -> Conversation:
     if e.message_id in s.messages:  # a retried POST is a no-op: the first one stands
         return s
-    msg = Message(e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at)
+    msg = Message(e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at, tuple(e.document_ids))
     return replace(s.with_message(msg), user_id=s.user_id or e.user_id, selected_leaf_id=e.message_id)
 
 

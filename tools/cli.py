@@ -92,6 +92,7 @@ def infra_status() -> None:
 
 def _settings_by_service() -> list[tuple[str, type]]:
     """Every typed settings object, under the service that reads it (imported here: the services are below)."""
+    from documents.settings import DocumentSettings
     from edge.settings import EdgeSettings
     from gateway.settings import GatewaySettings, QuotaSettings
     from streams.settings import (
@@ -118,6 +119,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("materializer", MaterializerSettings),
         ("usage", UsageSettings),
         ("titler", TitlerSettings),
+        ("documents (gateway uploads, document worker, context builder search)", DocumentSettings),
         ("gateway", GatewaySettings),
         ("gateway: quotas", QuotaSettings),
         ("edge (in front of sharded gateways)", EdgeSettings),

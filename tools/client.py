@@ -7,7 +7,9 @@ gets tested: ``id:``, ``event:``, ``data:`` lines, a blank line ends an event,
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -123,6 +125,25 @@ class ParleyClient:
     async def conversation(self, conversation_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/conversations/{conversation_id}")
 
+    async def upload(
+        self, filename: str, data: bytes, media_type: str = "application/octet-stream", conversation_id: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/documents``: the document as first stored (status ``processing``)."""
+        form = {"conversation_id": conversation_id} if conversation_id else None
+        return await self._json("POST", "/v1/documents", files={"file": (filename, data, media_type)}, data=form)
+
+    async def document(self, document_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/documents/{document_id}")
+
+    async def until_processed(self, document_id: str, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Poll the document until it is ``ready`` or ``failed``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = await self.document(document_id)
+            if found["status"] in ("ready", "failed") or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.25)
+
     async def stream_message(
         self,
         conversation_id: str,
@@ -132,8 +153,11 @@ class ParleyClient:
         parent_id: str | None | object = ...,
         model: str | None = None,
         headers: dict[str, str] | None = None,
+        document_ids: list[str] | None = None,
     ) -> AsyncIterator[SseEvent]:
         body: dict[str, Any] = {"content": content, "client_message_id": client_message_id or uuid.uuid4().hex}
+        if document_ids:
+            body["document_ids"] = document_ids
         if parent_id is not ...:
             body["parent_id"] = parent_id
         if model:

@@ -65,8 +65,17 @@ ROUTER = Service(
 MATERIALIZER = Service(
     "materializer",
     ("streams", "materializer"),
-    consumes=("chat.events", "chat.tokens", "user.memory"),  # chat.tokens: checkpoints of replies still streaming
+    # chat.tokens: checkpoints of replies still streaming; docs.events: each document's status row
+    consumes=("chat.events", "chat.tokens", "user.memory", "docs.events"),
     group="streams.materializer",
+)
+#: The extraction pool: checks, extracts (OCR where needed), chunks, embeds and indexes uploads, off the chat path.
+DOCUMENTS = Service(
+    "documents",
+    ("documents",),
+    consumes=("docs.events",),  # DocumentUploaded: a job; DocumentDeleted: stop it, purge the index and the original
+    produces=("docs.events",),  # DocumentPagesExtracted per batch of pages, then DocumentIndexed or DocumentFailed
+    group="documents",
 )
 USAGE = Service(
     "usage",
@@ -101,7 +110,7 @@ EDGE = Service(
 
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
-    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, GATEWAY
+    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, DOCUMENTS, GATEWAY
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from documents.citations import cite
 from schemas.endings import ENGINE_ERROR, ENGINE_FAILED, ENGINE_PROTOCOL, ENGINE_REJECTED, ENGINE_UNAVAILABLE, WORKER_ERROR
 from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, Usage, UsageRecorded
 from workers.engine_api import EngineError, EngineRejected, EngineUnavailable
@@ -88,19 +89,25 @@ def terminal_events(
     req = routed.request
     envelope = {"conversation_id": routed.conversation_id, "user_id": routed.user_id, "trace_id": routed.trace_id}
     failed = outcome.finish_reason == "failed"
+    content = req.resume_text + outcome.text
+    cited, citation_status = cite(content, req.retrieval) if not failed else ([], "")
+    retrieval = replace(req.retrieval, passages=[]) if req.retrieval else None  # their text is in the citations
     completed = GenerationCompleted(
         **envelope,
         request_id=req.request_id,
         parent_id=req.parent_id,
         attempt=req.attempt,
         finish_reason=outcome.finish_reason,
-        content=req.resume_text + outcome.text,
+        content=content,
         usage=outcome.usage,
         pool=routed.pool,
         model=model,
         replica=replica,
         error_code=outcome.error_code if failed else None,
         error_message=outcome.error_message if failed else None,
+        citations=cited,
+        citation_status=citation_status,
+        retrieval=retrieval,
     )
     final = TokenChunk(
         **envelope,
@@ -116,6 +123,9 @@ def terminal_events(
         model=model,
         error_code=completed.error_code,
         error_message=completed.error_message,
+        citations=cited,
+        citation_status=citation_status,
+        documents_note=req.retrieval.note if req.retrieval else "",
     )
     usage = UsageRecorded(
         **envelope,

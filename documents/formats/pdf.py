@@ -72,7 +72,9 @@ class PdfDocument:
 
 def _layout(page: Any) -> tuple[Block, ...]:
     """Blocks of one pdfplumber page in reading order: ruled tables as tables, the rest as headings and paragraphs."""
-    tables = [t for t in page.find_tables() if _is_table(t)]
+    # The default table finder follows ruling lines; without any it finds nothing and costs most of a page's time.
+    ruled = bool(page.lines or page.rects)
+    tables = [t for t in page.find_tables() if _is_table(t)] if ruled else []
     placed: list[tuple[float, Block]] = []
     for table in tables:
         rows = [[cell or "" for cell in row] for row in table.extract()]

@@ -78,6 +78,7 @@ SHELLS = {
     "streams.store", "streams.summary_store",
     "workers.__main__", "workers.worker", "workers.intake", "workers.control", "workers.sink",
     "workers.transactions", "workers.history_reader",
+    "documents.index", "documents.worker", "documents.__main__",
 }  # fmt: skip
 
 
@@ -134,7 +135,7 @@ def test_no_core_loads_faust_kafka_or_cassandra_clients() -> None:
     """Cores are state and ``handle(event) -> effects``; their I/O is handed to them by a shell."""
     cores = [
         ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        for package in ("streams", "workers")
+        for package in ("streams", "workers", "documents")
         for path in sorted((ROOT / package).glob("*.py"))
     ]
     impure = {m: io_clients_reached(m) for m in cores if m not in SHELLS}

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
+import httpx
 import pytest
 
 from documents.hits import Hit, Scope
-from documents.retrieval import RRF_K, FusedScore, RetrievalFailed, Retriever, rrf
+from documents.settings import DocumentSettings
+from documents.retrieval import RRF_K, FusedScore, HttpReranker, RetrievalFailed, Retriever, reranker_from, rrf
 
 
 def hit(chunk_id: str, *, doc: str = "d1", page: int = 1, ordinal: int = 0, text: str = "", score: float = 0.0) -> Hit:
@@ -164,3 +167,24 @@ async def test_a_broken_reranker_costs_the_order_not_the_answer() -> None:
 async def test_limit_cuts_the_reranked_list() -> None:
     got = await retriever(FakeIndex(KW, VEC), FakeEmbedder()).retrieve("alpha", SCOPES, limit=1)
     assert [h.chunk_id for h in got.hits] == ["both"]
+
+
+async def test_http_reranker_sends_sglang_shape_and_orders_by_its_scores() -> None:
+    seen: list[dict] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append({"url": str(request.url), **json.loads(request.content)})
+        return httpx.Response(200, json=[{"index": 1, "score": 0.9, "document": "y"},
+                                         {"index": 0, "score": 0.2, "document": "x"}])
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    reranker = HttpReranker("http://rerank:30000", "bge", timeout_s=1, client=client)
+    ranked = await reranker.rerank("q", [hit("a", text="x"), hit("b", text="y")])
+    assert seen == [{"url": "http://rerank:30000/v1/rerank", "model": "bge", "query": "q", "documents": ["x", "y"]}]
+    assert [(h.chunk_id, h.score) for h in ranked] == [("b", 0.9), ("a", 0.2)]
+    assert await reranker.rerank("q", []) == []
+
+
+def test_reranker_from_settings() -> None:
+    assert isinstance(reranker_from(DocumentSettings(reranker_url="")), FusedScore)
+    assert isinstance(reranker_from(DocumentSettings(reranker_url="http://r:1")), HttpReranker)
