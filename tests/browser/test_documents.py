@@ -41,8 +41,23 @@ new MutationObserver(() => {
 """
 
 
+#: Keeps a copy of each reply stream the page reads for a posted message (the page reads the original).
+RECORD_STREAMS = """
+window.__streams = [];
+const fetched = window.fetch;
+window.fetch = async (input, init) => {
+  const response = await fetched(input, init);
+  if (!(init?.method === 'POST' && String(input).endsWith('/messages') && response.ok && response.body)) return response;
+  const [mine, copy] = response.body.tee();
+  new Response(copy).text().then((text) => window.__streams.push(text));
+  return new Response(mine, {status: response.status, statusText: response.statusText, headers: response.headers});
+};
+"""
+
+
 def signed_in_chat(page: Page, web_stack) -> Chat:
     page.add_init_script(RECORD_CHIPS)
+    page.add_init_script(RECORD_STREAMS)
     chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
     chat.signed_in()
     return chat
@@ -102,7 +117,7 @@ def ready_document(web_stack, document_id: str, timeout: float = 120) -> dict[st
 
 def done_event(sse: str) -> dict[str, Any]:
     """The data of the `done` event of a reply's SSE body."""
-    for block in sse.split("\n\n"):
+    for block in re.split(r"\r?\n\r?\n", sse.replace("\r\n", "\n")):
         lines = block.splitlines()
         if "event: done" in lines:
             return json.loads("\n".join(line[len("data: "):] for line in lines if line.startswith("data: ")))
@@ -110,18 +125,19 @@ def done_event(sse: str) -> dict[str, Any]:
 
 
 def ask(chat: Chat, question: str) -> tuple[Any, dict[str, Any], list[Any]]:
-    """Asks the real model, greedy: (the reply's article, the done event's data, the message bodies posted)."""
+    """Asks the real model, greedy: (the reply's article, its stream's done event's data, the message bodies posted)."""
     page = chat.page
     posts: list[Any] = []
     page.on("request", lambda r: r.method == "POST" and r.url.endswith("/messages") and posts.append(r.post_data_json))
     page.route("**/v1/conversations/*/messages", greedy)
     expect(chat.model_picker.locator(f'option[value="{REAL_MODEL}"]')).to_have_count(1)
     chat.choose_model(REAL_MODEL)
-    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/messages"), timeout=WAIT_MS) as answer:
-        chat.send(question)
+    streams = page.evaluate("window.__streams.length")
+    chat.send(question)
     reply = chat.replies.last
     chat.finished(reply)
-    return reply, done_event(answer.value.text()), posts
+    page.wait_for_function("n => window.__streams.length > n", arg=streams, timeout=WAIT_MS)
+    return reply, done_event(page.evaluate("window.__streams.at(-1)")), posts
 
 
 def open_citation_and_check(page: Page, web_stack, citation: dict[str, Any], button) -> None:
