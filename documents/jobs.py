@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -89,6 +90,17 @@ class Job:
         self.reader = PageReader(settings)  # one warm child process for every page of every job
 
     async def run(self, up: ev.DocumentUploaded) -> Progress:
+        started = time.monotonic()
+        log.info("document job started", extra={"document_id": up.document_id, "media_type": up.media_type, "bytes": up.size_bytes})
+        progress = await self._run(up)
+        log.info(
+            "document job ended",
+            extra={"document_id": up.document_id, "pages": progress.pages_done, "ocr_pages": progress.ocr_pages,
+                   "chunks": progress.chunks, "ms": round((time.monotonic() - started) * 1000)},
+        )  # fmt: skip
+        return progress
+
+    async def _run(self, up: ev.DocumentUploaded) -> Progress:
         progress = Progress()
         if not await self.alive(up):
             await self.index.purge(up.document_id)
@@ -139,7 +151,7 @@ class Job:
                 overlap_tokens=self.settings.chunk_overlap_tokens,
                 count_tokens=self.embedder.count_tokens,
             )
-            vectors = await self._embed([c.text for c in chunks], up) if chunks else []
+            vectors = await self._embed([c.full_text for c in chunks], up) if chunks else []  # a split table's header too
             progress.embedded = progress.embedded and vectors is not None
             await self.index.write_page(up.document_id, number, page.text, page.method, chunks, vectors)
             progress.pages_done += 1

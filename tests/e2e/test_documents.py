@@ -41,6 +41,17 @@ async def _ready(client, document_id: str) -> dict:
     return found
 
 
+async def _materialized(client, cid: str) -> dict:
+    """The conversation once the materializer has written its reply's completion (it runs beside the stream)."""
+    deadline = time.monotonic() + 30
+    while True:
+        stored = await client.conversation(cid)
+        if any(m["role"] == "assistant" and "retrieval" in m for m in stored["messages"]):
+            return stored
+        assert time.monotonic() < deadline, "the reply's completion was not materialized"
+        await asyncio.sleep(0.2)
+
+
 def _requests(stack, request_ids: set[str]) -> dict[str, InferenceRequested]:
     events = read_all(
         stack.kafka,
@@ -70,10 +81,11 @@ async def test_a_text_pdf_is_indexed_page_by_page_and_a_question_retrieves_its_p
         done = reply.events[-1]
         assert done.event == "done", reply.events
         assert done.data["citation_status"] in ("cited", "uncited")
-        stored = await client.conversation(cid)
+        stored = await _materialized(client, cid)
         user_message = next(m for m in stored["messages"] if m["role"] == "user")
         assert user_message["document_ids"] == [doc["id"]]
         answer = next(m for m in stored["messages"] if m["role"] == "assistant")
+        assert answer["citation_status"] == done.data["citation_status"]
         assert answer["retrieval"]["path"] == "hybrid"
         assert answer["retrieval"]["documents"][0]["pages_ready"] == 12
 
@@ -90,7 +102,7 @@ async def test_a_text_pdf_is_indexed_page_by_page_and_a_question_retrieves_its_p
     "name, make, media_type, page, words",
     [
         ("scan.pdf", lambda: fx.scanned_pdf(["Nothing here but a cover page.", "The lighthouse keeper is named Ingrid Moe."]), PDF, 2, "lighthouse"),
-        ("minutes.docx", lambda: fx.docx_with_table(), DOCX, 1, None),
+        ("minutes.docx", lambda: fx.docx_with_table(), DOCX, 2, None),  # the table is after a page break
         ("page.html", lambda: _bytes(fx.html_page()), "text/html", 1, None),
     ],
 )
