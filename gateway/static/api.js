@@ -1,4 +1,4 @@
-// The HTTP API as the page uses it: the API key, JSON calls, streamed replies, errors.
+// The HTTP API as the page uses it: the API key, JSON calls, streamed replies, uploads, errors.
 //
 // Every call sends `Authorization: Bearer <key>`. A non-2xx answer becomes an
 // ApiError with the body's {error: {code, message, retry_after}} and, failing
@@ -55,9 +55,14 @@ async function toError(response) {
   } catch {
     // not JSON (a proxy's page): fall back to the status line
   }
-  const header = Number(response.headers.get("Retry-After"));
+  return apiError(response.status, error, response.headers.get("Retry-After"));
+}
+
+/** The ApiError of a non-2xx answer: its body's `error` object, else its status line. */
+function apiError(status, error, retryHeader) {
+  const header = Number(retryHeader);
   const retryAfter = error.retry_after ?? (Number.isFinite(header) && header > 0 ? header : null);
-  return new ApiError(response.status, error.code || "http_error", error.message || `HTTP ${response.status}`, retryAfter);
+  return new ApiError(status, error.code || "http_error", error.message || `HTTP ${status}`, retryAfter);
 }
 
 const json = async (method, path, body) => {
@@ -86,10 +91,11 @@ export const api = {
   telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),
 
   /** The SSE response of a new message; `parentId` undefined continues the selected branch. */
-  postMessage(conversationId, { content, clientMessageId, parentId, model }, signal) {
+  postMessage(conversationId, { content, clientMessageId, parentId, model, documentIds }, signal) {
     const body = { content, client_message_id: clientMessageId };
     if (parentId !== undefined) body.parent_id = parentId;
     if (model) body.model = model;
+    if (documentIds?.length) body.document_ids = documentIds;
     return call("POST", `/v1/conversations/${enc(conversationId)}/messages`, { body, signal });
   },
 
@@ -98,6 +104,43 @@ export const api = {
     const body = { client_message_id: clientMessageId };
     if (model) body.model = model;
     return call("POST", `/v1/messages/${enc(messageId)}/regenerate`, { body, signal });
+  },
+
+  /** The user's documents, newest first as the server lists them. */
+  documents: async () => (await json("GET", "/v1/documents")).data,
+  document: (id) => json("GET", `/v1/documents/${enc(id)}`),
+  /** {document_id, filename, page, text, method}; a 404 `page_not_ready` while the page is not indexed. */
+  documentPage: (id, page) => json("GET", `/v1/documents/${enc(id)}/pages/${enc(page)}`),
+  deleteDocument: (id) => json("DELETE", `/v1/documents/${enc(id)}`),
+
+  /**
+   * Uploads `file` (attached to `conversationId` when given) and resolves with the document the
+   * server answers (202, status "processing"). XMLHttpRequest, not fetch: only it reports upload
+   * progress, as `onProgress(sentBytes, totalBytes)`.
+   */
+  uploadDocument(file, conversationId, onProgress) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    if (conversationId) form.append("conversation_id", conversationId);
+    return new Promise((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open("POST", "/v1/documents");
+      xhr.setRequestHeader("Authorization", `Bearer ${auth.key}`);
+      xhr.responseType = "text";
+      xhr.upload.onprogress = (e) => onProgress?.(e.loaded, e.lengthComputable ? e.total : file.size);
+      xhr.onerror = () => reject(new ApiError(0, "network", "The server could not be reached.", null));
+      xhr.onload = () => {
+        let body = null;
+        try {
+          body = xhr.responseText ? JSON.parse(xhr.responseText) : null;
+        } catch {
+          // not JSON (a proxy's page): the status line says what happened
+        }
+        if (xhr.status >= 200 && xhr.status < 300 && body) return resolve(body);
+        reject(apiError(xhr.status, body?.error || {}, xhr.getResponseHeader("Retry-After")));
+      };
+      xhr.send(form);
+    });
   },
 
   /** The SSE response of a reply from the start, or after `cursor` when given. */

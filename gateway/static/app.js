@@ -1,11 +1,16 @@
 // The Parley web client: sign-in, the conversation list (rename, archive, delete),
 // one conversation's selected branch, and the actions on it (send with the chosen
 // model, stop, regenerate, edit, switch branch, copy), each reply streamed as SSE
-// over fetch. State lives here; the DOM is drawn by view.js from it.
+// over fetch; the chat's documents (attach, their progress) and a reply's citations
+// (open the cited page). State lives here and in documents.js's tray; the DOM is
+// drawn by view.js from it.
 
 import { api, auth, ApiError } from "./api.js";
+import { citationsOf } from "./citations.js";
 import { copyFrom } from "./clipboard.js";
+import { statusText, Tray } from "./documents.js";
 import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
+import { closePanel, openPage, setUpPanel } from "./panel.js";
 import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
 import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
 import * as view from "./view.js";
@@ -27,6 +32,13 @@ const state = {
 };
 let openTicket = 0;
 let titleTimers = [];
+
+/** The open chat's documents; drawn by renderAttachments. */
+const tray = new Tray({
+  changed: () => renderAttachments(),
+  settled: (item) => announce(`${item.filename}: ${statusText(item)}.`),
+  failed: (err, retry) => fail(err, retry),
+});
 
 /** After a first reply the server names the chat, seconds later: the list is read again until it has. */
 const TITLE_REFRESH_MS = [0, 2000, 5000, 10000, 20000, 40000];
@@ -76,6 +88,8 @@ function signOut(message = "") {
   cursors.clear();
   choice.clear();
   for (const timer of titleTimers) clearTimeout(timer);
+  tray.reset();
+  closePanel();
   Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
   Object.assign(state, { conv: null, active: null, error: null, editing: null });
   history.replaceState(null, "", location.pathname);
@@ -139,6 +153,8 @@ function route() {
 function newChat() {
   openTicket++;
   state.active?.controller.abort();
+  tray.reset();
+  closePanel();
   Object.assign(state, { conv: null, active: null, error: null, editing: null });
   render();
 }
@@ -146,6 +162,8 @@ function newChat() {
 async function openConversation(id) {
   const ticket = ++openTicket;
   state.active?.controller.abort();
+  closePanel();
+  tray.open(id);
   Object.assign(state, { active: null, error: null, editing: null });
   let server;
   try {
@@ -175,6 +193,7 @@ function merge(conv, server) {
       if (mine.restarted) stored.restarted = true;
       if (stored.tokens == null && mine.tokens != null) stored.tokens = mine.tokens;
       if (!stored.model && mine.model) stored.model = mine.model;
+      for (const key of ["citations", "citation_status", "documents_note"]) if (stored[key] == null && mine[key] != null) stored[key] = mine[key];
     }
   }
   conv.messages = messages;
@@ -216,8 +235,11 @@ function put(conv, message) {
 const putReply = (conv, id, parentId) =>
   put(conv, { id, parent_id: parentId, role: "assistant", content: "", status: "streaming", finish_reason: null });
 
-/** A new user message (`parentId`: undefined continues the shown branch, null starts a new root). */
-function postAction(conv, content, parentId, model) {
+/**
+ * A new user message (`parentId`: undefined continues the shown branch, null starts a new root),
+ * naming `documentIds` (those attached since the last message).
+ */
+function postAction(conv, content, parentId, model, documentIds = []) {
   const clientMessageId = uuid(); // one per action, reused by its retries
   const shownLeaf = leafOf(conv);
   // Omitting parent_id continues the server's selected leaf; name it when the page shows another.
@@ -225,9 +247,10 @@ function postAction(conv, content, parentId, model) {
   const parent = parentId === undefined ? shownLeaf : parentId;
   return {
     measured: true,
-    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent, model }, signal),
+    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent, model, documentIds }, signal),
     head(data) {
-      put(conv, { id: data.user_message_id, parent_id: parent, role: "user", content, status: "complete" });
+      tray.sent(documentIds);
+      put(conv, { id: data.user_message_id, parent_id: parent, role: "user", content, status: "complete", document_ids: documentIds });
       return putReply(conv, data.reply_id, data.user_message_id);
     },
   };
@@ -250,23 +273,35 @@ function resumeAction(reply) {
   return { reply, start: (signal) => api.resume(reply.id, saved?.cursor, signal), head: () => reply };
 }
 
+/**
+ * The open chat, created first when none is (`shownAs`: the title the page gives it until the
+ * server names it); null when it could not be, the error shown with `retry`.
+ */
+async function ensureConversation(shownAs, retry) {
+  if (state.conv) return state.conv;
+  const model = chosenModel();
+  try {
+    // Untitled: the server names a chat after its first reply (and never overwrites a title given here).
+    const created = await api.createConversation();
+    state.provisional.set(created.id, shownAs.split("\n")[0].slice(0, 60));
+    state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map() };
+  } catch (err) {
+    fail(err, retry);
+    return null;
+  }
+  choice.set(state.conv.id, model);
+  tray.adopt(state.conv.id);
+  if (!state.archived) state.conversations.unshift({ id: state.conv.id, title: state.conv.title });
+  history.pushState(null, "", `#/c/${encodeURIComponent(state.conv.id)}`);
+  renderList();
+  renderTitle();
+  return state.conv;
+}
+
 async function send(content) {
   const model = chosenModel();
-  if (!state.conv) {
-    try {
-      // Untitled: the server names a chat after its first reply (and never overwrites a title given here).
-      const created = await api.createConversation();
-      state.provisional.set(created.id, content.split("\n")[0].slice(0, 60));
-      state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map() };
-    } catch (err) {
-      fail(err, () => send(content));
-      return;
-    }
-    choice.set(state.conv.id, model);
-    if (!state.archived) state.conversations.unshift({ id: state.conv.id, title: state.conv.title });
-    history.pushState(null, "", `#/c/${encodeURIComponent(state.conv.id)}`);
-  }
-  const action = postAction(state.conv, content, undefined, model);
+  if (!(await ensureConversation(content, () => send(content)))) return;
+  const action = postAction(state.conv, content, undefined, model, tray.pendingIds());
   action.afterHead = () => {
     $("input").value = "";
   };
@@ -349,6 +384,23 @@ async function switchTo(siblingId) {
   }
 }
 
+/** Uploads `files` to the open chat (created first if none is open), each with its chip. */
+async function attach(files) {
+  files = [...files];
+  if (!files.length) return;
+  const conv = await ensureConversation(files[0].name, () => attach(files));
+  if (!conv || state.conv !== conv) return;
+  announce(files.length === 1 ? `Uploading ${files[0].name}.` : `Uploading ${files.length} documents.`);
+  await Promise.all(files.map((file) => tray.upload(file)));
+}
+
+/** Opens the page a citation of reply `button.dataset.id` names. */
+function openCitation(button) {
+  const message = state.conv?.messages.get(button.dataset.id);
+  const citation = message && citationsOf(message).find((c) => String(c.number) === button.dataset.number);
+  if (citation) openPage(citation, button);
+}
+
 // ------------------------------------------------------------------ errors
 
 function fail(err, retry) {
@@ -371,6 +423,7 @@ function render() {
   renderList();
   renderThread();
   renderComposer();
+  renderAttachments();
   renderError();
 }
 
@@ -398,9 +451,18 @@ function renderThread() {
   const conv = state.conv;
   const path = conv ? pathTo(conv.messages, conv.leafId) : [];
   const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a.querySelector(".body")]));
-  const articles = path.map((m) =>
-    view.messageView(m, { siblings: siblingsOf(conv.messages, m), editing: state.editing === m.id, busy: !!state.active }),
-  );
+  // A turn uses every document of the chat: each is shown under the message that brought it, once.
+  const shownDocuments = new Set();
+  const articles = path.map((m) => {
+    const newDocuments = (m.document_ids || []).filter((id) => !shownDocuments.has(id));
+    for (const id of newDocuments) shownDocuments.add(id);
+    return view.messageView(m, {
+      siblings: siblingsOf(conv.messages, m),
+      editing: state.editing === m.id,
+      busy: !!state.active,
+      documents: newDocuments.map((id) => tray.filename(id) || "a document"),
+    });
+  });
   // Keep a body that shows the same thing: a reply's live region must stay the same node for its
   // aria-busy → false to be read out, and a selection in it survives.
   for (const article of articles) {
@@ -436,6 +498,15 @@ function renderComposer() {
   $("stop").hidden = !active;
   $("stop").disabled = !active?.reply || active.stopping;
   $("stop").textContent = active?.stopping ? "Stopping…" : "Stop";
+}
+
+function renderAttachments() {
+  const list = $("attachments");
+  // Polls redraw the chips every second or so: a focused remove button keeps the focus.
+  const focused = list.contains(document.activeElement) ? document.activeElement.dataset.id : null;
+  list.replaceChildren(...view.attachmentList(tray.items));
+  list.hidden = !tray.items.length;
+  if (focused) list.querySelector(`button[data-id="${CSS.escape(focused)}"]`)?.focus();
 }
 
 function renderError() {
@@ -487,6 +558,9 @@ function onThreadClick(event) {
       break;
     case "copy-code":
       copied(button, button.closest(".code-block")?.querySelector("code")?.textContent ?? "");
+      break;
+    case "cite":
+      openCitation(button);
       break;
   }
 }
@@ -657,6 +731,30 @@ function onComposerSubmit(event) {
   if (content && !state.active) send(content);
 }
 
+function onAttachmentsClick(event) {
+  const button = event.target.closest('button[data-action="remove-document"]');
+  const item = button && tray.items.find((i) => String(i.key) === button.dataset.id);
+  if (!item) return;
+  if (item.doc && !window.confirm(`Delete the document “${item.filename}”? Later replies will no longer use it.`)) return;
+  tray.remove(item.key).then(() => {
+    if (!tray.items.includes(item)) {
+      announce(`Removed ${item.filename}.`);
+      $("attach").focus();
+    }
+  });
+}
+
+/** Files dragged onto the composer are attached when dropped there. */
+function onComposerDrag(event) {
+  if (!event.dataTransfer?.types.includes("Files")) return;
+  event.preventDefault();
+  const over = event.type === "dragover" || event.type === "dragenter";
+  // dragleave also fires when moving onto a child: only leaving the form itself counts.
+  if (event.type === "dragleave" && $("composer").contains(event.relatedTarget)) return;
+  $("composer").classList.toggle("dropping", over);
+  if (event.type === "drop") attach(event.dataTransfer.files);
+}
+
 function onComposerKey(event) {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
@@ -678,6 +776,15 @@ function boot() {
   $("composer").addEventListener("submit", onComposerSubmit);
   $("input").addEventListener("keydown", onComposerKey);
   $("stop").addEventListener("click", stop);
+  $("attach").addEventListener("click", () => $("file").click());
+  $("file").addEventListener("change", () => {
+    const files = [...$("file").files];
+    $("file").value = ""; // the same file may be chosen again
+    attach(files);
+  });
+  $("attachments").addEventListener("click", onAttachmentsClick);
+  for (const type of ["dragenter", "dragover", "dragleave", "drop"]) $("composer").addEventListener(type, onComposerDrag);
+  setUpPanel();
   $("model").addEventListener("change", onModelChange);
   $("conversations").addEventListener("click", onListClick);
   $("conversations").addEventListener("submit", onListSubmit);

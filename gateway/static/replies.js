@@ -46,8 +46,8 @@ export class ReplyFailed extends Error {
  * write into (called on the `message` event; for a resume the reply is passed
  * as `reply` and may see no `message` event); `hooks.changed(reply)` after
  * each delta, each `restarted` (the text shown is cut back to where the new
- * attempt continues; the reply is marked `restarted`, and `hooks.restarted(reply)` follows) and at the end. The `done` event's usage
- * (and model, when it names one) are kept on the reply. Resolves with the `done` data; throws ReplyFailed
+ * attempt continues; the reply is marked `restarted`, and `hooks.restarted(reply)` follows) and at the end. The `done` event's usage,
+ * model, citations, citation_status and documents_note (as far as it has them) are kept on the reply. Resolves with the `done` data; throws ReplyFailed
  * or StreamCut.
  */
 export async function follow(response, hooks, reply = null) {
@@ -78,6 +78,10 @@ export async function follow(response, hooks, reply = null) {
       // What answered and how long: the stored message says so too, once the page re-reads it.
       if (data.model) reply.model = data.model;
       if (data.usage?.completion_tokens > 0) reply.tokens = data.usage.completion_tokens;
+      // A turn with documents: what the reply cited (or that it cited nothing), and what was indexed.
+      if (data.citations) reply.citations = data.citations;
+      if (data.citation_status) reply.citation_status = data.citation_status;
+      if (data.documents_note) reply.documents_note = data.documents_note;
       cursors.drop(reply.id);
       hooks.changed(reply);
       return data;

@@ -2,6 +2,8 @@
 // the only HTML string is the Markdown renderer's, which escapes its input first.
 // Buttons carry data-action and data-id; app.js handles them by delegation.
 
+import { citationLabel, citationsOf, documentsNote, locate, markerCitation, MARKERS, uncited } from "./citations.js";
+import { statusOf, statusText } from "./documents.js";
 import { renderMarkdown } from "./markdown.js";
 import { modelLabel } from "./models.js";
 
@@ -74,7 +76,10 @@ const STATUS_LABEL = {
   rejected: "Not answered",
 };
 
-/** One message of the path. `ctx`: {siblings, streaming (this is the live reply), editing, busy}. */
+/**
+ * One message of the path. `ctx`: {siblings, editing, busy, documents (the names of the documents
+ * a user message brought to the chat)}.
+ */
 export function messageView(m, ctx) {
   const user = m.role === "user";
   const article = el("article", {
@@ -93,6 +98,9 @@ export function messageView(m, ctx) {
     fillBody(body, m);
     article.append(body);
   }
+
+  if (user && ctx.documents?.length) article.append(broughtDocuments(ctx.documents));
+  if (!user && m.status !== "streaming") article.append(...sources(m));
 
   if (!user && (m.restarted || m.attempt > 0)) {
     // Kept once the reply ends: the text after the cut was written by another worker.
@@ -134,6 +142,7 @@ export function fillBody(body, m) {
   body.setAttribute("aria-busy", String(streaming));
   body.innerHTML = renderMarkdown(m.content || "");
   for (const pre of body.querySelectorAll("pre")) frameCode(pre);
+  if (m.citations?.length) markCitations(body, m);
   if (streaming) {
     let last = body; // the cursor goes at the end of the last block, not on a line of its own
     while (last.lastChild?.nodeType === Node.ELEMENT_NODE && last.lastChild.tagName !== "BR") last = last.lastChild;
@@ -153,6 +162,92 @@ function frameCode(pre) {
   const box = el("div", { class: "code-block" });
   pre.replaceWith(box);
   box.append(head, pre);
+}
+
+// ------------------------------------------------------------------ documents and citations
+
+const citeButton = (m, c, text, cls) =>
+  button("cite", m.id, text, { class: cls, "data-number": c.number, title: `Open page ${c.page} of ${c.filename || "the document"}` });
+
+/** Under a finished reply: its numbered sources, or the note that it cited none, and what the documents covered. */
+function sources(m) {
+  const parts = [];
+  const cited = citationsOf(m);
+  if (cited.length) {
+    parts.push(
+      el(
+        "div",
+        { class: "sources", role: "group", "aria-label": "Sources" },
+        el("ol", {}, ...cited.map((c) => el("li", {}, citeButton(m, c, `[${c.number}] ${citationLabel(c)}`, "link cite")))),
+      ),
+    );
+  } else if (uncited(m)) {
+    parts.push(el("p", { class: "note note-uncited", role: "note", text: "No passage of the attached documents was cited" }));
+  }
+  const note = documentsNote(m);
+  if (note) parts.push(el("p", { class: "note note-documents", role: "note", text: note }));
+  return parts;
+}
+
+/** The markers a reply writes for its citations ([1], [report.pdf p.3]) made buttons that open the page; never in code. */
+function markCitations(body, m) {
+  const cited = citationsOf(m);
+  const walker = document.createTreeWalker(body, NodeFilter.SHOW_TEXT, {
+    acceptNode: (node) => (node.parentElement.closest("code, a, button") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+  });
+  const nodes = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) if (node.data.includes("[")) nodes.push(node);
+  for (const node of nodes) {
+    const parts = node.data.split(MARKERS).map((p) => ({ p, c: markerCitation(p, cited) }));
+    if (parts.some(({ c }) => c)) node.replaceWith(...parts.map(({ p, c }) => (c ? citeButton(m, c, p, "link cite-marker") : p)));
+  }
+}
+
+/** Under a user message: the documents it brought to the chat. */
+function broughtDocuments(names) {
+  return el(
+    "ul",
+    { class: "asked-about", "aria-label": "Documents attached to this message" },
+    ...names.map((name) => el("li", { class: "doc-tag", text: name })),
+  );
+}
+
+/** The composer's chips: each document of the chat with its name, status and a remove button. */
+export function attachmentList(items) {
+  return items.map((item) => {
+    const status = statusOf(item);
+    const chip = el(
+      "li",
+      { class: "chip", "data-key": item.key, "data-status": status },
+      el("span", { class: "chip-name", text: item.filename }),
+      el("span", { class: "chip-status", text: statusText(item) }),
+    );
+    if (status === "uploading") {
+      const { sent = 0, total = 0 } = item.progress || {};
+      chip.append(el("progress", { max: total || 1, value: sent, "aria-label": `Uploading ${item.filename}` }));
+    }
+    const label = item.doc ? `Delete ${item.filename}` : `Dismiss ${item.filename}`;
+    chip.append(button("remove-document", item.key, "×", { class: "link icon", "aria-label": label, title: label }));
+    return chip;
+  });
+}
+
+/** The side panel's content: the cited page's text, the quoted span marked (and shown apart when not found in it). */
+export function pageView(page, citation) {
+  const text = page.text || "";
+  const span = locate(text, citation?.text);
+  const parts = [];
+  if (citation?.text && !span) {
+    parts.push(el("p", { class: "muted", text: "The quoted passage:" }), el("blockquote", { class: "quote", text: citation.text }));
+  }
+  const body = el("div", { class: "page-text", tabindex: "0", "aria-label": `Text of page ${page.page}` });
+  if (span) {
+    const [start, end] = span;
+    body.append(text.slice(0, start), el("mark", { class: "quoted", text: text.slice(start, end) }), text.slice(end));
+  } else body.textContent = text || "(This page has no text.)";
+  parts.push(body);
+  if (page.method === "ocr") parts.push(el("p", { class: "muted page-method", text: "This page was scanned: its text was read by OCR." }));
+  return parts;
 }
 
 function switcher(m, siblings, busy) {
