@@ -24,7 +24,11 @@ TABLES = {
     "summaries",
     "usage_by_user_day",
     "documents",
+    "documents_by_conversation",
+    "document_pages",
+    "document_page_stats",
     "document_chunks",
+    "document_postings",
     "reply_readers",
     "user_memory",
     "usage_by_request",
@@ -49,19 +53,23 @@ def test_schema_applies_and_reapplies_as_a_no_op(cassandra, cassandra_settings: 
 def test_tables_take_rows_and_vector_search_answers(cassandra, cassandra_settings: CassandraSettings) -> None:
     ks = cassandra_settings.keyspace
     doc = uuid.uuid4()
-    for i in range(3):
+    ids = [uuid.uuid4() for _ in range(3)]
+    for i, chunk_id in enumerate(ids):
         vec = [0.0] * 384
         vec[i] = 1.0
         cassandra.execute(
-            f"INSERT INTO {ks}.document_chunks (document_id, chunk_index, user_id, content, embedding) VALUES (%s, %s, %s, %s, %s)",
-            (doc, i, "u1", f"chunk {i}", vec),
+            f"INSERT INTO {ks}.document_chunks (document_id, chunk_id, page, text, embedding) VALUES (%s, %s, %s, %s, %s)",
+            (doc, chunk_id, i + 1, f"chunk {i}", vec),
         )
     probe = [0.0] * 384
     probe[2] = 1.0
     rows = list(
-        cassandra.execute(f"SELECT chunk_index FROM {ks}.document_chunks ORDER BY embedding ANN OF %s LIMIT 1", (probe,))
+        cassandra.execute(
+            f"SELECT chunk_id, page FROM {ks}.document_chunks WHERE document_id = %s ORDER BY embedding ANN OF %s LIMIT 1",
+            (doc, probe),
+        )
     )
-    assert [r.chunk_index for r in rows] == [2]
+    assert [(r.chunk_id, r.page) for r in rows] == [(ids[2], 3)]
 
 
 def test_an_applied_migration_that_changed_is_refused(tmp_path: Path, cassandra, cassandra_settings) -> None:
