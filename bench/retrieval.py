@@ -28,9 +28,9 @@ Reported side by side:
   keyword and vector search, fusion, rerank), p50/p95, against a bare
   single-partition read of one page in the same process.
 
-Chunking here is a stand-in (paragraphs packed greedily to the token budget)
-until documents/chunking.py lands; text pages are given as text (no PDF
-extraction is timed).
+Pages are chunked by documents/chunking.py (its heading, then paragraphs); text
+pages are given as text, so no PDF extraction is timed here (bench/ingest.py
+times the whole pipeline).
 
 Run: `python -m bench.retrieval [--k 20]` with Cassandra up.
 """
@@ -50,7 +50,9 @@ import bm25s
 import numpy as np
 
 from bench.retrieval_set import Document, Question, build, half
+from documents.chunking import Chunk, chunk_page
 from documents.embedding import MiniLM
+from documents.extract import Block, Page
 from documents.index import K1, DocumentIndex, Hit, Scope
 from documents.retrieval import RRF_K, FusedScore, Retriever, convex, rrf
 from documents.settings import DocumentSettings
@@ -61,41 +63,10 @@ from parley.settings import CassandraSettings, from_env
 TOP = 5
 
 
-@dataclass(frozen=True)
-class Chunk:  # the fields of documents.chunking.Chunk that DocumentIndex reads
-    chunk_id: str
-    document_id: str
-    page: int
-    ordinal: int
-    section: str
-    kind: str
-    text: str
-    char_start: int
-    char_end: int
-
-
-def chunk_page(document_id: str, number: int, text: str, budget: int, count_tokens) -> list[Chunk]:
-    """Paragraphs packed greedily up to ``budget`` tokens (the stand-in for documents/chunking.py)."""
-    chunks: list[Chunk] = []
-    start, parts, used, at = 0, [], 0, 0
-    section = text.split("\n\n", 1)[0]
-
-    def flush(end: int) -> None:
-        body = "\n\n".join(parts)
-        chunk_id = str(uuid.uuid5(uuid.UUID(document_id), f"{document_id}:{number}:{len(chunks)}"))
-        chunks.append(Chunk(chunk_id, document_id, number, len(chunks), section, "text", body, start, end))
-
-    for paragraph in text.split("\n\n"):
-        n = count_tokens(paragraph)
-        if parts and used + n > budget:
-            flush(at - 2)
-            start, parts, used = at, [], 0
-        parts.append(paragraph)
-        used += n
-        at += len(paragraph) + 2
-    if parts:
-        flush(len(text))
-    return chunks
+def page_of(number: int, text: str) -> Page:
+    """A page of the set as extraction would give it: its first paragraph the heading, the rest paragraphs."""
+    heading, *paragraphs = text.split("\n\n")
+    return Page(number, (Block("heading", heading), *(Block("paragraph", p) for p in paragraphs)), "text")
 
 
 # ------------------------------------------------------------------ ingestion
@@ -104,7 +75,7 @@ def chunk_page(document_id: str, number: int, text: str, budget: int, count_toke
 @dataclass
 class Ingested:
     ids: dict[str, str]  # document name → document id
-    chunks: list[Chunk]
+    chunks: list[Chunk]  # documents.chunking's
     pages: int
     seconds: dict[str, float]  # chunk, embed, write
 
@@ -116,11 +87,12 @@ async def ingest(index: DocumentIndex, embedder: MiniLM, documents: Sequence[Doc
         doc = out.ids[document.name] = str(uuid.uuid4())
         for number, text in enumerate(document.pages, start=1):
             t0 = time.perf_counter()
-            chunks = chunk_page(doc, number, text, budget, embedder.count_tokens)
+            page = page_of(number, text)
+            chunks, _ = chunk_page(doc, page, budget_tokens=budget, count_tokens=embedder.count_tokens)
             t1 = time.perf_counter()
-            vectors = embedder.embed([c.text for c in chunks])
+            vectors = embedder.embed([c.full_text for c in chunks])
             t2 = time.perf_counter()
-            await index.write_page(doc, number, text, "text", chunks, vectors)
+            await index.write_page(doc, number, page.text, page.method, chunks, vectors)
             t3 = time.perf_counter()
             out.seconds["chunk"] += t1 - t0
             out.seconds["embed"] += t2 - t1
@@ -356,7 +328,7 @@ async def run(k: int) -> None:
         await ingest(index, embedder, documents, settings.chunk_tokens, ing)
         total = time.perf_counter() - t0
         shares = "  ".join(f"{step} {s / total:4.0%}" for step, s in ing.seconds.items())
-        print(f"ingestion (stand-in chunk + embed + write, text pages): {ing.pages / total:.1f} pages/s, "
+        print(f"ingestion (chunk + embed + write, text pages): {ing.pages / total:.1f} pages/s, "
               f"{len(ing.chunks)} chunks   [{shares}]   write alone {ing.pages / ing.seconds['write']:.1f} pages/s")
         names = {d.name: d for d in documents}
         scopes = [Scope(doc, len(names[name].pages), name) for name, doc in ing.ids.items()]

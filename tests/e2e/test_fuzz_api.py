@@ -11,6 +11,7 @@ streams are read to a bounded number of events or a bounded time, never forever.
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -64,6 +65,12 @@ class Ids:
     foreign_conversation_id: str  # another user's
     foreign_reply_id: str
     url: str = ""
+    document_id: str = ""  # the caller's, indexed (page 1 is ready)
+    foreign_document_id: str = ""
+
+    def throwaway_document(self) -> str:
+        """A new document of the caller's: what a generated DELETE may delete."""
+        return _upload(self.url, self.key, wait=False)
 
     def throwaway(self) -> str:
         """A new conversation of the caller's: what a generated DELETE may delete, leaving the others' ids real."""
@@ -79,6 +86,11 @@ class Ids:
             if name == "conversation_id" and pick:
                 mine = self.throwaway() if case.method.upper() == "DELETE" else self.conversation_id
                 params[name] = self.foreign_conversation_id if pick == 3 else mine
+            elif name == "document_id" and pick:
+                mine = self.throwaway_document() if case.method.upper() == "DELETE" else self.document_id
+                params[name] = self.foreign_document_id if pick == 3 else mine
+            elif name == "page" and pick:
+                params[name] = "1"
             elif name == "model_id" and pick:
                 params[name] = "auto"  # the one model every deployment lists
             elif name == "message_id" and pick:
@@ -105,13 +117,27 @@ async def _turn(url: str, key: str) -> tuple[str, str, str]:
         await client.close()
 
 
+def _upload(url: str, key: str, *, wait: bool) -> str:
+    """A one-page text document of ``key``'s; ``wait``: until it is indexed."""
+    headers = {"Authorization": f"Bearer {key}"}
+    response = httpx.post(f"{url}/v1/documents", headers=headers, files={"file": ("notes.txt", b"Fuzzing notes: one page.", "text/plain")})
+    response.raise_for_status()
+    document_id = str(response.json()["id"])
+    for _ in range(300 if wait else 0):
+        if httpx.get(f"{url}/v1/documents/{document_id}", headers=headers).json()["status"] == "ready":
+            break
+        time.sleep(0.2)
+    return document_id
+
+
 @pytest.fixture(scope="module")
 def ids(stack) -> Ids:
     key = stack.new_key("plus")  # a user of its own: its conversations are nobody else's business
     other = stack.new_key("plus")
     cid, reply_id, user_message_id = asyncio.run(_turn(stack.url, key))
     foreign_cid, foreign_reply, _ = asyncio.run(_turn(stack.url, other))
-    return Ids(key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url)
+    document, foreign_document = _upload(stack.url, key, wait=True), _upload(stack.url, other, wait=True)
+    return Ids(key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url, document, foreign_document)
 
 
 #: The document the gateway serves at /openapi.yaml (the same file; tests/unit/gateway/test_openapi.py keeps it

@@ -50,6 +50,7 @@ DEAD_LETTERED_BY: dict[str, tuple[str, ...]] = {
     "chat.tokens": ("streams.materializer",),  # its checkpoints agent
     "user.memory": ("streams.materializer",),
     "chat.usage": ("streams.usage",),
+    "docs.events": ("streams.materializer", "documents"),  # the status rows; the document worker's jobs
     "chat.control": (),
     "fleet.heartbeats": (),
 }
@@ -91,6 +92,7 @@ class Poisoned:
     replies: dict[str, dict] = field(default_factory=dict)  # pool → what its turn showed
     memory_fact: str = ""
     prompts_with_fact: int = 0
+    document: dict = field(default_factory=dict)  # an upload after docs.events' poison, as it ended
 
     def on(self, topic: str) -> list[Placed]:
         return [p for p in self.placed if p.topic == topic]
@@ -178,6 +180,8 @@ async def _traffic(poisoned: Poisoned, key: str, user_id: str) -> None:
         poisoned.placed += _put(stack, "fleet.heartbeats", {0}, b"poison")
         for topic in ("user.memory", "chat.usage"):  # keyed by user
             poisoned.placed += _put(stack, topic, {partition_for(user_id, TOPICS[topic].partitions)}, user_id.encode())
+        # Keyed by a document id the gateway mints: poison every partition, so the upload below meets it.
+        poisoned.placed += _put(stack, "docs.events", set(range(TOPICS["docs.events"].partitions)), b"poison")
 
         poisoned.memory_fact = f"I keep {uuid.uuid4().hex[:8]} bees"
         r = await http.put("/v1/memory", json={"facts": [poisoned.memory_fact]})
@@ -193,6 +197,9 @@ async def _traffic(poisoned: Poisoned, key: str, user_id: str) -> None:
                 poisoned.prompts_with_fact += 1
                 break
             await asyncio.sleep(1.0)
+        # The document worker and the materializer read past docs.events' poison: an upload is indexed and shown.
+        uploaded = await client.upload("after-poison.txt", b"A page written after the poison.", "text/plain")
+        poisoned.document = await client.until_processed(uploaded["id"], timeout_s=DEADLINE)
         # The materializer stored each stopped reply as cancelled.
         for pool, seen in poisoned.replies.items():
             deadline = time.monotonic() + DEADLINE
@@ -292,6 +299,7 @@ def test_poison_on_a_consumed_topic_is_dead_lettered_or_skipped_and_consumption_
         assert seen["final"]["finish_reason"] == "cancelled", (pool, seen)  # chat.control read past its poison
         assert seen["stored_status"] == "cancelled", (pool, seen)
     assert poisoned.prompts_with_fact, "a prompt after the poisoned user.memory carries the new fact"
+    assert poisoned.document.get("status") == "ready", poisoned.document  # docs.events read past its poison
 
     groups = DEAD_LETTERED_BY[topic]
     if groups:

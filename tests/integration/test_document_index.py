@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
+from documents.chunking import Chunk
 from documents.index import DocumentIndex, PageRow, Scope
 from documents.terms import terms
 from parley.cassandra import AsyncCql
@@ -15,19 +15,6 @@ from parley.cassandra import AsyncCql
 pytestmark = pytest.mark.integration
 
 DIMS = 384
-
-
-@dataclass(frozen=True)
-class Chunk:  # the fields of documents.chunking.Chunk that the index reads
-    chunk_id: str
-    document_id: str
-    page: int
-    ordinal: int
-    section: str
-    kind: str
-    text: str
-    char_start: int
-    char_end: int
 
 
 def chunks_of(doc: str, page: int, *texts: str) -> list[Chunk]:
