@@ -21,7 +21,6 @@ Errors: Cassandra's become ``parley.errors.StoreUnavailable`` (``AsyncCql``).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import math
 import uuid
 from collections import Counter, defaultdict
@@ -29,14 +28,11 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from cassandra import ConsistencyLevel, DriverException, RequestExecutionException
-from cassandra.cluster import NoHostAvailable
-from cassandra.query import PreparedStatement
+from cassandra import ConsistencyLevel
 
 from documents.hits import ChunkLike, Hit, PageRow, Scope
 from documents.terms import terms
 from parley.cassandra import AsyncCql
-from parley.errors import StoreUnavailable
 
 #: BM25's parameters (the usual ones: Lucene's, bm25s's defaults).
 K1 = 1.2
@@ -56,7 +52,6 @@ __all__ = ["ChunkLike", "DocumentIndex", "Hit", "PageRow", "Scope"]
 class DocumentIndex:
     def __init__(self, cql: AsyncCql) -> None:
         self._cql = cql
-        self._ann: PreparedStatement | None = None
 
     # ------------------------------------------------------------------ writes (document worker)
 
@@ -270,26 +265,8 @@ class DocumentIndex:
             limit = min(limit * 4, ANN_LIMIT_MAX)
 
     async def _ann_rows(self, values: tuple[Any, ...]) -> list[Any]:
-        """One ANN query, bound at consistency ONE and unpaged: Cassandra refuses ANN at any higher level,
-        and its results are one ordered list (a second page would be a second, different search)."""
-        try:
-            session = await self._cql.session()
-            if self._ann is None:
-                text = _ANN.replace("{ks}", self._cql.settings.keyspace)
-                statement = await asyncio.to_thread(session.prepare, text)
-                statement.consistency_level = ConsistencyLevel.ONE
-                statement.fetch_size = None
-                self._ann = statement
-            future = session.execute_async(self._ann.bind(values))
-            return list(await asyncio.wrap_future(_as_concurrent(future)))
-        except StoreUnavailable:
-            raise
-        except (NoHostAvailable, RequestExecutionException, DriverException, OSError) as exc:
-            s = self._cql.settings
-            raise StoreUnavailable(
-                f"vector search on Cassandra at {s.hosts}:{s.port} (keyspace {s.keyspace}; PARLEY_CASSANDRA_HOSTS, "
-                f"PARLEY_CASSANDRA_PORT) failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        """One ANN query: Cassandra refuses ANN above consistency ONE, and pages of it would be separate searches."""
+        return await self._cql.run(_ANN, values, consistency=ConsistencyLevel.ONE, paged=False)
 
 
 @dataclass(frozen=True)
@@ -339,10 +316,3 @@ async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:
             return await call
 
     return await asyncio.gather(*(one(c) for c in calls))
-
-
-def _as_concurrent(future: Any) -> Any:
-    """The driver's ResponseFuture as a ``concurrent.futures.Future`` of its (single page of) rows."""
-    out: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
-    future.add_callbacks(lambda rows: out.set_result(list(rows or ())), out.set_exception)
-    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
@@ -175,9 +176,12 @@ async def post_message(request: Request) -> Response:
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     model = None if model is MISSING else model
     # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).
-    conversation, messages = await svc.for_posting(user, request.path_params["conversation_id"])
+    # Its attachments are read beside it (on every turn's way to its first token), used only once it is the user's.
+    (conversation, messages), attached = await asyncio.gather(
+        svc.for_posting(user, request.path_params["conversation_id"]), attached_documents(svc, request.path_params["conversation_id"])
+    )
     known = {m.id for m in messages}
-    document_ids = await turn_documents(svc, user.user_id, conversation.id, body.get("document_ids"))
+    document_ids = await turn_documents(svc, user.user_id, named_documents(svc, body.get("document_ids")), attached)
 
     if parent_id is MISSING:  # continue the selected branch
         parent_id = conversation.selected_leaf_id if conversation.selected_leaf_id in known else None
@@ -218,28 +222,36 @@ async def post_message(request: Request) -> Response:
     return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
 
 
-async def turn_documents(svc: Any, user_id: str, conversation_id: str, named: Any) -> list[str]:
-    """The documents a message uses: those it names (``document_ids``, each the user's, else 404), then
-    those attached to its conversation, each once. Without any, no read beyond the attachments'."""
+def named_documents(svc: Any, named: Any) -> list[str]:
+    """The ids in ``document_ids``, checked for shape (422), each once, in order."""
     if named is None:
-        named = []
+        return []
     most = svc.documents.settings.max_documents_per_message
     if not isinstance(named, list) or not all(isinstance(d, str) for d in named):
         raise Unprocessable("`document_ids` is a list of document ids", code="invalid_document_ids")
     if len(named) > most:
         raise Unprocessable(f"a message may name at most {most} documents", code="too_many_documents")
-    ids_ = [uuid_string(d, "document_ids") for d in named]
-    for document_id in dict.fromkeys(ids_):
-        row = await svc.store.document(user_id, document_id)
+    return list(dict.fromkeys(uuid_string(d, "document_ids") for d in named))
+
+
+async def attached_documents(svc: Any, conversation_id: str) -> list[str]:
+    """The documents uploaded into the conversation; none while Cassandra is down (the turn still goes)."""
+    try:
+        return await svc.store.conversation_documents(conversation_id)
+    except (Unavailable, ValueError):  # ValueError: not an id; for_posting answers that one
+        return []
+
+
+async def turn_documents(svc: Any, user_id: str, named: list[str], attached: list[str]) -> list[str]:
+    """The documents a message uses: those it names (each the user's, else 404; not failed, else 422), then
+    those attached to its conversation, each once."""
+    rows = await asyncio.gather(*(svc.store.document(user_id, d) for d in named))
+    for document_id, row in zip(named, rows):
         if row is None:
             raise NotFound(f"no such document: {document_id}", code="document_not_found")
         if row.status == "failed":
             raise Unprocessable(f"document {document_id} failed ({row.error_code}); it cannot be asked about", code="document_failed")
-    try:
-        attached = await svc.store.conversation_documents(conversation_id)
-    except Unavailable:
-        attached = []  # Cassandra down: the turn still goes, with the documents it named
-    return list(dict.fromkeys([*ids_, *attached]))
+    return list(dict.fromkeys([*named, *attached]))
 
 
 def turn_options(body: dict[str, Any]) -> tuple[Sampling, int | None]:

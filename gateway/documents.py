@@ -98,9 +98,7 @@ async def upload(request: Request) -> Response:
     )
     await svc.append(event)
     await svc.write_document(event)
-    row = await svc.store.document(user.user_id, document_id)
-    body = row.public() if row else {"id": document_id, "object": "document", "status": "processing", "filename": filename}
-    return JSONResponse(body, status_code=202)
+    return JSONResponse(DocumentRow.uploaded(event).public(), status_code=202)
 
 
 async def list_documents(request: Request) -> Response:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from documents.status import VISIBLE
+from documents.status import PROCESSING, VISIBLE
 from parley.cassandra import AsyncCql
-from schemas.events import ConversationEvent, DocumentEvent, MemoryUpdated
+from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated
 from streams import document_status, memory, projection, tree
 
 #: Rows read past a list's limit, so archived and deleted ones filtered out still leave a full page.
@@ -95,6 +95,15 @@ class DocumentRow:
     error_message: str | None
     storage_uri: str
     created_at: datetime | None
+
+    @classmethod
+    def uploaded(cls, event: DocumentUploaded) -> DocumentRow:
+        """The row an upload writes (streams/document_status.py), without reading it back."""
+        created = projection.to_time(event.occurred_at).replace(tzinfo=None, microsecond=event.occurred_at // 1000 % 1000 * 1000)
+        return cls(
+            event.document_id, event.user_id, event.conversation_id, event.filename, event.media_type, event.size_bytes,
+            PROCESSING, 0, 0, 0, 0, None, None, event.storage_uri, created,
+        )  # fmt: skip
 
     def public(self) -> dict[str, Any]:
         """What the API shows of it (GET /v1/documents/{id})."""

@@ -76,12 +76,23 @@ class AsyncCql:
             statement = self._prepared[cql] = await asyncio.to_thread(session.prepare, text)
         return statement
 
-    async def run(self, cql: str, values: tuple[Any, ...] = ()) -> list[Any]:
-        """Every row ``cql`` answers (all pages), as a prepared statement."""
+    async def run(
+        self, cql: str, values: tuple[Any, ...] = (), *, consistency: int | None = None, paged: bool = True
+    ) -> list[Any]:
+        """Every row ``cql`` answers (all pages), as a prepared statement. ``consistency`` overrides the
+        session's level and ``paged=False`` asks for one unpaged result, for the statements that allow no
+        other (SAI ANN queries: consistency ONE, and a second page would be a second, different search)."""
         try:
             session = await self.session()
             statement = await self._statement(session, cql)
-            return await _all_pages(session.execute_async(statement, values))
+            if consistency is None and paged:
+                return await _all_pages(session.execute_async(statement, values))
+            bound = statement.bind(values)
+            if consistency is not None:
+                bound.consistency_level = consistency
+            if not paged:
+                bound.fetch_size = None
+            return await _all_pages(session.execute_async(bound))
         except StoreUnavailable:
             raise
         except _ERRORS as exc:
