@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
-from gateway import conversations, documents, memory, messages, models, openai_compat, telemetry, usage
+from gateway import conversations, documents, memory, messages, models, moderations, openai_compat, telemetry, usage
 from gateway.auth import Authenticator
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import DocumentServices, Services, services
@@ -163,6 +163,7 @@ ROUTES = [
     Route("/v1/messages/{message_id}/regenerate", messages.regenerate, methods=["POST"]),
     Route("/v1/messages/{message_id}/stream", messages.stream, methods=["GET"]),
     Route("/v1/chat/completions", openai_compat.chat_completions, methods=["POST"]),
+    Route("/v1/moderations", moderations.create_moderation, methods=["POST"]),
     Route("/v1/models", models.list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),
 ]
@@ -190,6 +191,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         doc_settings = from_env(DocumentSettings)
         svc.documents = DocumentServices(doc_settings, blob_store(doc_settings.blob_url), DocumentIndex(cql))
         app.state.draining = False
+        app.state.moderations = moderations.Moderations()
         svc.spawn(watch_broker(svc))
         try:
             yield

@@ -44,7 +44,9 @@ Replies: streaming is ``text/event-stream`` of ``chat.completion.chunk`` objects
 (the role first, then content deltas, a last chunk with ``finish_reason``, a usage
 chunk with no choices when ``stream_options.include_usage``), then ``data:
 [DONE]``; otherwise one ``chat.completion`` with ``usage``. Finish reasons: stop
-and length as they are, cancelled is ``stop`` (the text so far, nothing more).
+and length as they are, cancelled is ``stop`` (the text so far, nothing more),
+content_filter as it is (moderation cut the reply; a whole completion then has
+``content: null``).
 The response starts only at the reply's first text, so a turn failed or refused
 before that is an HTTP error (overloaded: 503 + Retry-After; context_too_long:
 400 ``context_length_exceeded``); one failing later ends the stream with
@@ -161,7 +163,9 @@ async def _complete(request: Request, svc: Services) -> Response:
         await finish_reading(replies)
     if last.error is not None:
         raise generation_error(last.error)
-    return JSONResponse(completion(shape, "".join(text), last.finish_reason or "stop", last.usage or usage_json(None)))
+    finish = last.finish_reason or "stop"
+    content = None if finish == "content_filter" else "".join(text)
+    return JSONResponse(completion(shape, content, finish, last.usage or usage_json(None)))
 
 
 def _idempotency_key(request: Request) -> str | None:

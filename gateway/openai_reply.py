@@ -13,8 +13,9 @@ from typing import Any
 from gateway.errors import ApiError, BadRequest, NotFound, ServiceUnavailable, openai_response
 from schemas.endings import CONTEXT_TOO_LONG, ENGINE_REJECTED, OVERLOADED, UNKNOWN_MODEL
 
-#: Parley's finish reasons → OpenAI's; a cancelled reply simply stops.
-FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+#: Parley's finish reasons → OpenAI's; a cancelled reply simply stops, one cut by moderation is
+#: ``content_filter`` as OpenAI and Azure OpenAI report it.
+FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "content_filter": "content_filter"}
 
 
 # ------------------------------------------------------------------ the reply
@@ -164,7 +165,8 @@ def usage_chunk(shape: Shape, usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def completion(shape: Shape, text: str, finish_reason: str, usage: dict[str, Any]) -> dict[str, Any]:
+def completion(shape: Shape, text: str | None, finish_reason: str, usage: dict[str, Any]) -> dict[str, Any]:
+    """A whole ``chat.completion``; ``text`` None (a reply moderation withdrew) is ``content: null``, as Azure sends."""
     return {
         "id": shape.id,
         "object": "chat.completion",

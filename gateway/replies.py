@@ -22,9 +22,10 @@ from typing import Any
 from gateway.store import MessageRow
 from gateway.tokens import Chunk, Stream, TokenStreams
 from parley.metrics import GATEWAY_TTFT
+from schemas.endings import FILTERED_NOTICE
 from schemas.events import TokenChunk
 
-FINISHED = {"complete", "cancelled", "failed", "rejected"}
+FINISHED = {"complete", "cancelled", "failed", "rejected", "filtered"}
 
 
 def sse(event: str, data: dict[str, Any], cursor: str | None = None) -> dict[str, Any]:
@@ -129,6 +130,8 @@ def final(chunk: Chunk) -> dict[str, Any]:
             error["retry_after"] = ev.retry_after
         return sse("error", error, chunk.cursor)
     done = {"message_id": ev.request_id, "finish_reason": ev.finish_reason, "usage": _usage(ev), "model": ev.model}
+    if ev.finish_reason == "content_filter":  # moderation cut it: the text streamed so far is withdrawn
+        done["notice"] = FILTERED_NOTICE
     if ev.citation_status:  # the turn had documents: what the reply cited, or that it cited nothing
         done["citations"] = [asdict(c) for c in ev.citations]
         done["citation_status"] = ev.citation_status
@@ -152,7 +155,8 @@ def restarted(chunk: Chunk) -> dict[str, Any]:
 def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[dict[str, Any]]:
     """A finished reply from Cassandra, as the events a live stream would have ended with."""
     events = list(head)
-    if reply.content:
+    filtered = reply.finish_reason == "content_filter"
+    if reply.content and not filtered:
         events.append(sse("delta", {"text": reply.content, **({"model": reply.model} if reply.model else {})}, cursor))
     if reply.status in ("failed", "rejected"):
         events.append(sse("error", {"code": reply.finish_reason or reply.status, "message": f"the generation {reply.status}"}, cursor))
@@ -163,6 +167,10 @@ def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[d
             "cached_tokens": reply.cached_tokens or 0,
         }
         done = {"message_id": reply.id, "finish_reason": reply.finish_reason, "usage": usage, "model": reply.model or ""}
+        if filtered:
+            done["notice"] = FILTERED_NOTICE
+            if reply.moderation:
+                done["moderation"] = reply.moderation
         if reply.citations is not None:
             done["citations"] = reply.citations.get("items", [])
             done["citation_status"] = reply.citations.get("status", "")

@@ -53,6 +53,7 @@ class MessageRow:
     document_ids: tuple[str, ...] = ()  # a user message's documents
     citations: dict[str, Any] | None = None  # a reply's {"status", "items"} (streams/projection.py citations_json)
     retrieval: dict[str, Any] | None = None  # a reply's {"path", "note", "documents", "latency_ms"}
+    moderation: dict[str, Any] | None = None  # a flag's {"direction", "stage", "action", "categories"}
 
     def documents_json(self) -> dict[str, Any]:
         """The document fields of the message as the API shows them (none for a turn without documents)."""
@@ -235,7 +236,7 @@ class Store:
 
     _MESSAGE_COLUMNS = (
         "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
-        "prompt_tokens, cached_tokens, document_ids, citations, retrieval"
+        "prompt_tokens, cached_tokens, document_ids, citations, retrieval, moderation"
     )
 
     async def messages(self, conversation_id: str) -> list[MessageRow]:
@@ -307,6 +308,7 @@ def _message(r: Any) -> MessageRow:
         tuple(r.document_ids or ()),
         _json(r.citations),
         _json(r.retrieval),
+        _json(r.moderation),
     )
 
 

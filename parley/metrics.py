@@ -93,6 +93,21 @@ EDGE_UPSTREAM_ERRORS = Counter(
 
 # ------------------------------------------------------------------ every consumer
 
+MODERATION_CHECKS = Counter(
+    "parley_moderation_checks", "Moderation checks, by direction, stage and verdict", ["direction", "stage", "verdict"]
+)
+MODERATION_FLAGS = Counter(
+    "parley_moderation_flags", "Categories flagged, by direction and what was done", ["category", "direction", "action"]
+)
+MODERATION_CHECK_SECONDS = Histogram(
+    "parley_moderation_check_seconds", "Time a classifier took for one check", ["direction"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+MODERATION_CUT_SECONDS = Histogram(
+    "parley_moderation_cut_seconds", "From a flagged reply chunk being written to the cancel that cuts it",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+INJECTION_FLAGS = Counter("parley_injection_flags", "Retrieved passages that read as instructions, by rule", ["rule"])
 DEAD_LETTERS = Counter("parley_dead_letters", "Records sent to a DLQ", ["topic", "consumer"])
 
 

@@ -63,6 +63,7 @@ _MAIN: tuple[Topic, ...] = (
             ev.ConversationRenamed,
             ev.ConversationArchived,
             ev.ConversationDeleted,
+            ev.GenerationModerated,
         ),
         partitions=12,
         retention_ms=FOREVER,
@@ -74,6 +75,8 @@ _MAIN: tuple[Topic, ...] = (
     ),
     Topic("chat.tokens", "conversation_id", (ev.TokenChunk,), partitions=12, retention_ms=DAY_MS),
     Topic("chat.control", "conversation_id", (ev.GenerationCancelRequested,), partitions=6, retention_ms=DAY_MS),
+    # Every moderation check, for review and evals; a flag also goes to chat.events (GenerationModerated).
+    Topic("chat.moderation", "conversation_id", (ev.ModerationResult,), partitions=12, retention_ms=30 * DAY_MS),
     Topic("chat.usage", "user_id", (ev.UsageRecorded,), partitions=6, retention_ms=90 * DAY_MS),
     Topic(
         "fleet.heartbeats",

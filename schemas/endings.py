@@ -31,6 +31,11 @@ ENGINE_PROTOCOL = "engine_protocol"
 #: Workers: a bug of the worker's own.
 WORKER_ERROR = "worker_error"
 
+#: What a reply cut or withdrawn by moderation shows instead of its text (GenerationCompleted.content of a
+#: content_filter ending, and the stored message once GenerationModerated lands): the flagged text is
+#: not kept on chat.events or in the messages table.
+FILTERED_NOTICE = "This reply was withheld because it was flagged by content moderation."
+
 
 def ending(
     request: InferenceRequested | GenerationRequested,
@@ -43,20 +48,28 @@ def ending(
     model: str = "",
 ) -> list[GenerationCompleted | TokenChunk]:
     """The events that end ``request``'s turn without a generation, in their order."""
-    completed = GenerationCompleted(
+    completed = _completed(
+        request, finish_reason=finish_reason, pool=pool, model=model, error_code=code, error_message=message
+    )
+    return [completed, final_chunk(completed, retry_after)]
+
+
+def filtered(request: InferenceRequested | GenerationRequested) -> list[GenerationCompleted | TokenChunk]:
+    """The events that end ``request``'s turn when moderation stops it before any generation (a strict policy)."""
+    completed = _completed(request, finish_reason="content_filter", content=FILTERED_NOTICE)
+    return [completed, final_chunk(completed, None)]
+
+
+def _completed(request: InferenceRequested | GenerationRequested, **fields: object) -> GenerationCompleted:
+    return GenerationCompleted(
         conversation_id=request.conversation_id,
         user_id=request.user_id,
         trace_id=request.trace_id,
         request_id=request.request_id,
         parent_id=request.parent_id,
         attempt=getattr(request, "attempt", 0),
-        finish_reason=finish_reason,
-        pool=pool,
-        model=model,
-        error_code=code,
-        error_message=message,
+        **fields,  # type: ignore[arg-type]
     )
-    return [completed, final_chunk(completed, retry_after)]
 
 
 def final_chunk(completed: GenerationCompleted, retry_after: float | None) -> TokenChunk:

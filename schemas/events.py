@@ -20,9 +20,14 @@ from typing import Any, ClassVar
 
 NAMESPACE = "parley.events"
 
-FINISH_REASONS = frozenset({"stop", "length", "cancelled", "failed", "rejected"})
+FINISH_REASONS = frozenset({"stop", "length", "cancelled", "failed", "rejected", "content_filter"})
 CANCEL_REASONS = frozenset({"user", "moderation", "abandoned", "shed"})
 ROLES = frozenset({"system", "user", "assistant"})
+MODERATION_DIRECTIONS = frozenset({"input", "output"})
+#: input: the user's message; window: a stretch of the streaming reply; final: the reply's tail on completion.
+MODERATION_STAGES = frozenset({"input", "window", "final"})
+#: none: clean; cut: the stream was stopped; withdrawn: the reply had ended and is replaced afterwards.
+MODERATION_ACTIONS = frozenset({"none", "cut", "withdrawn"})
 
 
 def doc(text: str, **kwargs: Any) -> Any:
@@ -167,7 +172,7 @@ class GenerationCompleted(ConversationEvent):
     request_id: str = doc("The assistant message id")
     parent_id: str = doc("The user message the reply answers")
     attempt: int = doc("0 for the first attempt; raised on each restart", default=0)
-    finish_reason: str = doc("stop | length | cancelled | failed | rejected")
+    finish_reason: str = doc("stop | length | cancelled | failed | rejected | content_filter")
     content: str = doc("The whole reply text (partial when cancelled or failed)", default="")
     usage: Usage = doc("Token counts", default_factory=Usage)
     pool: str = doc("Pool that served it (small, medium, frontier)", default="")
@@ -232,6 +237,26 @@ class ConversationDeleted(ConversationEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GenerationModerated(ConversationEvent):
+    """A turn's input or reply was flagged: the reply shows a notice instead of its text, and ends
+    content_filter. moderation (or the context builder, for a strict policy) → materializer, context builder."""
+
+    request_id: str = doc("The assistant message id")
+    parent_id: str = doc("The user message the reply answers ('': not known to the moderator after a restart)")
+    attempt: int = doc("Attempt that was flagged", default=0)
+    direction: str = doc("input | output")
+    stage: str = doc("input | window | final")
+    action: str = doc("cut | withdrawn")
+    categories: list[str] = doc("What was flagged", default_factory=list)
+    result_id: str = doc("The ModerationResult that flagged it (chat.moderation)", default="")
+
+    def __post_init__(self) -> None:
+        _check(self.direction, MODERATION_DIRECTIONS, "direction")
+        _check(self.stage, MODERATION_STAGES, "stage")
+        _check(self.action, MODERATION_ACTIONS, "action")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PromptMessage:
     """One message of a built prompt."""
 
@@ -250,6 +275,9 @@ class Passage:
     text: str = doc("The chunk's text (never logged)")
     char_start: int = doc("Offset of the text in the page's text", default=0)
     filename: str = doc("The document's name as uploaded", default="")
+    injection: str = doc(
+        "The prompt-injection rule the text matched ('': none); the prompt marks such a passage as data", default=""
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,6 +289,16 @@ class DocumentCoverage:
     status: str = doc("processing | ready | failed | missing (deleted, or not the user's)")
     pages_ready: int = doc("Pages 1..pages_ready were searched", default=0)
     pages_total: int = doc("Pages in the document (0: not yet counted)", default=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InjectionFlag:
+    """A retrieved passage that reads as instructions aimed at the assistant (moderation/injection.py)."""
+
+    document_id: str = doc("The document")
+    chunk_id: str = doc("The chunk")
+    page: int = doc("1-based page")
+    rule: str = doc("The detector's rule that matched")
 
 
 RETRIEVAL_PATHS = frozenset({"hybrid", "keyword", "vector", "none"})
@@ -275,6 +313,10 @@ class Retrieval:
     passages: list[Passage] = doc("What the prompt shows, in prompt order", default_factory=list)
     note: str = doc("What the prompt told the model about coverage, e.g. 'pages 1–12 of 150 indexed'", default="")
     latency_ms: float = doc("Time the search took", default=0.0)
+    injections: list[InjectionFlag] = doc(
+        "Passages shown that read as instructions to the assistant (kept when the passages' text is dropped)",
+        default_factory=list,
+    )
 
     def __post_init__(self) -> None:
         _check(self.path, RETRIEVAL_PATHS, "path")
@@ -367,6 +409,47 @@ class GenerationCancelRequested(ConversationEvent):
         _check(self.reason, CANCEL_REASONS, "reason")
 
 
+# -------------------------------------------------------------- chat.moderation
+
+
+@dataclass(frozen=True, kw_only=True)
+class CategoryScore:
+    """One category's score from a moderation classifier (OpenAI's category names)."""
+
+    category: str = doc("harassment, hate/threatening, self-harm/intent, … (moderation/categories.py)")
+    score: float = doc("0..1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModerationResult(ConversationEvent):
+    """One check of a turn's input or of a window of its reply. moderation → analysts, audits.
+
+    The event id is uuid5 of the request, attempt, stage and window end: a check
+    repeated after a restart carries the same id."""
+
+    request_id: str = doc("The assistant message id")
+    message_id: str = doc("What was checked: the user message (input) or the reply (output)")
+    attempt: int = doc("Attempt whose text was checked (output)", default=0)
+    direction: str = doc("input | output")
+    stage: str = doc("input | window | final")
+    window_start: int = doc("Reply tokens before the checked text (output; includes the overlap)", default=0)
+    window_end: int = doc("Reply tokens up to the end of the checked text (output)", default=0)
+    scores: list[CategoryScore] = doc("Every category's score", default_factory=list)
+    categories: list[str] = doc("Categories the turn's policy blocks that reached their threshold", default_factory=list)
+    verdict: str = doc("clean | flagged")
+    action: str = doc("none | cut (the stream was stopped) | withdrawn (it had ended; replaced afterwards)", default="none")
+    model: str = doc("Classifier and version that scored it", default="")
+    policy: str = doc("The tier whose policy applied", default="")
+    text: str | None = doc("The flagged text, kept for review only where the policy retains it (else null)", default=None)
+    latency_ms: float = doc("Time the classifier took", default=0.0)
+
+    def __post_init__(self) -> None:
+        _check(self.direction, MODERATION_DIRECTIONS, "direction")
+        _check(self.stage, MODERATION_STAGES, "stage")
+        _check(self.action, MODERATION_ACTIONS, "action")
+        _check(self.verdict, frozenset({"clean", "flagged"}), "verdict")
+
+
 # -------------------------------------------------------------------- chat.usage
 
 
@@ -386,7 +469,7 @@ class UsageRecorded(ConversationEvent):
     queue_ms: float = doc("From InferenceRouted to engine admission", default=0.0)
     ttft_ms: float = doc("From engine submission to first token", default=0.0)
     duration_ms: float = doc("From engine submission to last token", default=0.0)
-    finish_reason: str = doc("stop | length | cancelled | failed | rejected", default="stop")
+    finish_reason: str = doc("stop | length | cancelled | failed | rejected | content_filter", default="stop")
 
 
 # ------------------------------------------------------------- fleet.heartbeats
@@ -532,10 +615,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationRenamed,
         ConversationArchived,
         ConversationDeleted,
+        GenerationModerated,
         InferenceRequested,
         InferenceRouted,
         TokenChunk,
         GenerationCancelRequested,
+        ModerationResult,
         UsageRecorded,
         WorkerHeartbeat,
         DocumentUploaded,

@@ -35,7 +35,7 @@ from typing import Protocol
 from parley.lru import LRU
 from parley.retry import retrying
 from schemas import events as ev
-from schemas.endings import CONTEXT_UNAVAILABLE, ending
+from schemas.endings import CONTEXT_UNAVAILABLE, ending, filtered
 from streams import summary
 from streams.context_tokens import TokenCounter
 from streams.document_search import DocumentSearch
@@ -43,6 +43,7 @@ from streams.prompt import Layout, Prompt, Window, choose_window, documents_text
 from streams.settings import ContextSettings
 from streams.summary import Summary, from_event, with_summary
 from streams.engine_writer import EngineWriter, WriterUnavailable
+from streams.moderator import Checker, Turn
 from streams.tree import FOLD, Conversation, Message, apply, branch
 
 log = logging.getLogger(__name__)
@@ -130,9 +131,11 @@ class ContextBuilder:
         retry_max_s: float = 30.0,
         memory: Callable[[str], Sequence[str]] | None = None,
         documents: DocumentSearch | None = None,
+        screen: Checker | None = None,
     ) -> None:
         self.cfg = cfg
         self._documents = documents
+        self._screen = screen
         self._memory = memory or (lambda user_id: ())
         self._store = store
         self._stored = stored
@@ -178,7 +181,10 @@ class ContextBuilder:
         if isinstance(event, ev.GenerationRequested) and not known.conversation.seen_request(event.request_id):
             if cold and event.parent_id not in known.conversation.messages:
                 known = await self._wait_for_parent(known, event.parent_id)
-            if event.parent_id in known.conversation.messages:
+            stopped = await self.screened(known.conversation, event)
+            if stopped:
+                out.extend(stopped)
+            elif event.parent_id in known.conversation.messages:
                 retrieval = await self.search(known.conversation, event)
                 written, prompt = await self.prompt_for(known, event, memory=self._memory(event.user_id), retrieval=retrieval)
                 for w in written:
@@ -193,6 +199,19 @@ class ContextBuilder:
                 out.extend(failed(event))
         self._states.put(cid, replace(known, conversation=apply(known.conversation, event)))
         return out
+
+    async def screened(self, state: Conversation, request: ev.GenerationRequested) -> list[ev.Event]:
+        """Under a strict policy, the input is checked before the prompt goes out: the events that stop a
+        flagged turn (none when it is clean, or the policy checks beside the generation)."""
+        message = state.messages.get(request.parent_id)
+        if self._screen is None or message is None or self._screen.policy_for(request.tier).mode != "strict":
+            return []
+        turn = Turn(request.conversation_id, request.user_id, request.request_id, request.parent_id, request.tier, request.trace_id)
+        check = await self._screen.input(turn, message.content)
+        if not check.flagged:
+            return []
+        marks = [e for e in check.events if not isinstance(e, ev.GenerationCancelRequested)]  # nothing started
+        return [*marks, *filtered(request)]
 
     async def search(self, state: Conversation, request: ev.GenerationRequested) -> ev.Retrieval | None:
         """The turn's document search (streams/document_search.py); None when its branch names no document."""

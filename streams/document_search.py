@@ -25,7 +25,9 @@ from typing import Protocol
 from documents.hits import Hit, Scope
 from documents.retrieval import Retrieved
 from documents.status import FAILED, PROCESSING, READY
+from moderation.injection import detect
 from parley.errors import Unavailable
+from parley.metrics import INJECTION_FLAGS
 from schemas import events as ev
 
 log = logging.getLogger(__name__)
@@ -149,10 +151,27 @@ class DocumentSearch:
                 text=h.text,
                 char_start=h.char_start,
                 filename=h.filename,
+                injection=injection_rule(h.text),
             )
             for h in kept
         ]
-        return ev.Retrieval(path=retrieved.path, documents=docs, passages=passages, note=told, latency_ms=_ms(started))
+        injections = [
+            ev.InjectionFlag(document_id=p.document_id, chunk_id=p.chunk_id, page=p.page, rule=p.injection)
+            for p in passages
+            if p.injection
+        ]
+        return ev.Retrieval(
+            path=retrieved.path, documents=docs, passages=passages, note=told, latency_ms=_ms(started), injections=injections
+        )
+
+
+def injection_rule(text: str) -> str:
+    """The prompt-injection rule a passage matches ('' for none; moderation/injection.py), counted by rule."""
+    found = detect(text)
+    if found is None:
+        return ""
+    INJECTION_FLAGS.labels(found.rule).inc()
+    return found.rule
 
 
 def _ms(started: float) -> float:

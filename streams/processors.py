@@ -26,6 +26,9 @@ from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas.catalog import inference_topic
 from schemas.events import DocumentEvent, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
+from moderation.classifier import classifier_from
+from moderation.policy import policy_from as moderation_policy
+from moderation.settings import ModerationSettings
 from documents.embedding import embedder_from
 from documents.index import DocumentIndex
 from documents.retrieval import Retriever, reranker_from
@@ -34,6 +37,7 @@ from streams.context import ContextBuilder
 from streams.context_tokens import TokenCounter
 from streams.document_search import DocumentSearch
 from streams.materializer import Checkpoints, Materializer
+from streams.moderator import Checker, Moderator
 from streams.readers import HeartbeatReader, MemoryReader
 from streams.route_recall import read_decisions
 from streams.router import Router, count_verdicts, policy_from
@@ -95,7 +99,8 @@ def _context(kafka: KafkaSettings) -> Wiring:
     counter = TokenCounter.from_spec(cfg.tokenizer)
     search = DocumentSearch(store, retriever, passages=docs.passages, passage_tokens=docs.passage_tokens, count=counter.segment)
     builder = ContextBuilder(
-        cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of, documents=search, counter=counter
+        cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of, documents=search, counter=counter,
+        screen=_strict_screen(),
     )
 
     async def follow_memory() -> None:
@@ -108,9 +113,18 @@ def _context(kafka: KafkaSettings) -> Wiring:
 
     return Wiring(
         agents=[Agent("chat.events", {Event: builder.handle})],
-        writes=("chat.inference", "chat.tokens", "chat.events"),
+        writes=("chat.inference", "chat.tokens", "chat.events", "chat.moderation"),
         tasks=[follow_memory],
     )
+
+
+def _strict_screen() -> Checker | None:
+    """The input check the context builder runs first for tiers whose policy is strict (None: no tier is)."""
+    cfg = from_env(ModerationSettings)
+    policy = moderation_policy(cfg.policy)
+    if not any(p.mode == "strict" for p in policy.tiers.values()):
+        return None
+    return Checker(classifier_from(cfg), policy)
 
 
 def _router(kafka: KafkaSettings) -> Wiring:
@@ -235,6 +249,21 @@ def _titler(kafka: KafkaSettings) -> Wiring:
     return Wiring(agents=[Agent("chat.events", {Event: titler.handle})], writes=("chat.events",))
 
 
+def _moderation(kafka: KafkaSettings) -> Wiring:
+    """Each turn's input and reply checked beside the generation (streams/moderator.py)."""
+    cfg = from_env(ModerationSettings)
+    checker = Checker(classifier_from(cfg), moderation_policy(cfg.policy))  # a bad policy fails at start-up, by name
+    store = Store(from_env(CassandraSettings))
+    moderator = Moderator(checker, store.load, window_tokens=cfg.window_tokens, overlap_tokens=cfg.overlap_tokens)
+    return Wiring(
+        agents=[
+            Agent("chat.events", {Event: moderator.on_event}),
+            Agent("chat.tokens", {TokenChunk: moderator.on_chunk}),  # type: ignore[dict-item]
+        ],
+        writes=("chat.moderation", "chat.events", "chat.control"),
+    )
+
+
 def _usage(kafka: KafkaSettings) -> Wiring:
 
     folder = UsageFolder(from_env(UsageSettings), UsageStore(from_env(CassandraSettings)))
@@ -249,6 +278,7 @@ PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "materializer": _materializer,
     "usage": _usage,
     "titler": _titler,
+    "moderation": _moderation,
 }
 
 

@@ -25,7 +25,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from schemas import events as ev
+from schemas.endings import FILTERED_NOTICE
 from streams.tree import STATUS_BY_FINISH, STREAMING, Conversation
+
+#: A moderation verdict's writes to a reply are timestamped this far after the verdict, so they outrank
+#: the reply's own completion and checkpoints whichever order the log has them in: a worker still
+#: finishing a reply when the verdict came ends it within seconds (µs; derived from the event, so
+#: replays agree).
+VERDICT_PRECEDENCE_US = 10 * 60 * 1_000_000
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -158,15 +165,16 @@ def _requested(s: Conversation, e: ev.GenerationRequested) -> list[Write]:
 
 
 def _completed(s: Conversation, e: ev.GenerationCompleted) -> list[Write]:
+    finish = "content_filter" if e.request_id in s.moderated else e.finish_reason
     return [
         _message(
             e,
             e.request_id,
             parent_id=to_uuid(e.parent_id),
             role="assistant",
-            content=e.content,
-            status=STATUS_BY_FINISH[e.finish_reason],
-            finish_reason=e.finish_reason,
+            content=FILTERED_NOTICE if finish == "content_filter" else e.content,
+            status=STATUS_BY_FINISH[finish],
+            finish_reason=finish,
             prompt_tokens=e.usage.prompt_tokens,
             cached_tokens=e.usage.cached_tokens,
             tokens=e.usage.completion_tokens,
@@ -182,6 +190,37 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> list[Write]:
     ]
 
 
+def _moderated(s: Conversation, e: ev.GenerationModerated) -> list[Write]:
+    """The reply becomes the notice (outranking its own writes: ``VERDICT_PRECEDENCE_US``); a flagged
+    input is marked on the user's message too, whose text stays: it is the user's own."""
+    verdict = moderation_json(e)
+    reply = _write(
+        "messages",
+        {"conversation_id": to_uuid(e.conversation_id), "message_id": to_uuid(e.request_id)},
+        {
+            "parent_id": to_uuid(e.parent_id) if e.parent_id else None,  # '': a turn recovered without its parent
+            "role": "assistant",
+            "content": FILTERED_NOTICE,
+            "status": STATUS_BY_FINISH["content_filter"],
+            "finish_reason": "content_filter",
+            "moderation": verdict,
+            "updated_at": to_time(e.occurred_at),
+        },
+        e.occurred_at + VERDICT_PRECEDENCE_US,
+    )
+    writes = [reply]
+    if e.direction == "input" and e.parent_id:
+        writes.append(_message(e, e.parent_id, moderation=verdict))
+    return writes
+
+
+def moderation_json(e: ev.GenerationModerated) -> str:
+    """``messages.moderation``: what was flagged, where and what was done (never the text)."""
+    return json.dumps(
+        {"direction": e.direction, "stage": e.stage, "action": e.action, "categories": list(e.categories)}, sort_keys=True
+    )
+
+
 def citations_json(e: ev.GenerationCompleted) -> str | None:
     """``messages.citations``: the reply's citations and whether it cited anything (null: no documents)."""
     if not e.citation_status:
@@ -194,7 +233,13 @@ def retrieval_json(r: ev.Retrieval | None) -> str | None:
     if r is None:
         return None
     return json.dumps(
-        {"path": r.path, "note": r.note, "documents": [asdict(d) for d in r.documents], "latency_ms": r.latency_ms},
+        {
+            "path": r.path,
+            "note": r.note,
+            "documents": [asdict(d) for d in r.documents],
+            "latency_ms": r.latency_ms,
+            **({"injections": [asdict(i) for i in r.injections]} if r.injections else {}),
+        },
         sort_keys=True,
     )
 
@@ -252,6 +297,7 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
     ev.ConversationArchived: _archived,
     ev.ConversationDeleted: _deleted,
     ev.SummaryWritten: _summary,
+    ev.GenerationModerated: _moderated,
 }
 
 

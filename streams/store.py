@@ -33,7 +33,7 @@ _CONVERSATION = (
     "SELECT user_id, title, model, created_at, selected_leaf_id, deleted_at FROM conversations WHERE conversation_id = ?"
 )
 _MESSAGES = (
-    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids "
+    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation "
     "FROM messages WHERE conversation_id = ?"
 )
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
@@ -74,6 +74,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
     """
     msgs: dict[str, Message] = {}
     answered: set[str] = set()
+    moderated: set[str] = set()
     for r in messages:
         if r.status is None:
             # Only a checkpoint wrote it (chat.tokens ran ahead of chat.events): the
@@ -87,8 +88,15 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
             answered.add(mid)
+        if r.role == "assistant" and getattr(r, "moderation", None):
+            moderated.add(mid)
     if conversation is None:
-        return Conversation(conversation_id=conversation_id, messages=frozen_messages(msgs), answered=frozenset(answered))
+        return Conversation(
+            conversation_id=conversation_id,
+            messages=frozen_messages(msgs),
+            answered=frozenset(answered),
+            moderated=frozenset(moderated),
+        )
     return Conversation(
         conversation_id=conversation_id,
         user_id=conversation.user_id or "",
@@ -98,6 +106,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
         selected_leaf_id=_id(conversation.selected_leaf_id),
         messages=frozen_messages(msgs),
         answered=frozenset(answered),
+        moderated=frozenset(moderated),
         titled_by_user=bool(conversation.title),  # a title of unknown origin is kept as if the user's
         deleted=getattr(conversation, "deleted_at", None) is not None,
     )

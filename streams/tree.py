@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from schemas import events as ev
+from schemas.endings import FILTERED_NOTICE
 
 #: Message status after a generation ended, by finish_reason (``messages.status``).
 STATUS_BY_FINISH = {
@@ -27,6 +28,7 @@ STATUS_BY_FINISH = {
     "cancelled": "cancelled",
     "failed": "failed",
     "rejected": "rejected",
+    "content_filter": "filtered",
 }
 STREAMING = "streaming"
 COMPLETE = "complete"
@@ -41,7 +43,7 @@ class Message:
     parent_id: str | None
     role: str
     content: str = ""
-    status: str = COMPLETE  # streaming | complete | cancelled | failed | rejected
+    status: str = COMPLETE  # streaming | complete | cancelled | failed | rejected | filtered
     finish_reason: str | None = None
     #: µs of the event that created it; None when only its completion is known.
     created_at: int | None = None
@@ -73,6 +75,9 @@ class Conversation:
     titled_by_user: bool = False
     #: ConversationDeleted seen: nothing more is built or projected for it.
     deleted: bool = False
+    #: Replies moderation flagged (GenerationModerated seen), by request id: whatever order their
+    #: GenerationCompleted comes in, they read as the notice, never their text.
+    moderated: frozenset[str] = frozenset()
 
     def seen_request(self, request_id: str) -> bool:
         return request_id in self.requested or request_id in self.answered
@@ -127,7 +132,22 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
         e.finish_reason,
         known.created_at if known is not None else None,
     )
+    if e.request_id in s.moderated:
+        msg = filtered(msg)
     return replace(s.with_message(msg), answered=s.answered | {e.request_id})
+
+
+def filtered(msg: Message) -> Message:
+    """``msg`` as moderation left it: the notice, ended content_filter."""
+    return replace(msg, content=FILTERED_NOTICE, status=STATUS_BY_FINISH["content_filter"], finish_reason="content_filter")
+
+
+def _moderated(s: Conversation, e: ev.GenerationModerated) -> Conversation:
+    s = replace(s, moderated=s.moderated | {e.request_id})
+    known = s.messages.get(e.request_id)
+    if known is None or known.status == STREAMING:  # still streaming: its GenerationCompleted says when it ends
+        return s
+    return s.with_message(filtered(known))
 
 
 def _leaf(s: Conversation, e: ev.LeafSelected) -> Conversation:
@@ -151,6 +171,7 @@ FOLD: dict[type[ev.Event], Callable[[Conversation, Any], Conversation]] = {
     ev.LeafSelected: _leaf,
     ev.ConversationRenamed: _renamed,
     ev.ConversationDeleted: _deleted,
+    ev.GenerationModerated: _moderated,
 }
 
 

@@ -95,6 +95,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
     from documents.settings import DocumentSettings
     from edge.settings import EdgeSettings
     from gateway.settings import GatewaySettings, QuotaSettings
+    from moderation.settings import ModerationSettings
     from streams.settings import (
         ContextSettings,
         MaterializerSettings,
@@ -119,6 +120,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("materializer", MaterializerSettings),
         ("usage", UsageSettings),
         ("titler", TitlerSettings),
+        ("moderation (processor, strict context builder, POST /v1/moderations)", ModerationSettings),
         ("documents (gateway uploads, document worker, context builder search)", DocumentSettings),
         ("gateway", GatewaySettings),
         ("gateway: quotas", QuotaSettings),
@@ -298,7 +300,7 @@ def documents_cmd(ctx: typer.Context) -> None:
 
 @app.command("streams", context_settings=PASS_THROUGH)
 def streams_cmd(ctx: typer.Context) -> None:
-    """Run a stream processor: `parley streams context|router|materializer|usage|titler` (streams/processors.py)."""
+    """Run a stream processor: `parley streams context|router|materializer|usage|titler|moderation` (streams/processors.py)."""
     _exec_module("streams", ctx.args)
 
 

@@ -154,10 +154,13 @@ class ParleyClient:
         model: str | None = None,
         headers: dict[str, str] | None = None,
         document_ids: list[str] | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[SseEvent]:
         body: dict[str, Any] = {"content": content, "client_message_id": client_message_id or uuid.uuid4().hex}
         if document_ids:
             body["document_ids"] = document_ids
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         if parent_id is not ...:
             body["parent_id"] = parent_id
         if model:

@@ -51,7 +51,8 @@ CONTEXT = Service(
     "context",
     ("streams", "context"),
     consumes=("chat.events", "user.memory"),  # user.memory: read whole, outside the group (every prompt's facts)
-    produces=("chat.inference", "chat.tokens", "chat.events"),  # the last two only to fail a turn it cannot build
+    # chat.tokens + chat.events: to fail a turn it cannot build, or stop one a strict moderation policy flags
+    produces=("chat.inference", "chat.tokens", "chat.events", "chat.moderation"),
     group="streams.context",
 )
 ROUTER = Service(
@@ -90,6 +91,15 @@ TITLER = Service(
     produces=("chat.events",),  # ConversationRenamed(by="auto"), once per conversation
     group="streams.titler",
 )
+#: Beside the chat path, never in front of it: a turn's input and its reply's windows checked as they stream.
+MODERATION = Service(
+    "moderation",
+    ("streams", "moderation"),
+    consumes=("chat.events", "chat.tokens"),  # MessagePosted/GenerationRequested: the input; TokenChunk: the reply
+    # every check; a flag: GenerationModerated (the turn's notice) and GenerationCancelRequested (the cut)
+    produces=("chat.moderation", "chat.events", "chat.control"),
+    group="streams.moderation",
+)
 GATEWAY = Service(
     "gateway",
     ("gateway",),
@@ -110,7 +120,8 @@ EDGE = Service(
 
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
-    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, DOCUMENTS, GATEWAY
+    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, MODERATION,
+    DOCUMENTS, GATEWAY,
 )
 
 

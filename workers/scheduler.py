@@ -266,7 +266,7 @@ class Scheduler:
             if job.cancel_reason is None:
                 outcome, seq, chars, queue_ms = await self._generate(job)
             else:
-                outcome = Outcome(finish_reason="cancelled")
+                outcome = Outcome(finish_reason="cancelled").as_cancelled(job.cancel_reason)
                 seq, chars, queue_ms = 0, len(job.routed.request.resume_text), self._queue_ms(job)
             new_tokens = outcome.usage.completion_tokens  # before resumed(): this attempt's own tokens
             outcome = outcome.resumed(job.resume_tokens)
@@ -334,7 +334,7 @@ class Scheduler:
         self._live[job].generation = generation
         outcome = await generation.run()
         if job.cancel_reason is not None:
-            outcome = outcome.as_cancelled()
+            outcome = outcome.as_cancelled(job.cancel_reason)
         if outcome.error_code == ENGINE_UNAVAILABLE:
             self._health.suspect()  # take no more records until its health answers again
         # Every chunk is acknowledged before GenerationCompleted: the stream is whole when the reply lands.

@@ -75,6 +75,9 @@ export async function follow(response, hooks, reply = null) {
     } else if (event === "done" && reply) {
       reply.status = statusOf(data.finish_reason);
       reply.finish_reason = data.finish_reason;
+      // Moderation cut the reply: what streamed so far is withdrawn, and the notice takes its place.
+      if (data.notice) reply.content = data.notice;
+      if (data.moderation) reply.moderation = data.moderation;
       // What answered and how long: the stored message says so too, once the page re-reads it.
       if (data.model) reply.model = data.model;
       if (data.usage?.completion_tokens > 0) reply.tokens = data.usage.completion_tokens;

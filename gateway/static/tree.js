@@ -47,9 +47,13 @@ export function pathTo(messages, leafId) {
   return path.reverse();
 }
 
-export const FINISHED = new Set(["complete", "cancelled", "failed", "rejected"]);
+export const FINISHED = new Set(["complete", "cancelled", "failed", "rejected", "filtered"]);
 
 /** The status a reply takes for a `done` event's finish_reason. */
 export function statusOf(finishReason) {
-  return { stop: "complete", length: "complete", cancelled: "cancelled", failed: "failed", rejected: "rejected" }[finishReason] || "complete";
+  return (
+    { stop: "complete", length: "complete", cancelled: "cancelled", failed: "failed", rejected: "rejected", content_filter: "filtered" }[
+      finishReason
+    ] || "complete"
+  );
 }

@@ -74,6 +74,7 @@ const STATUS_LABEL = {
   cancelled: "Stopped",
   failed: "Failed",
   rejected: "Not answered",
+  filtered: "Withheld by moderation",
 };
 
 /**
@@ -140,6 +141,12 @@ export function fillBody(body, m) {
   }
   const streaming = m.status === "streaming";
   body.setAttribute("aria-busy", String(streaming));
+  if (m.status === "filtered") {
+    // Never the withdrawn text: the notice, and which categories were flagged when the page knows.
+    const cats = m.moderation?.categories?.length ? ` (${m.moderation.categories.join(", ")})` : "";
+    body.replaceChildren(el("p", { class: "notice notice-filtered", role: "note", text: (m.content || "This reply was withheld.") + cats }));
+    return;
+  }
   body.innerHTML = renderMarkdown(m.content || "");
   for (const pre of body.querySelectorAll("pre")) frameCode(pre);
   if (m.citations?.length) markCitations(body, m);

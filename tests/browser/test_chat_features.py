@@ -11,6 +11,7 @@ from typing import Any
 
 from playwright.sync_api import expect
 
+from schemas.endings import FILTERED_NOTICE
 from tests.browser.chat import Chat
 from tests.browser.conftest import REAL_MODEL, SYNTHETIC_MODEL, WAIT_MS, served_model
 
@@ -207,3 +208,19 @@ def test_a_restarted_reply_keeps_a_visible_note_after_it_ends(page, web_stack) -
     expect(article.get_by_role("note")).to_have_text("Restarted on another worker", timeout=WAIT_MS)
     expect(article.get_by_role("note")).to_be_visible()
     expect(article.locator(".reply-info")).to_have_text("m · 4 tokens")
+
+
+def test_a_message_moderation_flags_ends_with_a_clear_notice_not_a_broken_reply(page, web_stack, shoot) -> None:
+    chat = signed_in_chat(page, web_stack)
+    chat.send("I am going to kill you tonight, you worthless idiot.")
+    reply = chat.replies.last
+    chat.finished(reply, "filtered")
+    expect(reply.get_by_role("note")).to_contain_text(FILTERED_NOTICE)
+    expect(reply.locator(".status")).to_have_text("Withheld by moderation")
+    assert chat.text(reply).startswith(FILTERED_NOTICE), "what had streamed was left on the page"
+    shoot(page, "moderation-notice")
+    page.reload()  # the stored reply says the same
+    chat.signed_in()
+    reply = chat.replies.last
+    chat.finished(reply, "filtered")
+    expect(reply.get_by_role("note")).to_contain_text(FILTERED_NOTICE)

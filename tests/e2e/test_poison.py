@@ -44,10 +44,10 @@ POISON_ENV = {
 
 #: Who dead-letters each consumed topic (consumer groups, by the processor that names them) ...
 DEAD_LETTERED_BY: dict[str, tuple[str, ...]] = {
-    "chat.events": ("streams.context", "streams.materializer"),
+    "chat.events": ("streams.context", "streams.materializer", "streams.moderation"),
     "chat.inference": ("streams.router",),
     **{f"chat.inference.{pool}": (f"workers.{pool}",) for pool in POOLS},
-    "chat.tokens": ("streams.materializer",),  # its checkpoints agent
+    "chat.tokens": ("streams.materializer", "streams.moderation"),  # the checkpoints agent; the reply's windows
     "user.memory": ("streams.materializer",),
     "chat.usage": ("streams.usage",),
     "docs.events": ("streams.materializer", "documents"),  # the status rows; the document worker's jobs

@@ -18,11 +18,12 @@ RANKS = {
     "infra": 2,  # runs Kafka and Cassandra locally, its settings read with parley's helpers
     "documents": 3,  # files → searchable pages: the gateway stores and checks, the context builder retrieves, workers cite
     "workers": 4,  # below streams: the context builder reuses the engine client and chat template for summaries
-    "streams": 5,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
-    "gateway": 6,  # the HTTP API, the last of the services
-    "edge": 7,  # routes HTTP to the gateways by shard; imports no gateway code (parley's shards, the topic catalog)
-    "tools": 8,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
-    "bench": 9,  # benchmarks start whole stacks through tools; nothing imports them
+    "moderation": 5,  # classifiers and policy: a safety model is called through the workers' engine client
+    "streams": 6,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
+    "gateway": 7,  # the HTTP API, the last of the services
+    "edge": 8,  # routes HTTP to the gateways by shard; imports no gateway code (parley's shards, the topic catalog)
+    "tools": 9,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
+    "bench": 10,  # benchmarks start whole stacks through tools; nothing imports them
 }
 
 
@@ -135,7 +136,7 @@ def test_no_core_loads_faust_kafka_or_cassandra_clients() -> None:
     """Cores are state and ``handle(event) -> effects``; their I/O is handed to them by a shell."""
     cores = [
         ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        for package in ("streams", "workers", "documents")
+        for package in ("streams", "workers", "documents", "moderation")
         for path in sorted((ROOT / package).glob("*.py"))
     ]
     impure = {m: io_clients_reached(m) for m in cores if m not in SHELLS}

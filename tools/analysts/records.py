@@ -41,11 +41,26 @@ def _allowed(field: str, allowed: frozenset[str]) -> Callable[[Record], None]:
     return check
 
 
+def _each(*rules: Callable[[Record], None]) -> Callable[[Record], None]:
+    def check(record: Record) -> None:
+        for rule in rules:
+            rule(record)
+
+    return check
+
+
 #: The rules an event type checks in ``__post_init__``, applied to the dict instead. A type with a
 #: rule not listed here is decoded the long way (see ``Decoder``), so a new rule is never skipped.
 RULES: dict[type[ev.Event], Callable[[Record], None]] = {
     ev.MessagePosted: _allowed("role", ev.ROLES),
-    ev.GenerationCompleted: _allowed("finish_reason", ev.FINISH_REASONS),
+    ev.GenerationCompleted: _each(
+        _allowed("finish_reason", ev.FINISH_REASONS), _allowed("citation_status", ev.CITATION_STATUSES)
+    ),
+    ev.GenerationModerated: _each(
+        _allowed("direction", ev.MODERATION_DIRECTIONS),
+        _allowed("stage", ev.MODERATION_STAGES),
+        _allowed("action", ev.MODERATION_ACTIONS),
+    ),
 }
 
 

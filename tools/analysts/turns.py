@@ -10,6 +10,7 @@ GenerationRequested           chat.events            when it was asked for, tier
 InferenceRequested            chat.inference         the prompt as the context builder built it
 InferenceRouted               chat.inference.<pool>  pool, model, partition, route reason, downgrade
 GenerationCompleted           chat.events            finish reason, error code, reply text, attempt
+GenerationModerated           chat.events            moderation withdrew it: content_filter, the notice
 UsageRecorded                 chat.usage             tokens (cached too), replica, TTFT, queue, duration
 ============================  =====================  ============================================
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from parley import ids
 from schemas import events as ev
-from schemas.endings import OVERLOADED
+from schemas.endings import FILTERED_NOTICE, OVERLOADED
 from schemas.catalog import POOLS
 from schemas.records import to_record
 from tools.analysts.records import Head
@@ -46,6 +47,7 @@ NEEDED: frozenset[str] = frozenset(
         ev.InferenceRequested,
         ev.InferenceRouted,
         ev.GenerationCompleted,
+        ev.GenerationModerated,
         ev.UsageRecorded,
     )
 )
@@ -107,6 +109,7 @@ class _Parts:
     routed: dict[int, Record] = field(default_factory=dict)
     completed: dict[int, Record] = field(default_factory=dict)
     usage: dict[int, Record] = field(default_factory=dict)
+    moderated: Record | None = None
 
 
 def _first(current: Record | None, new: Record) -> Record:
@@ -166,6 +169,10 @@ class TurnFold:
     def _add_completed(self, r: Record) -> None:
         _keep(self._of(r["request_id"]).completed, r["attempt"], r)
 
+    def _add_moderated(self, r: Record) -> None:
+        parts = self._of(r["request_id"])
+        parts.moderated = _first(parts.moderated, r)
+
     def _add_usage(self, r: Record) -> None:
         _keep(self._of(r["request_id"]).usage, r["attempt"], r)
 
@@ -215,6 +222,7 @@ _ADD: dict[str, Callable[[TurnFold, Record], None]] = {
     "InferenceRequested": TurnFold._add_inference,
     "InferenceRouted": TurnFold._add_routed,
     "GenerationCompleted": TurnFold._add_completed,
+    "GenerationModerated": TurnFold._add_moderated,
     "UsageRecorded": TurnFold._add_usage,
 }
 
@@ -275,10 +283,11 @@ def _turn(request_id: str, req: Record, p: _Parts, posted: Record | None) -> Tur
         partition=routed["partition"] if routed is not None else None,
         route_reason=routed["route_reason"] if routed is not None else "",
         downgraded_from=routed["downgraded_from"] if routed is not None else None,
-        finish_reason=done["finish_reason"] if done is not None else None,
+        # A verdict withdraws the reply whatever its own ending said (streams/projection.py does the same).
+        finish_reason="content_filter" if p.moderated is not None else done["finish_reason"] if done is not None else None,
         error_code=done["error_code"] if done is not None else None,
         attempts=max(attempts, default=0) + 1,
-        content=done["content"] if done is not None else "",
+        content=FILTERED_NOTICE if p.moderated is not None else done["content"] if done is not None else "",
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
         completion_tokens=completion_tokens,

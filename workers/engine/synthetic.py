@@ -19,7 +19,10 @@ which is fixed by the prompt by definition. ``/get_server_info`` lists both.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
+import re
 import time
 import zlib
 from collections.abc import Sequence
@@ -51,8 +54,29 @@ _WORDS = (
 ).split()
 
 
+#: ``[[insert:N:BASE64]]`` in a prompt: the reply carries the decoded sentence after its first N pieces.
+#: Tests script a reply that turns bad after clean text with it (the moderation e2e); base64, so the
+#: prompt itself does not hold the words.
+_INSERT = re.compile(r"\[\[insert:(\d+):([A-Za-z0-9+/=_-]+)\]\]")
+
+
 def synthetic_pieces(prompt: str, count: int) -> list[str]:
-    """``count`` word pieces, a pure function of the prompt: a sentence of 8 to 15 words, then a period."""
+    """``count`` word pieces, a pure function of the prompt: sentences of 8 to 15 words, each ending with a
+    period, with a scripted sentence put in where the prompt's last ``[[insert:N:BASE64]]`` says."""
+    inserts = _INSERT.findall(prompt)
+    pieces = _sentences(prompt, count)
+    if not inserts:
+        return pieces
+    at, encoded = inserts[-1]
+    try:
+        sentence = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return pieces  # not a script: the prompt's words as they are
+    words = [" " + w for w in sentence.split()]
+    return (pieces[: int(at)] + words + pieces[int(at) :])[:count]
+
+
+def _sentences(prompt: str, count: int) -> list[str]:
     state = zlib.crc32(prompt.encode("utf-8")) or 1
     out: list[str] = []
     sentence_left = 0

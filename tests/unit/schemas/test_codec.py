@@ -15,6 +15,9 @@ from schemas.events import (
     EVENT_TYPES,
     FINISH_REASONS,
     CITATION_STATUSES,
+    MODERATION_ACTIONS,
+    MODERATION_DIRECTIONS,
+    MODERATION_STAGES,
     RETRIEVAL_PATHS,
     ROLES,
     GenerationCompleted,
@@ -30,6 +33,10 @@ CONSTRAINED = {
     "role": ROLES,
     "citation_status": CITATION_STATUSES,
     "path": RETRIEVAL_PATHS,
+    "direction": MODERATION_DIRECTIONS,
+    "stage": MODERATION_STAGES,
+    "action": MODERATION_ACTIONS,
+    "verdict": frozenset({"clean", "flagged"}),
 }
 
 

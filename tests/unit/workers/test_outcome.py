@@ -82,3 +82,10 @@ def test_a_cancel_turns_an_aborted_failure_into_cancelled_but_keeps_a_natural_en
     assert failed.as_cancelled() == Outcome(finish_reason="cancelled", text="par")
     done = Outcome(finish_reason="stop", text="all")
     assert done.as_cancelled() is done
+
+
+def test_a_cancel_by_moderation_ends_content_filter_and_drops_the_text() -> None:
+    aborted = Outcome(finish_reason="cancelled", text="bad words")
+    assert aborted.as_cancelled("moderation") == Outcome(finish_reason="content_filter", text="")
+    done = Outcome(finish_reason="stop", text="all of it")
+    assert done.as_cancelled("moderation") is done  # it ended first: moderation withdraws it afterwards

@@ -9,6 +9,8 @@ on_finished.
 
 from __future__ import annotations
 
+from schemas.endings import FILTERED_NOTICE
+
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -265,6 +267,22 @@ async def test_a_cancel_that_overtakes_its_request_is_honoured_while_remembered(
     assert h.completed("late").finish_reason == "stop"
 
 
+async def test_a_cancel_by_moderation_ends_content_filter_with_the_notice_and_not_the_text() -> None:
+    h = Harness()
+    h.scheduler.accept(routed("cut", "[[tokens:50]][[hold:6]]"), partition=0, offset=0)
+    await until(lambda: "cut:0" in h.engine.holding)
+    h.scheduler.cancel("cut", "moderation")
+    await until(lambda: h.finished == [(0, 0)])
+    completed = h.completed("cut")
+    assert (completed.finish_reason, completed.content) == ("content_filter", FILTERED_NOTICE)
+    assert h.chunks("cut")[-1].finish_reason == "content_filter"
+
+    h.scheduler.cancel("early", "moderation")  # a flagged input can stop a turn before it reaches a worker
+    h.scheduler.accept(routed("early"), partition=0, offset=1)
+    await until(lambda: len(h.finished) == 2)
+    assert h.engine.requests[-1].rid == "cut:0" and h.completed("early").finish_reason == "content_filter"
+
+
 async def test_an_engine_that_ignores_the_abort_is_cut_off_after_the_grace() -> None:
     class Deaf(ScriptedEngine):
         async def abort(self, rid: str) -> None:
@@ -273,7 +291,7 @@ async def test_an_engine_that_ignores_the_abort_is_cut_off_after_the_grace() -> 
     h = Harness(replace(SETTINGS, abort_grace_s=0.01), engine=Deaf())
     h.scheduler.accept(routed("deaf", "[[tokens:9]][[hold:2]]"), partition=0, offset=0)
     await until(lambda: "deaf:0" in h.engine.holding)
-    h.scheduler.cancel("deaf", "moderation")
+    h.scheduler.cancel("deaf", "user")
     await until(lambda: h.finished == [(0, 0)])
     assert h.completed("deaf").finish_reason == "cancelled"
     assert h.completed("deaf").content == scripted_reply(2)

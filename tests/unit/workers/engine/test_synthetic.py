@@ -76,3 +76,14 @@ async def test_the_next_turn_finds_the_previous_reply_cached_too() -> None:
     follow = prompt + reply + "<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n"
     second = (await finish(b, "b", follow, 4))[-1]
     assert second.cached_tokens >= len(WordTokenizer().pieces(prompt + reply)) - 1
+
+
+def test_a_prompt_scripts_a_sentence_into_the_reply_after_n_pieces() -> None:
+    import base64
+
+    script = base64.urlsafe_b64encode(b"The scripted sentence.").decode()
+    pieces = synthetic_pieces(f"q [[insert:5:{script}]]", 40)
+    assert len(pieces) == 40
+    assert "".join(pieces[5:8]) == " The scripted sentence."
+    assert pieces[:5] == synthetic_pieces(f"q [[insert:5:{script}]]", 5)
+    assert synthetic_pieces("q [[insert:5:%%%]]", 10) == synthetic_pieces("q [[insert:5:%%%]]", 10)  # not a script

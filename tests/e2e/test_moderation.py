@@ -1,0 +1,200 @@
+"""Moderation beside generation (issue 18), on the shared e2e stack with its real moderation processor.
+
+A flagged input stops its turn; a reply that turns bad after clean text
+(the synthetic engine's ``[[insert:N:BASE64]]`` script) is cut within
+``window + overlap`` tokens of the bad sentence; a clean conversation is never
+touched; the processor SIGKILLed mid-reply still checks it after its restart;
+``POST /v1/moderations`` answers the official ``openai`` client. No timing
+assertions: each wait has a deadline that fails the test, not a bound it checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import time
+import uuid
+from typing import Any
+
+import openai
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from moderation.settings import ModerationSettings
+from parley.settings import KafkaSettings, from_env
+from schemas import codec
+from schemas.catalog import TOPICS
+from schemas.endings import FILTERED_NOTICE
+from schemas.events import ModerationResult
+from tools.client import ParleyClient
+from tools.topology import MODERATION
+
+#: Plainly a threat: every classifier Parley ships flags it (harassment/threatening, violence).
+BAD_INPUT = "I am going to kill you tonight, you worthless idiot."
+BAD_SENTENCE = "I am going to kill you and burn down your house tonight."
+SETTINGS = from_env(ModerationSettings)  # the stack's windows: the e2e env leaves the defaults
+DEADLINE_S = 90.0
+
+
+def script(sentence: str, after: int) -> str:
+    """The synthetic engine's directive: ``sentence`` in the reply after its first ``after`` pieces."""
+    return f"[[insert:{after}:{base64.urlsafe_b64encode(sentence.encode()).decode().rstrip('=')}]]"
+
+
+def pieces(text: str) -> list[str]:
+    """The synthetic engine's tokens: words and periods."""
+    return re.findall(r"[A-Za-z']+|\.", text)
+
+
+async def settled_reply(client: ParleyClient, cid: str, reply_id: str, until: Any) -> dict[str, Any]:
+    """The stored reply once ``until(message)`` holds (its verdict may land after the stream ended)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        messages = {m["id"]: m for m in (await client.conversation(cid))["messages"]}
+        reply = messages.get(reply_id)
+        if reply is not None and until(reply):
+            return {"reply": reply, "messages": messages}
+        assert time.monotonic() < deadline, f"the stored reply never settled: {reply}"
+        await asyncio.sleep(0.3)
+
+
+def results_of(kafka: KafkaSettings, request_id: str, done: Any) -> list[ModerationResult]:
+    """The ModerationResults of ``request_id`` on chat.moderation, read until ``done(results)`` holds."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"e2e-mod-{uuid.uuid4().hex[:6]}"})
+    name = kafka.topic("chat.moderation")
+    consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS["chat.moderation"].partitions)])
+    found: dict[str, ModerationResult] = {}
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while not done(list(found.values())):
+            assert time.monotonic() < deadline, f"the moderation results of {request_id} never came: {list(found.values())}"
+            for msg in consumer.consume(500, 0.5):
+                if msg.error() or msg.value() is None:
+                    continue
+                event = codec.decode(msg.value())
+                if isinstance(event, ModerationResult) and event.request_id == request_id:
+                    found[event.event_id] = event  # a check repeated after a restart has the same id
+        return list(found.values())
+    finally:
+        consumer.close()
+
+
+def filtered(message: dict[str, Any]) -> bool:
+    return message["finish_reason"] == "content_filter" and "moderation" in message
+
+
+async def test_a_flagged_input_is_stopped_and_the_turn_ends_content_filter(stack) -> None:
+    client = stack.client()
+    try:
+        cid = await client.create_conversation()
+        reply = await client.send(cid, BAD_INPUT, max_tokens=600)
+        assert reply.final is not None and reply.final.event == "done", reply.final
+        assert reply.final.data["finish_reason"] == "content_filter"
+        assert reply.final.data["notice"] == FILTERED_NOTICE
+        reply_id = reply.head["reply_id"]
+        stored = await settled_reply(client, cid, reply_id, filtered)
+        assert stored["reply"]["content"] == FILTERED_NOTICE and stored["reply"]["status"] == "filtered"
+        assert stored["reply"]["moderation"]["direction"] == "input" and stored["reply"]["moderation"]["categories"]
+        question = stored["messages"][stored["reply"]["parent_id"]]
+        assert question["content"] == BAD_INPUT and question["moderation"]["direction"] == "input"  # the user's own words stay
+        (result,) = results_of(stack.kafka, reply_id, lambda rs: any(r.stage == "input" for r in rs))[:1]
+        assert result.verdict == "flagged" and result.direction == "input" and result.model
+        assert result.text is None  # the default policy keeps no flagged text
+        # The conversation goes on: a clean turn after it is answered.
+        after = await client.send(cid, "Let us talk about gardening instead.", max_tokens=20)
+        assert after.final is not None and after.final.data["finish_reason"] in ("stop", "length")
+    finally:
+        await client.close()
+
+
+async def test_a_reply_that_turns_bad_is_cut_within_a_window_and_its_overlap(stack) -> None:
+    client = stack.client()
+    try:
+        cid = await client.create_conversation()
+        reply = await client.send(cid, f"Tell me a long story. {script(BAD_SENTENCE, 60)}", max_tokens=800)
+        assert reply.final is not None and reply.final.event == "done", reply.final
+        assert reply.final.data["finish_reason"] == "content_filter"
+        streamed = reply.text
+        assert BAD_SENTENCE in streamed, "the scripted sentence was not streamed before the cut"
+        past = pieces(streamed[streamed.index(BAD_SENTENCE) + len(BAD_SENTENCE) :])
+        assert len(past) <= SETTINGS.window_tokens + SETTINGS.overlap_tokens, f"{len(past)} tokens streamed past the violation"
+        assert len(pieces(streamed)) < 800  # it was cut, not finished
+        reply_id = reply.head["reply_id"]
+        stored = await settled_reply(client, cid, reply_id, filtered)
+        assert stored["reply"]["content"] == FILTERED_NOTICE
+        assert stored["reply"]["moderation"]["direction"] == "output" and stored["reply"]["moderation"]["action"] == "cut"
+        flagged = [r for r in results_of(stack.kafka, reply_id, lambda rs: any(r.verdict == "flagged" for r in rs)) if r.verdict == "flagged"]
+        assert flagged[0].stage == "window" and flagged[0].window_end - flagged[0].window_start <= SETTINGS.window_tokens + SETTINGS.overlap_tokens
+    finally:
+        await client.close()
+
+
+async def test_a_clean_conversation_is_never_touched(stack) -> None:
+    client = stack.client()
+    try:
+        cid = await client.create_conversation()
+        for question in ("What grows well in a shady garden?", "How do I kill the process that holds port 8080?"):
+            reply = await client.send(cid, question, max_tokens=450)
+            assert reply.final is not None and reply.final.data["finish_reason"] in ("stop", "length"), reply.final
+            reply_id = reply.head["reply_id"]
+            results = results_of(stack.kafka, reply_id, lambda rs: any(r.stage == "final" for r in rs))
+            assert {r.verdict for r in results} == {"clean"}
+            assert {r.stage for r in results} >= {"input", "window", "final"}  # 450 tokens: at least one window
+            stored = (await settled_reply(client, cid, reply_id, lambda m: m["status"] == "complete"))["reply"]
+            assert stored["content"] == reply.text and "moderation" not in stored
+    finally:
+        await client.close()
+
+
+async def test_the_moderations_endpoint_answers_the_official_openai_client(stack) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=stack.key, max_retries=0, timeout=60)
+    try:
+        answer = await client.moderations.create(model="omni-moderation-latest", input=["What a lovely day for a walk.", BAD_INPUT])
+        assert answer.model.startswith("parley-")  # the classifier that actually scored it, not the name asked for
+        clean, bad = answer.results
+        assert not clean.flagged and bad.flagged
+        assert bad.categories.harassment_threatening or bad.categories.violence
+        assert 0.0 <= bad.category_scores.violence <= 1.0
+        parts = await client.moderations.create(input=[{"type": "text", "text": BAD_INPUT}])
+        assert parts.results[0].flagged
+        with pytest.raises(openai.BadRequestError, match="image inputs are not supported"):
+            await client.moderations.create(input=[{"type": "image_url", "image_url": {"url": "https://example.com/x.png"}}])
+        with pytest.raises(openai.BadRequestError, match="not served here"):
+            await client.moderations.create(model="gpt-4o", input="hello")
+        with pytest.raises(openai.AuthenticationError):
+            await openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="nope", max_retries=0).moderations.create(input="x")
+    finally:
+        await client.close()
+
+
+async def test_the_processor_killed_mid_reply_still_checks_it_after_restart(stack) -> None:
+    """SIGKILL (no last commit), restart: the reply's bad sentence is still found, once, and the turn after it
+    is untouched. Runs last in this module: it restarts the shared stack's moderation processor."""
+    client = stack.client()
+    supervisor = stack.inner.supervisor
+    try:
+        cid = await client.create_conversation()
+        stream = client.stream_message(cid, f"Another story, please. {script(BAD_SENTENCE, 350)}", max_tokens=700)
+        head = None
+        async for event in stream:
+            if event.event == "message":
+                head = event.data
+            if event.event == "delta":  # the reply is streaming and the bad sentence is still ahead
+                child = next(c for c in reversed(supervisor.children) if c.service.name == MODERATION.name)
+                child.process.kill()
+                child.process.wait(30)
+                break
+        await stream.aclose()
+        assert head is not None
+        supervisor.wait_ready(supervisor.start(MODERATION))
+        stored = await settled_reply(client, cid, head["reply_id"], filtered)
+        assert stored["reply"]["content"] == FILTERED_NOTICE and stored["reply"]["moderation"]["direction"] == "output"
+        flagged = results_of(stack.kafka, head["reply_id"], lambda rs: any(r.verdict == "flagged" for r in rs))
+        assert any(r.verdict == "flagged" for r in flagged)
+        after = await client.send(cid, "Thanks. What is the capital of Norway?", max_tokens=20)
+        assert after.final is not None and after.final.data["finish_reason"] in ("stop", "length")
+        stored_after = await settled_reply(client, cid, after.head["reply_id"], lambda m: m["status"] == "complete")
+        assert "moderation" not in stored_after["reply"]
+    finally:
+        await client.close()
