@@ -96,6 +96,9 @@ async def test_metrics_trace_ids_and_no_message_text_anywhere(observed: isolated
         second = await client.send(cid, f"and {canary} again")  # the first turn is its cached prefix: a hit
         assert second.final is not None and second.final.event == "done"
         assert second.final.data["usage"]["cached_tokens"] * 2 >= second.final.data["usage"]["prompt_tokens"]
+        # A flagged turn: its text must stay out of the logs and metrics too (moderation logs only ids).
+        flagged = await client.send(cid, f"{canary}: I am going to kill you tonight, you worthless idiot.")
+        assert flagged.final is not None and flagged.final.data["finish_reason"] == "content_filter", flagged.final
         async with httpx.AsyncClient(base_url=observed.url, headers={"Authorization": f"Bearer {key}"}) as http:
             told = await http.post("/v1/telemetry", json={"ttft_ms": 321.5, "client": "web"})
             assert told.status_code == 204, told.text
@@ -119,6 +122,11 @@ async def test_metrics_trace_ids_and_no_message_text_anywhere(observed: isolated
     for processor in ("context", "router", "materializer"):
         assert "parley_consumer_lag{" in metrics[processor], processor
         assert "parley_dead_letters_total" in metrics[processor] or "parley_dead_letters" in metrics[processor]
+    moderation = metrics["moderation"]
+    assert total(moderation, "parley_moderation_checks_total", direction="input", verdict="flagged") >= 1
+    assert total(moderation, "parley_moderation_checks_total", direction="output", verdict="clean") >= 1
+    assert total(moderation, "parley_moderation_flags_total", direction="input", action="cut") >= 1
+    assert total(moderation, "parley_moderation_check_seconds_count") >= 3
     gateway = metrics["gateway"]
     assert total(gateway, "parley_gateway_ttft_seconds_count") >= 2
     assert total(gateway, "parley_client_ttft_seconds_count", client="web") == 1

@@ -196,3 +196,34 @@ def test_a_row_only_a_checkpoint_wrote_is_not_taken_for_a_known_reply() -> None:
     asked = ev.GenerationRequested(conversation_id=cid, user_id="u", request_id=str(r), parent_id=str(m), client_message_id="c")
     [row, _] = writes_for(s, asked)
     assert dict(row.cells)["status"] == "streaming" and dict(row.cells)["role"] == "assistant"
+
+
+async def test_a_strict_policy_checks_the_input_first_and_a_flagged_turn_never_reaches_an_engine() -> None:
+    from moderation.categories import CATEGORIES
+    from moderation.classifier import Scores
+    from moderation.policy import policy_from
+    from schemas.endings import FILTERED_NOTICE
+    from streams.moderator import Checker
+
+    class Flags:
+        model = "flags/1"
+
+        async def classify(self, texts):  # type: ignore[no-untyped-def]
+            return [Scores({c: float("flag me" in t and c == "hate") for c in CATEGORIES}) for t in texts]
+
+    screen = Checker(Flags(), policy_from('{"plus": {"mode": "strict"}}'))
+    b = ContextBuilder(CFG, Rows(), screen=screen)
+    cid = str(uuid.uuid4())
+    m1, g1 = _turn(cid, 1, None)
+    await b.handle(m1)
+    [req] = await b.handle(g1)
+    assert isinstance(req, ev.InferenceRequested)  # clean: built as ever
+    bad = ev.MessagePosted(conversation_id=cid, user_id="u", message_id=str(uuid.uuid4()), parent_id=g1.request_id, client_message_id="c2", content="flag me")
+    asked = ev.GenerationRequested(conversation_id=cid, user_id="u", request_id=str(uuid.uuid4()), parent_id=bad.message_id, client_message_id="c2", tier="plus")
+    await b.handle(bad)
+    out = await b.handle(asked)
+    assert [type(e).__name__ for e in out] == ["ModerationResult", "GenerationModerated", "GenerationCompleted", "TokenChunk"]
+    assert out[2].finish_reason == "content_filter" and out[2].content == FILTERED_NOTICE and out[3].finish_reason == "content_filter"
+    free = ev.GenerationRequested(conversation_id=cid, user_id="u", request_id=str(uuid.uuid4()), parent_id=bad.message_id, client_message_id="c3", tier="free")
+    [parallel] = await b.handle(free)  # the free tier's policy checks beside the generation: not here
+    assert isinstance(parallel, ev.InferenceRequested)
