@@ -9,8 +9,10 @@ Three figures, each next to a baseline from the same run:
   synthetic text carries a bad sentence at a random position
   (``[[insert:N:BASE64]]``). Per reply, the tokens the client received past
   the sentence before the stream ended, next to the tokens to the next
-  window boundary (what a windowed check must let through at the least): the
-  ratio is what propagation (chunk → processor → cancel → worker → abort) adds.
+  window boundary (what a windowed check must let through when only the whole
+  sentence is caught; the sentence's first half alone may trip a rule, so a
+  ratio below 1 happens): above 1 is what propagation (chunk → processor →
+  cancel → worker → abort) adds.
 - ``ttft``: the same stack's TTFT with the moderation processor running and
   stopped, in alternating blocks of turns (the check runs beside the turn; the
   target is ≤ 5 ms added at p50).
@@ -44,6 +46,8 @@ from tools.client import ParleyClient
 from tools.topology import MODERATION
 
 WINDOW, OVERLAP = 200, 50
+#: After the processor starts again, before the next block of turns is timed.
+SETTLE_S = 8.0
 BAD_SENTENCE = "I am going to kill you and burn down your house tonight."
 ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",
@@ -176,6 +180,7 @@ async def ttft(stack: isolated.IsolatedStack, turns: int, blocks: int = 4) -> No
             else:
                 off.extend(await _ttfts(client, turns))
                 supervisor.wait_ready(supervisor.start(MODERATION))
+                await asyncio.sleep(SETTLE_S)  # its start-up (loading the model, joining the group) is not a turn's cost
     finally:
         await client.close()
     ms = 1000.0

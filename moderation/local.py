@@ -29,11 +29,33 @@ SVM_SPAN = 1.0 - SVM_FLOOR
 BATCH_INLINE = 64
 
 
+class BundledSvm:
+    """alt-profanity-check's model, evaluated directly: the same probabilities as its ``predict_prob``
+    (a unit test holds them equal), without scikit-learn's per-call checks, which cost ~4 ms a text
+    against ~0.7 ms here. The model is a CalibratedClassifierCV of LinearSVCs with sigmoid calibration:
+    p = mean over folds of 1 / (1 + exp(a·(w·x + b₀) + b))."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        from profanity_check import profanity_check as bundled  # loads the vectorizer and model from the wheel
+
+        folds = bundled.model.calibrated_classifiers_
+        self._np = np
+        self._vectorizer = bundled.vectorizer
+        self._w = np.vstack([f.estimator.coef_.ravel() for f in folds]).T
+        self._b0 = np.array([f.estimator.intercept_[0] for f in folds])
+        self._a = np.array([f.calibrators[0].a_ for f in folds])
+        self._b = np.array([f.calibrators[0].b_ for f in folds])
+
+    def __call__(self, texts: Sequence[str]) -> list[float]:
+        np = self._np
+        decision = self._vectorizer.transform(list(texts)) @ self._w + self._b0
+        return [float(p) for p in (1.0 / (1.0 + np.exp(self._a * decision + self._b))).mean(axis=1)]
+
+
 class LocalClassifier:
     def __init__(self) -> None:
-        from profanity_check import predict_prob  # loads the bundled model
-
-        self._predict = predict_prob
+        self._predict = BundledSvm()
         self.model = f"parley-local/1 (alt-profanity-check {version('alt-profanity-check')} + rules)"
 
     def scores(self, text: str) -> Scores:
