@@ -114,7 +114,7 @@ export function messageView(m, ctx) {
   if (label) meta.append(el("span", { class: `status status-${m.status}`, text: label }));
   const info = !user && m.status !== "streaming" ? replyInfo(m) : "";
   if (info) meta.append(el("span", { class: "reply-info", title: m.model || null, text: info }));
-  if (!user && m.status !== "streaming" && m.content && !ctx.editing) {
+  if (!user && m.status !== "streaming" && m.status !== "filtered" && m.content && !ctx.editing) {
     meta.append(button("copy", m.id, "Copy", { "aria-label": "Copy this reply" }));
   }
   if (!ctx.editing && !ctx.busy) {
