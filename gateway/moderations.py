@@ -20,11 +20,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.errors import ApiError, BadRequest, PayloadTooLarge, openai_response
+from gateway.errors import ApiError, BadRequest, PayloadTooLarge, ServiceUnavailable, openai_response
 from gateway.services import services
 from gateway.validation import json_body
 from moderation.categories import CATEGORIES
-from moderation.classifier import Classifier, classifier_from
+from moderation.classifier import Classifier, ClassifierUnavailable, classifier_from
 from moderation.policy import Policy, policy_from
 from moderation.settings import ModerationSettings
 from parley.settings import from_env
@@ -77,7 +77,10 @@ async def _moderate(request: Request) -> Response:
             code="model_not_found",
         )
     tier = policy.for_tier(user.tier)
-    scored = await classifier.classify(texts)
+    try:
+        scored = await classifier.classify(texts)
+    except ClassifierUnavailable as exc:
+        raise ServiceUnavailable(f"moderation is unavailable right now: {exc}", retry_after=svc.settings.retry_after_s) from None
     results = []
     for scores in scored:
         blocked = set(tier.flags(scores))

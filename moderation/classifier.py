@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from moderation.categories import CATEGORIES
+from parley.errors import Unavailable
 
 if TYPE_CHECKING:
     from moderation.settings import ModerationSettings
@@ -32,6 +33,10 @@ class Scores:
 def scores_of(found: Mapping[str, float]) -> Scores:
     """Every category, 0 where ``found`` has none, each clipped to 0..1 (a deterministic mapping)."""
     return Scores({c: min(1.0, max(0.0, float(found.get(c, 0.0)))) for c in CATEGORIES})
+
+
+class ClassifierUnavailable(Unavailable):
+    """The classifier could not answer now (its engine is down or slow): callers retry, nothing is lost."""
 
 
 class Classifier(Protocol):

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Sequence
 
 from moderation.categories import LLAMA_GUARD_3
-from moderation.classifier import Scores, scores_of
-from workers.engine_api import EngineClient, GenerateRequest
+from moderation.classifier import ClassifierUnavailable, Scores, scores_of
+from workers.engine_api import EngineClient, EngineError, GenerateRequest
 
 HAZARDS = (
     ("S1", "Violent Crimes."), ("S2", "Non-Violent Crimes."), ("S3", "Sex Crimes."), ("S4", "Child Exploitation."),
@@ -72,6 +72,9 @@ class LlamaGuard:
     async def _one(self, text: str) -> Scores:
         request = GenerateRequest(rid=f"guard-{uuid.uuid4().hex}", text=prompt(text), max_new_tokens=16, temperature=0.0)
         out = []
-        async for delta in self._engine.generate(request):
-            out.append(delta.text)
+        try:
+            async for delta in self._engine.generate(request):
+                out.append(delta.text)
+        except EngineError as exc:
+            raise ClassifierUnavailable(f"the safety model's engine failed: {exc}") from exc
         return parse("".join(out))

@@ -31,15 +31,19 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from moderation.classifier import Classifier
+from moderation.classifier import Classifier, ClassifierUnavailable
 from moderation.policy import Policy, TierPolicy
 from parley import ids
 from parley.lru import LRU
+from parley.retry import retrying
 from parley.metrics import MODERATION_CHECK_SECONDS, MODERATION_CHECKS, MODERATION_CUT_SECONDS, MODERATION_FLAGS
 from schemas import events as ev
 from streams.tree import Conversation, Message
 
 log = logging.getLogger(__name__)
+
+#: Longest pause between tries of a classifier that is unavailable.
+RETRY_MAX_S = 5.0
 
 
 # ------------------------------------------------------------------ one check
@@ -105,7 +109,10 @@ class Checker:
     ) -> Check:
         policy = self.policy_for(turn.tier)
         began = time.perf_counter()
-        (scores,) = await self.classifier.classify([text])
+        # An engine-served classifier that is down stalls this check (and its lane), never skips it.
+        (scores,) = await retrying(
+            "a moderation check", lambda: self.classifier.classify([text]), RETRY_MAX_S, on=ClassifierUnavailable, ids=_ids(turn)
+        )
         took = time.perf_counter() - began
         MODERATION_CHECK_SECONDS.labels(direction).observe(took)
         categories = list(policy.flags(scores))
@@ -321,7 +328,7 @@ class Moderator:
         deadline = time.monotonic() + (self._lookup_wait_s if wait else 0.0)
         pause = 0.1
         while True:
-            state = await self._load(conversation_id)
+            state = await retrying("loading a conversation", lambda: self._load(conversation_id), RETRY_MAX_S)
             message = state.messages.get(message_id)
             if message is not None or time.monotonic() >= deadline:
                 return message

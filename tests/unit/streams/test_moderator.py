@@ -215,3 +215,26 @@ def test_a_superseded_attempts_late_chunk_is_ignored_and_a_new_attempt_starts_af
     run(m.on_chunk(chunk(0, "a ", attempt=1)))
     assert run(m.on_chunk(chunk(1, f"{BAD} ", attempt=0))) == ()
     assert BAD not in "".join(classifier.seen)
+
+
+def test_a_classifier_that_is_down_is_retried_and_no_check_is_skipped() -> None:
+    from moderation.classifier import ClassifierUnavailable
+
+    class Flaky(WordClassifier):
+        failures = 2
+
+        async def classify(self, texts: Sequence[str]) -> list[Scores]:
+            if self.failures:
+                self.failures -= 1
+                raise ClassifierUnavailable("engine down")
+            return await super().classify(texts)
+
+    flaky = Flaky()
+
+    async def load(cid: str) -> Conversation:
+        return Conversation(conversation_id=cid)
+
+    m = Moderator(Checker(flaky, policy_from("")), load, window_tokens=10, overlap_tokens=3)
+    run(m.on_event(posted(f"a {BAD}")))
+    out = run(m.on_event(requested()))
+    assert flaky.failures == 0 and out[0].verdict == "flagged"
