@@ -1,7 +1,10 @@
-"""The moderation categories, in OpenAI's moderation shape, and Llama Guard 3's hazard codes mapped onto them.
+"""The moderation categories Parley scores, in OpenAI's shape, and Llama Guard 3's hazards mapped onto them.
 
-Every classifier answers in these names so a policy, a ModerationResult and
-``POST /v1/moderations`` mean the same thing whichever model scored the text.
+OpenAI's moderation endpoint (``omni-moderation``) names thirteen categories,
+some with a sub-category after a slash; a client that reads OpenAI's
+``categories`` / ``category_scores`` reads Parley's unchanged. A score for a
+sub-category counts for its parent too (``Scores.of``): "violence/graphic" is
+violence.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-#: OpenAI's moderation categories, in OpenAI's order (``omni-moderation``).
+#: OpenAI's categories, in OpenAI's order (every ``Scores`` has all of them).
 CATEGORIES: tuple[str, ...] = (
     "harassment",
     "harassment/threatening",
@@ -26,36 +29,31 @@ CATEGORIES: tuple[str, ...] = (
     "violence/graphic",
 )
 
-#: Llama Guard 3's hazard taxonomy (MLCommons S1–S14) → the categories above. Empty where OpenAI's
-#: shape has no category for the hazard: S6 (specialized advice), S7 (privacy: PII detection's
-#: business), S8 (intellectual property) and S13 (elections) are recorded by code only.
+#: Llama Guard 3's hazard codes (the MLCommons taxonomy, as its model card lists them) → Parley's categories.
+#: An empty tuple: a hazard OpenAI's categories have no place for; the guard may say "unsafe" for it and the
+#: result is still unflagged (the raw codes are kept on ``LlamaGuard``'s verdicts for review).
 LLAMA_GUARD_3: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "S1": ("violence", "illicit/violent"),  # violent crimes
-        "S2": ("illicit",),  # non-violent crimes
-        "S3": ("sexual", "illicit"),  # sex-related crimes
+        "S2": ("illicit",),  # non-violent crimes (fraud, theft, drugs, hacking)
+        "S3": ("sexual", "illicit/violent"),  # sex-related crimes (assault, trafficking)
         "S4": ("sexual/minors",),  # child sexual exploitation
-        "S5": ("harassment",),  # defamation
-        "S6": (),  # specialized advice
-        "S7": (),  # privacy
-        "S8": (),  # intellectual property
-        "S9": ("illicit/violent", "violence"),  # indiscriminate weapons (CBRNE)
-        "S10": ("hate",),  # hate
-        "S11": ("self-harm", "self-harm/intent"),  # suicide and self-harm
+        "S5": (),  # defamation: no OpenAI category
+        "S6": (),  # specialised (financial, medical, legal) advice: no OpenAI category
+        "S7": (),  # privacy: personal data is moderation/pii.py's concern, not a category
+        "S8": (),  # intellectual property: no OpenAI category
+        "S9": ("illicit/violent",),  # indiscriminate weapons (chemical, biological, nuclear, explosives)
+        "S10": ("hate",),
+        "S11": ("self-harm",),  # suicide and self-harm
         "S12": ("sexual",),  # sexual content
-        "S13": (),  # elections
-        "S14": ("illicit",),  # code interpreter abuse
+        "S13": (),  # elections misinformation: no OpenAI category
+        "S14": ("illicit",),  # code interpreter abuse (denial of service, escapes): cyber crime
     }
 )
 
 
 def parent(category: str) -> str:
-    """``violence/graphic`` → ``violence``; a top-level category is its own parent."""
-    return category.split("/", 1)[0]
-
-
-def check(category: str) -> str:
-    """``category`` if it is one of CATEGORIES, else ValueError naming the choices."""
+    """The category a sub-category belongs to ("violence/graphic" → "violence"); a parent is its own."""
     if category not in CATEGORIES:
-        raise ValueError(f"unknown moderation category {category!r}; categories are {', '.join(CATEGORIES)}")
-    return category
+        raise ValueError(f"unknown moderation category {category!r} (known: {', '.join(CATEGORIES)})")
+    return category.split("/", 1)[0]

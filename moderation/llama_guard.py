@@ -1,11 +1,19 @@
-"""Llama Guard 3 as a moderation classifier, served by SGLang and called through the workers' engine client.
+"""``LlamaGuard``: Llama Guard 3 served by SGLang, asked through the engine client workers use.
 
-The production classifier: a safety model on the small pool (Llama Guard 3 1B
-is enough for a first line; 8B where precision matters). It is prompted with
-its own template (the conversation to classify, the hazard categories S1–S14)
-and answers ``safe`` or ``unsafe`` then the codes, e.g. ``S1,S10``; each code
-maps onto Parley's categories (moderation/categories.py). It gives no
-probabilities, so a flagged category scores 1.0 and the rest 0.
+Llama Guard 3 is a Llama fine-tuned to answer one question about a
+conversation: ``safe``, or ``unsafe`` and a line of hazard codes
+("unsafe\\nS1,S10"). The prompt is its model card's, built here as text (the
+engine's ``/generate`` takes a rendered prompt); each text is judged as the
+last 'User' message of a one-turn conversation, output windows included (the
+card's 'Agent' form needs the user turn before it, which a window of a reply
+does not carry). The codes map to Parley's categories by
+``categories.LLAMA_GUARD_3``; a flagged category scores 1.0, the rest 0: the
+guard gives a verdict, not a probability, so thresholds below 1 all read it
+alike.
+
+Errors: the engine's (``EngineError``) pass through, a generation that ends
+"failed" raises ``EngineUnavailable``; an answer that is neither
+verdict raises ``GuardOutputError`` with the answer's first characters.
 """
 
 from __future__ import annotations
@@ -16,65 +24,89 @@ import uuid
 from collections.abc import Sequence
 
 from moderation.categories import LLAMA_GUARD_3
-from moderation.classifier import ClassifierUnavailable, Scores, scores_of
+from moderation.classifier import ClassifierUnavailable, Scores
 from workers.engine_api import EngineClient, EngineError, GenerateRequest
 
-HAZARDS = (
-    ("S1", "Violent Crimes."), ("S2", "Non-Violent Crimes."), ("S3", "Sex Crimes."), ("S4", "Child Exploitation."),
-    ("S5", "Defamation."), ("S6", "Specialized Advice."), ("S7", "Privacy."), ("S8", "Intellectual Property."),
-    ("S9", "Indiscriminate Weapons."), ("S10", "Hate."), ("S11", "Self-Harm."), ("S12", "Sexual Content."),
-    ("S13", "Elections."), ("S14", "Code Interpreter Abuse."),
-)  # fmt: skip
-_VERDICT = re.compile(r"^\s*(safe|unsafe)\s*(?:\n\s*((?:S\d{1,2})(?:\s*,\s*S\d{1,2})*))?\s*$", re.I)
+#: The hazards the prompt lists, as the model card names them. S14 (code interpreter abuse) is left out:
+#: it concerns tool calls, which Parley's texts are not (a verdict naming it still parses).
+HAZARDS: tuple[tuple[str, str], ...] = (
+    ("S1", "Violent Crimes"),
+    ("S2", "Non-Violent Crimes"),
+    ("S3", "Sex Crimes"),
+    ("S4", "Child Exploitation"),
+    ("S5", "Defamation"),
+    ("S6", "Specialized Advice"),
+    ("S7", "Privacy"),
+    ("S8", "Intellectual Property"),
+    ("S9", "Indiscriminate Weapons"),
+    ("S10", "Hate"),
+    ("S11", "Self-Harm"),
+    ("S12", "Sexual Content"),
+    ("S13", "Elections"),
+)
+
+# The card's wording, "according our" included: the model was trained on it.
+_PROMPT = (
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
+    "Task: Check if there is unsafe content in 'User' messages in conversations according our safety policy with the "
+    "below categories.\n\n<BEGIN UNSAFE CONTENT CATEGORIES>\n{hazards}\n<END UNSAFE CONTENT CATEGORIES>\n\n"
+    "<BEGIN CONVERSATION>\n\nUser: {text}\n\n<END CONVERSATION>\n\n"
+    "Provide your safety assessment for ONLY THE LAST User message in the above conversation:\n"
+    " - First line must read 'safe' or 'unsafe'.\n"
+    " - If unsafe, a second line must include a comma-separated list of violated categories."
+    "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+_SPECIAL = re.compile(r"<\|[a-z_]+\|>")
+MAX_NEW_TOKENS = 20  # "unsafe\nS1,S2,S3,..." is a few tokens; a longer answer is not a verdict
 
 
 class GuardOutputError(ValueError):
-    """The model answered something that is not Llama Guard's verdict."""
+    """Llama Guard answered something that is neither "safe" nor "unsafe" and hazard codes."""
 
 
-def prompt(text: str, role: str = "User") -> str:
-    """Llama Guard 3's classification prompt for one message (its model card's template)."""
-    categories = "\n".join(f"{code}: {name}" for code, name in HAZARDS)
-    return (
-        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
-        f"Task: Check if there is unsafe content in '{role}' messages in conversations according our safety policy "
-        "with the below categories.\n\n<BEGIN UNSAFE CONTENT CATEGORIES>\n"
-        f"{categories}\n<END UNSAFE CONTENT CATEGORIES>\n\n<BEGIN CONVERSATION>\n\n{role}: {text}\n\n<END CONVERSATION>\n\n"
-        f"Provide your safety assessment for ONLY THE LAST {role} message in the above conversation:\n"
-        " - First line must read 'safe' or 'unsafe'.\n"
-        " - If unsafe, a second line must include a comma-separated list of violated categories."
-        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-    )
+def prompt(text: str) -> str:
+    """Llama Guard 3's prompt judging ``text`` as a user message (special tokens inside it are defused)."""
+    hazards = "\n".join(f"{code}: {name}." for code, name in HAZARDS)
+    return _PROMPT.format(hazards=hazards, text=_SPECIAL.sub(lambda m: m.group(0).replace("|", "¦"), text))
 
 
-def parse(output: str) -> Scores:
-    """``safe`` → all zero; ``unsafe\\nS1,S10`` → 1.0 for each mapped category. Anything else raises."""
-    m = _VERDICT.match(output)
-    if m is None:
-        raise GuardOutputError(f"not a Llama Guard verdict: {output[:80]!r}")
-    if m.group(1).lower() == "safe":
-        return scores_of({})
-    codes = [c.strip().upper() for c in (m.group(2) or "").split(",") if c.strip()]
-    unknown = [c for c in codes if c not in LLAMA_GUARD_3]
-    if unknown:
-        raise GuardOutputError(f"unknown hazard codes {unknown}")
-    return scores_of({category: 1.0 for code in codes for category in LLAMA_GUARD_3[code]})
+def parse_verdict(output: str) -> tuple[str, ...]:
+    """The hazard codes of an answer: () for "safe", ("S1", "S10") for "unsafe\\nS1,S10"."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    if lines == ["safe"]:
+        return ()
+    if len(lines) == 2 and lines[0] == "unsafe":
+        codes = tuple(code.strip() for code in lines[1].split(","))
+        if codes and all(code in LLAMA_GUARD_3 for code in codes):
+            return codes
+    raise GuardOutputError(f"Llama Guard's answer is not a verdict: {output[:80]!r}")
+
+
+def scores_of(codes: Sequence[str]) -> Scores:
+    """Parley's scores for a verdict: 1.0 for every category a code maps to."""
+    return Scores.of({category: 1.0 for code in codes for category in LLAMA_GUARD_3[code]})
 
 
 class LlamaGuard:
     def __init__(self, engine: EngineClient, model: str = "meta-llama/Llama-Guard-3-1B") -> None:
-        self._engine = engine
+        self.engine = engine
         self.model = model
 
-    async def classify(self, texts: Sequence[str]) -> list[Scores]:
-        return list(await asyncio.gather(*(self._one(t) for t in texts)))
-
-    async def _one(self, text: str) -> Scores:
-        request = GenerateRequest(rid=f"guard-{uuid.uuid4().hex}", text=prompt(text), max_new_tokens=16, temperature=0.0)
-        out = []
+    async def verdict(self, text: str) -> tuple[str, ...]:
+        """The hazard codes Llama Guard gives ``text`` (greedy, so the same text gets the same verdict)."""
+        request = GenerateRequest(
+            rid=f"guard-{uuid.uuid4().hex}", text=prompt(text), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0
+        )
+        parts = []
         try:
-            async for delta in self._engine.generate(request):
-                out.append(delta.text)
-        except EngineError as exc:
-            raise ClassifierUnavailable(f"the safety model's engine failed: {exc}") from exc
-        return parse("".join(out))
+            async for delta in self.engine.generate(request):
+                if delta.finish_reason == "failed":
+                    raise ClassifierUnavailable(f"Llama Guard's generation failed: {delta.error}")
+                parts.append(delta.text)
+        except EngineError as exc:  # down, refused, broke the protocol: the caller retries
+            raise ClassifierUnavailable(f"Llama Guard's engine: {exc}") from exc
+        return parse_verdict("".join(parts))
+
+    async def classify(self, texts: Sequence[str]) -> list[Scores]:
+        verdicts = await asyncio.gather(*(self.verdict(text) for text in texts))
+        return [scores_of(codes) for codes in verdicts]

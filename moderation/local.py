@@ -1,80 +1,82 @@
-"""The local classifier: alt-profanity-check's bundled linear SVM plus phrase rules, nothing downloaded.
+"""``LocalClassifier``: moderation in process, with no download — an offensive-language SVM plus rules.
 
-The SVM (trained on offensive-language data, shipped inside the wheel) is read
-as ``harassment``: insults and abuse aimed at someone are what it separates
-best. Its probability is rescaled so everyday words it over-reads ("this
-joke killed me" ≈ 0.57, "shoot a photo" ≈ 0.40) stay under a 0.5 threshold and
-plain abuse ("you worthless idiot" ≈ 1.0) stays at the top. Everything else
-comes from moderation/rules.py. Both read the text after the rules' safe
-look-alikes are removed. Microseconds a text; the SVM loads once (~2 s).
+alt-profanity-check ships a linear SVM (TF-IDF over words, calibrated to a
+probability by five sigmoids) trained on offensive and non-offensive tweets.
+It knows insults and abuse, not topics: "how do I make a pipe bomb" is polite
+to it. So its probability goes to ``harassment`` (what offensive language
+aimed at someone is), and moderation/rules.py covers the other categories.
+Aimed at no one ("this traffic is fucking awful", "I hate broccoli"), the
+probability is cut below the default threshold (``UNDIRECTED``): swearing
+or disliking a thing is not harassment.
+
+The SVM is read once, at construction, from the package's joblib files, and
+then evaluated here as the arithmetic it is (a sparse dot product and five
+sigmoids): scikit-learn's ``predict_proba`` checks its input on every call
+and takes ~2 ms a text; this takes tens of microseconds, with the same
+result (tests/unit/moderation/test_local.py compares them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
+from collections import Counter
 from collections.abc import Sequence
 from importlib.metadata import version
 
-from moderation.classifier import Scores, scores_of
+import numpy as np
 
-from moderation.rules import HINT_SCORE, normalise, rule_scores, without_lookalikes
+from moderation import rules
+from moderation.classifier import Scores
 
-_ADDRESSED = re.compile(r"\b(?:you|u|your|ya)\b")
-
-#: SVM probability at which harassment starts to score, and the span over which it reaches 1.
-SVM_FLOOR = 0.65
-SVM_SPAN = 1.0 - SVM_FLOOR
-#: Batches above this size are scored off the event loop.
-BATCH_INLINE = 64
+VERSION = 1  # of the rules and the mapping below: bump when either changes, results record it
+UNDIRECTED = 0.45  # weight of the SVM's probability when the text addresses no one: alone it never reaches 0.5
+DIRECTED = re.compile(
+    r"\b(?:you|your|you'?re|yourself|yourselves|u|ur|ya|yours)\b|^(?:fuck|piss|bugger) off\b|^(?:go to hell|screw you|get lost)"
+)
 
 
-class BundledSvm:
-    """alt-profanity-check's model, evaluated directly: the same probabilities as its ``predict_prob``
-    (a unit test holds them equal), without scikit-learn's per-call checks, which cost ~4 ms a text
-    against ~0.7 ms here. The model is a CalibratedClassifierCV of LinearSVCs with sigmoid calibration:
-    p = mean over folds of 1 / (1 + exp(a·(w·x + b₀) + b))."""
+class ProfanitySvm:
+    """alt-profanity-check's calibrated linear SVM: ``probability(text)`` equals its ``predict_prob([text])[0]``."""
 
     def __init__(self) -> None:
-        import numpy as np
-        from profanity_check import profanity_check as bundled  # loads the vectorizer and model from the wheel
+        from profanity_check import profanity_check  # unpickles the vectorizer and the model, once per process
 
-        folds = bundled.model.calibrated_classifiers_
-        self._np = np
-        self._vectorizer = bundled.vectorizer
-        self._w = np.vstack([f.estimator.coef_.ravel() for f in folds]).T
-        self._b0 = np.array([f.estimator.intercept_[0] for f in folds])
-        self._a = np.array([f.calibrators[0].a_ for f in folds])
-        self._b = np.array([f.calibrators[0].b_ for f in folds])
+        vectorizer, model = profanity_check.vectorizer, profanity_check.model
+        self._analyse = vectorizer.build_analyzer()  # lower case, \w\w+ tokens, English stop words dropped
+        self._vocabulary: dict[str, int] = vectorizer.vocabulary_
+        self._idf = np.asarray(vectorizer.idf_)
+        folds = model.calibrated_classifiers_
+        self._coef = np.stack([fold.estimator.coef_[0] for fold in folds])  # (folds, terms)
+        self._intercept = np.array([fold.estimator.intercept_[0] for fold in folds])
+        self._a = np.array([fold.calibrators[0].a_ for fold in folds])
+        self._b = np.array([fold.calibrators[0].b_ for fold in folds])
 
-    def __call__(self, texts: Sequence[str]) -> list[float]:
-        np = self._np
-        decision = self._vectorizer.transform(list(texts)) @ self._w + self._b0
-        return [float(p) for p in (1.0 / (1.0 + np.exp(self._a * decision + self._b))).mean(axis=1)]
+    def probability(self, text: str) -> float:
+        counts = Counter(t for t in self._analyse(text) if t in self._vocabulary)
+        decision = self._intercept
+        if counts:
+            index = np.fromiter((self._vocabulary[t] for t in counts), dtype=np.intp, count=len(counts))
+            tfidf = np.fromiter(counts.values(), dtype=float, count=len(counts)) * self._idf[index]
+            decision = self._coef[:, index] @ (tfidf / np.linalg.norm(tfidf)) + self._intercept
+        # scikit-learn's _SigmoidCalibration: P(offensive) = 1 / (1 + exp(a·d + b)), averaged over the folds.
+        return float(np.mean(1.0 / (1.0 + np.exp(self._a * decision + self._b))))
 
 
 class LocalClassifier:
     def __init__(self) -> None:
-        self._predict = BundledSvm()
-        self.model = f"parley-local/1 (alt-profanity-check {version('alt-profanity-check')} + rules)"
+        self._svm = ProfanitySvm()
+        self.model = f"parley-local/{VERSION} (alt-profanity-check {version('alt-profanity-check')})"
 
     def scores(self, text: str) -> Scores:
-        return self.score_all([text])[0]
-
-    def score_all(self, texts: Sequence[str]) -> list[Scores]:
-        cleaned = [without_lookalikes(normalise(t)) for t in texts]
-        probs = self._predict(cleaned) if cleaned else []
-        out = []
-        for text, prob in zip(cleaned, probs):
-            found = dict(rule_scores(text))
-            harassment = max(0.0, (float(prob) - SVM_FLOOR) / SVM_SPAN) if text.strip() else 0.0
-            if "self-harm" in found and not _ADDRESSED.search(text):
-                harassment = min(harassment, HINT_SCORE)  # "I want to die" is about the writer, aimed at no one
-            found["harassment"] = max(found.get("harassment", 0.0), round(harassment, 4))
-            out.append(scores_of(found))
-        return out
+        """One text's scores: the rules' hits, and the SVM's probability as harassment."""
+        seen = rules.neutralise(text)
+        hits = rules.match(seen)
+        offensive = self._svm.probability(seen)
+        if not DIRECTED.search(seen):
+            offensive *= UNDIRECTED
+        hits["harassment"] = max(hits.get("harassment", 0.0), offensive)
+        return Scores.of(hits)
 
     async def classify(self, texts: Sequence[str]) -> list[Scores]:
-        if len(texts) <= BATCH_INLINE:
-            return self.score_all(texts)
-        return await asyncio.to_thread(self.score_all, texts)
+        # In line, not in a thread: a text takes well under a millisecond (bench/moderation.py).
+        return [self.scores(text) for text in texts]

@@ -1,11 +1,16 @@
-"""What each tier's moderation blocks, and how (``PARLEY_MODERATION_POLICY``).
+"""What each tier blocks, at which scores, and when input is checked: ``PARLEY_MODERATION_POLICY`` read once.
 
-Per tier: the categories that stop a turn, their thresholds, whether the input
-is checked beside the generation (``parallel``, the default: it never adds to
-TTFT) or before it (``strict``: the context builder waits for the verdict), and
-whether a flagged text is kept for review. Policies per organisation come with
-organisations (issue 19); ``for_tier`` takes the org already so callers need
-not change then.
+The policy is JSON keyed by tier::
+
+    {"free": {"block": ["sexual", "violence/graphic"], "thresholds": {"sexual": 0.3},
+              "mode": "strict", "retain_flagged": false},
+     "enterprise": {"thresholds": {"violence": 0.8}}}
+
+A tier left out, or a key left out of a tier, keeps the default: every
+category blocks at 0.5, input is checked beside generation, and a cut reply's
+text is dropped. A tier Parley does not know gets the "free" policy. Anything
+unknown in the JSON (a key, a category, a mode) is an error that names it: a
+typo must not quietly turn moderation off.
 """
 
 from __future__ import annotations
@@ -16,24 +21,23 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from moderation.categories import CATEGORIES, check
+from moderation.categories import CATEGORIES
 from moderation.classifier import Scores
 
 TIERS = ("free", "plus", "enterprise")
-MODES = ("parallel", "strict")
-_KEYS = frozenset({"block", "thresholds", "default_threshold", "mode", "retain_flagged"})
+MODES = ("parallel", "strict")  # parallel: input checked beside generation; strict: before it starts
 
 
 @dataclass(frozen=True)
 class TierPolicy:
-    block: frozenset[str] = frozenset(CATEGORIES)
-    thresholds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    default_threshold: float = 0.5
+    block: frozenset[str] = frozenset(CATEGORIES)  # categories that cut a reply or stop a turn
+    thresholds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # per category
+    default_threshold: float = 0.5  # for categories without their own threshold
     mode: str = "parallel"
-    retain_flagged: bool = False
+    retain_flagged: bool = False  # keep the original text of a cut reply for review, or drop it
 
     def flags(self, scores: Scores) -> tuple[str, ...]:
-        """The categories this policy blocks that reached their threshold, in CATEGORIES order."""
+        """The blocking categories ``scores`` reach, in CATEGORIES order."""
         return tuple(c for c in scores.over(self.thresholds, self.default_threshold) if c in self.block)
 
 
@@ -42,53 +46,54 @@ class Policy:
     tiers: Mapping[str, TierPolicy]
 
     def for_tier(self, tier: str, org: str | None = None) -> TierPolicy:
-        """The tier's policy (an unknown tier gets the free tier's); ``org`` is unused until organisations exist."""
-        return self.tiers.get(tier) or self.tiers["free"]
+        """The tier's policy ("free"'s for an unknown tier). ``org`` is unused until organisations exist (issue 19)."""
+        return self.tiers.get(tier, self.tiers["free"])
 
 
 def policy_from(text: str) -> Policy:
-    """The policy a JSON text describes (``""``: the defaults); ValueError naming what is wrong."""
-    tiers = {t: TierPolicy() for t in TIERS}
-    if not text.strip():
-        return Policy(MappingProxyType(tiers))
+    """The policy ``PARLEY_MODERATION_POLICY`` holds ("" → the defaults for every tier); ValueError names what is wrong."""
     try:
-        raw = json.loads(text)
+        raw: Any = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
-        raise ValueError(f"PARLEY_MODERATION_POLICY is not JSON: {exc}") from None
+        raise ValueError(f"PARLEY_MODERATION_POLICY is not JSON: {exc}") from exc
     if not isinstance(raw, dict):
-        raise ValueError("PARLEY_MODERATION_POLICY must be an object of tiers")
-    for tier, spec in raw.items():
-        if tier not in TIERS:
-            raise ValueError(f"PARLEY_MODERATION_POLICY: unknown tier {tier!r}; tiers are {', '.join(TIERS)}")
-        tiers[tier] = _tier(tier, spec)
-    return Policy(MappingProxyType(tiers))
+        raise ValueError("PARLEY_MODERATION_POLICY must be a JSON object keyed by tier")
+    _known("tier", raw, TIERS)
+    return Policy(MappingProxyType({tier: _tier(tier, raw.get(tier, {})) for tier in TIERS}))
 
 
-def _tier(tier: str, spec: Any) -> TierPolicy:
-    where = f"PARLEY_MODERATION_POLICY[{tier}]"
-    if not isinstance(spec, dict):
-        raise ValueError(f"{where} must be an object")
-    unknown = sorted(set(spec) - _KEYS)
-    if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; keys are {', '.join(sorted(_KEYS))}")
-    block = frozenset(check(c) for c in spec.get("block", CATEGORIES))
-    thresholds = {check(c): _unit(f"{where}.thresholds.{c}", v) for c, v in (spec.get("thresholds") or {}).items()}
-    mode = spec.get("mode", "parallel")
+def _tier(tier: str, raw: Any) -> TierPolicy:
+    where = f"PARLEY_MODERATION_POLICY[{tier!r}]"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be a JSON object")
+    _known(f"key of {where}", raw, ("block", "thresholds", "default_threshold", "mode", "retain_flagged"))
+    default = TierPolicy()
+    block = raw.get("block", sorted(default.block))
+    thresholds = raw.get("thresholds", {})
+    if not isinstance(block, list) or not isinstance(thresholds, dict):
+        raise ValueError(f"{where}: block is a list of categories, thresholds an object of category → score")
+    _known(f"category in {where}.block", block, CATEGORIES)
+    _known(f"category in {where}.thresholds", thresholds, CATEGORIES)
+    default_threshold = raw.get("default_threshold", default.default_threshold)
+    for name, value in (*thresholds.items(), ("default_threshold", default_threshold)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{where}: threshold of {name} must be a number in [0, 1], not {value!r}")
+    mode = raw.get("mode", default.mode)
     if mode not in MODES:
-        raise ValueError(f"{where}.mode must be one of {', '.join(MODES)}, got {mode!r}")
-    retain = spec.get("retain_flagged", False)
+        raise ValueError(f"{where}: unknown mode {mode!r} (use {' or '.join(MODES)})")
+    retain = raw.get("retain_flagged", default.retain_flagged)
     if not isinstance(retain, bool):
-        raise ValueError(f"{where}.retain_flagged must be true or false")
+        raise ValueError(f"{where}: retain_flagged must be true or false")
     return TierPolicy(
-        block=block,
-        thresholds=MappingProxyType(thresholds),
-        default_threshold=_unit(f"{where}.default_threshold", spec.get("default_threshold", 0.5)),
+        block=frozenset(block),
+        thresholds=MappingProxyType({c: float(v) for c, v in thresholds.items()}),
+        default_threshold=float(default_threshold),
         mode=mode,
         retain_flagged=retain,
     )
 
 
-def _unit(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-        raise ValueError(f"{where} must be a number in (0, 1], got {value!r}")
-    return float(value)
+def _known(what: str, names: Any, known: tuple[str, ...]) -> None:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown {what}: {', '.join(map(repr, unknown))} (known: {', '.join(known)})")

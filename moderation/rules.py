@@ -1,101 +1,275 @@
-"""Phrase rules for what the bundled linear model cannot see (moderation/local.py).
+"""Regular expressions for what the offensive-language SVM cannot see: self-harm, violence, illicit acts,
+hate, sexual content, sexual content involving minors, and threats.
 
-alt-profanity-check's SVM knows offensive words; it does not know a threat
-worded politely, self-harm intent, weapon or drug recipes, group hatred or
-sexual content about minors. These regexes do, over normalised text (lower
-case, punctuation to spaces). A hit scores its category and the category's
-parent ``RULE_SCORE``; a few broad terms score below the default threshold on
-purpose (``suicide`` alone appears in clinical and news text). Phrases that
-only look violent ("kill the process", "shoot a photo", "this joke killed
-me", "a killer feature") are removed before the rules and the model read the
-text (``SAFE``). Deterministic; no model, no download.
+Each rule is a pattern over ``normalise``'d text (lower case, NFKC, no
+zero-width characters, runs of a letter cut to two) with word boundaries, and
+the categories it is evidence for. A hit scores ``HIT`` for its categories
+(and their parents: ``Scores.of``); a bare mention of a hard topic scores
+``MENTION``, under the default threshold, so clinical or news text about
+suicide or war is seen but not flagged. Benign idioms ("kill the process",
+"shoot a photo", "a killer feature") are cut out first (``BENIGN``), before
+both the rules and the SVM read the text.
+
+The patterns are conservative: precise phrases, first-person intent,
+requests for instructions. They miss paraphrase (bench/moderation.py reports
+how much); a model (Llama Guard) is the remedy, not longer lists.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
-from types import MappingProxyType
+from dataclasses import dataclass
 
-from moderation.categories import parent
+HIT = 0.9  # a rule matched: clearly over the default threshold of 0.5
+MENTION = 0.3  # the topic is named, nothing more: seen, not flagged at the default threshold
 
-#: What a rule hit scores (above any default threshold), and what a weak hint scores (below it).
-RULE_SCORE = 0.9
-HINT_SCORE = 0.35
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 
-_TARGET = r"(?:you|u|ya|your (?:family|kids|wife|husband)|him|her|them|everyone|everybody)"
-_GROUPS = (
-    r"(?:immigrants|muslims|jews|christians|hindus|blacks|whites|asians|gays|lesbians|trans people|women|mexicans|"
-    r"arabs|refugees|foreigners)"
-)
-_MINORS = r"(?:child|children|kid|kids|minor|minors|underage|preteens?|toddlers?|schoolgirls?|schoolboys?|\d{1,2} year old)"
-_SEXUAL = r"(?:nude|nudes|naked|porn|pornographic|erotic|sexual (?:images|photos|pictures|content|acts?|videos?)|sex with)"
 
-#: Look-alikes removed before anything reads the text.
-SAFE = re.compile(
-    r"\b(?:"
-    r"kill(?:s|ed|ing)?(?: -\d+| the| a| that| this| all| my| our)? (?:process(?:es)?|tasks?|jobs?|threads?|servers?|sessions?|"
-    r"apps?|programs?|commands?|pids?|containers?|pods?|signals?|switch|bugs?|lights?|engine|music|time|the mood)|"
-    r"kill -?\d+|pkill|killall|"
-    r"(?:this|that|the|your) (?:joke|show|movie|set|line|meme)s? (?:killed|kills|is killing) me|(?:you re|you are) killing me|"
-    r"killer (?:feature|app|deal|combo|idea|view|workout|look|song)s?|"
-    r"murder (?:a |the )?(?:pizza|burger|sandwich|beer|steak)|"
-    r"(?:shoot|shooting|shot|shoots) (?:a |the |some |my |our )?(?:photos?|pictures?|videos?|films?|scenes?|movies?|portraits?|"
-    r"weddings?|hoops|baskets?|emails?|messages?|notes?|breeze|the moon)|"
-    r"(?:execute|executes|executing|execution of|terminate|terminating|abort|aborting) (?:the |a |this |my )?(?:scripts?|programs?|"
-    r"query|queries|threads?|process(?:es)?|plans?|orders?|jobs?|commands?|tasks?|trades?)|"
-    r"dead ?(?:code|lock|line)s?|bomb(?:ed)? (?:the|my|an?) (?:exam|test|interview|audition)"
-    r")\b"
-)
+def normalise(text: str) -> str:
+    """Lower case, NFKC (full-width and ligature letters folded), zero-width characters gone, "killll" → "kill"."""
+    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH).translate(_QUOTES).lower()
+    text = re.sub(r"([a-z])\1{2,}", r"\1\1", text)
+    return re.sub(r"\s+", " ", text).strip()
 
-#: (category, pattern, score): each pattern's hit scores its category and its parent.
-RULES: tuple[tuple[str, re.Pattern[str], float], ...] = tuple(
-    (category, re.compile(pattern), score)
-    for category, pattern, score in (
-        # threats against a person
-        ("harassment/threatening", rf"\b(?:i m|i am|im|i ll|i will|we ll|we will|we re|we are)(?: going to| gonna)? (?:kill|murder|hurt|beat|stab|shoot|strangle|rape|find|get) {_TARGET}\b", RULE_SCORE),
-        ("harassment/threatening", r"\b(?:you re|you are|ur) (?:going to|gonna) (?:die|pay|regret)\b|\bi know where you live\b|\bwatch your back\b", RULE_SCORE),
-        ("violence", rf"\b(?:kill|murder|stab|shoot|behead|slaughter|massacre|torture|strangle) (?:{_TARGET}|people|the (?:man|woman|child|kids|family)|my (?:wife|husband|family|neighbou?r|boss|teacher))\b", RULE_SCORE),
-        ("violence", r"\bburn (?:down )?(?:your|his|her|their) (?:house|home|car|school)\b|\bshoot up (?:a |the )?(?:school|church|mosque|synagogue|mall)\b", RULE_SCORE),
-        ("violence/graphic", r"\b(?:dismember(?:ed|ing)?|disembowel(?:ed|ing)?|decapitat(?:e|ed|ing)|eviscerat(?:e|ed|ing))\b|\b(?:blood|guts|brains|entrails) (?:spilled|splattered|everywhere|pouring out)\b", RULE_SCORE),
-        # self-harm
-        ("self-harm/intent", r"\b(?:i (?:want|wanna|am going|m going|plan|intend|need)(?: to)?|i will|i ll|i m gonna) (?:kill myself|end (?:my life|it all)|die|hurt myself|cut myself|commit suicide|overdose)\b", RULE_SCORE),
-        ("self-harm/intent", r"\b(?:i m|i am|im|feeling) suicidal\b|\bno reason to (?:live|go on)\b", RULE_SCORE),
-        ("self-harm/instructions", r"\b(?:how (?:to|do i|can i|should i)|best way to|easiest way to|painless way to|quickest way to) (?:kill (?:myself|yourself)|commit suicide|end (?:my|your) life|overdose|cut (?:myself|yourself)|hang (?:myself|yourself)|slit (?:my|your) wrists)\b", RULE_SCORE),
-        ("self-harm", r"\b(?:suicide|self harm)\b", HINT_SCORE),
-        # hate
-        ("hate", rf"\b(?:all|those|these|the|filthy|dirty) {_GROUPS} (?:are|should be) (?:animals|vermin|subhuman|scum|trash|parasites|rats|cockroaches|inferior)\b", RULE_SCORE),
-        ("hate", rf"\bi hate (?:all )?{_GROUPS}\b", RULE_SCORE),
-        ("hate/threatening", rf"\b(?:all |those |these |the )?{_GROUPS} (?:should|must|need to|deserve to) (?:be (?:killed|exterminated|gassed|shot|hanged|wiped out)|die)\b|\bdeath to (?:all )?{_GROUPS}\b|\bkill all {_GROUPS}\b", RULE_SCORE),
-        # illicit
-        ("illicit", r"\bhow (?:to|do i|can i|do you) (?:make|cook|synthesi[sz]e|produce|grow) (?:meth|methamphetamine|crack|heroin|fentanyl|lsd|mdma|cocaine)\b", RULE_SCORE),
-        ("illicit", r"\b(?:how (?:to|do i|can i) )(?:launder money|steal (?:a car|credit cards?|someone s identity)|hack into (?:someone s|my ex s|a bank|an? email)|pick a lock to break in|make counterfeit (?:money|bills))\b|\bbuy (?:stolen|fake) (?:credit cards|passports|ids)\b", RULE_SCORE),
-        ("illicit/violent", r"\b(?:how (?:to|do i|can i|do you)|instructions (?:to|for)|steps to) (?:make|build|assemble|create) (?:a |an )?(?:bomb|pipe bomb|explosive|explosives|ied|molotov cocktail|nerve agent|sarin|bioweapon|ghost gun|silencer)\b", RULE_SCORE),
-        # sexual
-        ("sexual", r"\b(?:porn|porno|pornographic|xxx|blowjob|handjob|orgasm|masturbat\w*|nudes|sexting|explicit sex|graphic sex|have sex with me)\b", RULE_SCORE),
-        ("sexual/minors", rf"\b{_MINORS}\b(?:\W+\w+){{0,5}}?\W+{_SEXUAL}\b|\b{_SEXUAL}\b(?:\W+\w+){{0,5}}?\W+{_MINORS}\b|\b(?:child porn|csam|loli|lolicon|shotacon|jailbait)\b", RULE_SCORE),
+
+def _words(*alternatives: str) -> str:
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+# Idioms that use violent or sexual words for ordinary things: removed before any rule or the SVM reads the text.
+BENIGN = re.compile(
+    "|".join(
+        (
+            r"\bkill(?:s|ed|ing)? (?:-\d+|-s ?\w+|%\d+|it|time|two birds|(?:the |a |an |this |that |my |all |every |its )?"
+            r"(?:\w+ )?(?:process|processes|job|jobs|task|thread|server|session|app|program|container|pod|build|query"
+            r"|connection|tab|lights|engine|music|noise|mood|batch|worker|shell|vibe|weeds|mold|mould|bacteria|germs|fleas"
+            r"|ants|pests|roaches|mosquitoes|aphids|viruses|lice|pid))\b",
+            r"\b(?:joke|jokes|show|movie|this|that|it|you|comedian|shoes|feet|heat|commute|ending|episode)"
+            r" (?:is |was |are |were )?(?:totally |literally |really |just )?(?:killed|kills|killing) me\b",
+            r"\bkiller (?:feature|app|deal|idea|combo|track|song|move|workout|view|smile|instinct|whale|bee)s?\b",
+            r"\b(?:could|would) (?:murder|kill) (?:for )?(?:a|an|some) \w+\b",
+            r"\bshoot(?:s|ing)? (?:a |the |some |me |us |you |him |her |them )?(?:an? )?(?:photo|photos|picture|pictures|video|videos|film|movie"
+            r"|scene|portrait|wedding|email|message|text|line|question|hoops|pool|the breeze)\b",
+            r"\bexecut(?:e|es|ed|ing|ion) (?:the |a |this |my |your |of )?(?:script|command|code|query|program|plan|order"
+            r"|function|task|job|test|tests|trade|binary|file|time|context|policy)s?\b",
+            r"\bterminat(?:e|es|ed|ing|ion) (?:a |the |this |my )?(?:thread|process|instance|contract|loop|connection"
+            r"|session|program|employment|lease|subscription)s?\b",
+            r"\b(?:bath|photo|calorimeter) ?bombs?\b|\bbomb(?:ed)? (?:the|my|an|that) (?:exam|test|interview|audition)\b",
+            r"\b(?:break a leg|dead ?lock|dead code|headshot|attack (?:vector|surface)s?|sex of (?:the|a|my) \w+|naked (?:eye|mole rats?))\b",
+        )
     )
 )
 
 
-def normalise(text: str) -> str:
-    """Lower case, accents off, punctuation and runs of space to one space (``don't`` → ``don t``)."""
-    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", folded).split())
+@dataclass(frozen=True)
+class Rule:
+    name: str  # shown in tests and the bench's misses
+    categories: tuple[str, ...]
+    pattern: re.Pattern[str]
+    score: float = HIT
 
 
-def without_lookalikes(normalised: str) -> str:
-    return SAFE.sub(" ", normalised)
+def _rule(name: str, categories: tuple[str, ...], pattern: str, score: float = HIT) -> Rule:
+    return Rule(name, categories, re.compile(pattern), score)
 
 
-def rule_scores(normalised: str) -> Mapping[str, float]:
-    """Each category a rule hit in ``normalised`` text (safe look-alikes removed), with its parent."""
-    found: dict[str, float] = {}
-    for category, pattern, score in RULES:
-        if pattern.search(normalised):
-            for c in {category, parent(category)}:
-                found[c] = max(found.get(c, 0.0), score)
-    if "sexual/minors" in found:  # never weaker than its parent: the one category no policy should miss
-        found["sexual"] = max(found.get("sexual", 0.0), found["sexual/minors"])
-    return MappingProxyType(found)
+I_WILL = _words(
+    r"i ?'?ll", r"i will", r"i am going to", r"i'?m going to", r"i'?m gonna", r"i ?wanna", r"i want to", r"we will",
+    r"we'?ll", r"i'?m about to", r"i swear i'?ll", r"i'?m coming to",
+)
+HURT = _words(r"kill", r"murder", r"stab", r"shoot", r"strangle", r"beat up", r"beat the \w+ out of", r"hurt", r"burn",
+              r"punch", r"slap", r"knife", r"torture",
+              r"slit", r"choke", r"break your \w+", r"smash your \w+")
+PEOPLE = _words(
+    r"you", r"u", r"him", r"her", r"them", r"everyone", r"everybody", r"people",
+    r"your (?:family|kids|children|wife|husband|mom|mum|dad|mother|father|friends|dog|cat|son|daughter|brother|sister"
+    r"|parents|girlfriend|boyfriend)",
+    r"my (?:wife|husband|boss|neighbou?r|teacher|family|mom|mum|dad|brother|sister|coworkers?|classmates?|ex|girlfriend"
+    r"|boyfriend|roommate|landlord|parents)",
+    r"the (?:teacher|boss|neighbou?r|kids|children|students|guy|girl|woman|man)",
+)
+GROUP = _words(  # plural or singular ("every asian")
+    r"jews?", r"jewish people", r"muslims?", r"christians?", r"blacks", r"black people", r"white people", r"asians?",
+    r"mexicans?", r"immigrants?", r"gays?", r"gay people", r"lesbians?", r"trans people", r"transgender people", r"women",
+    r"arabs?", r"hindus?", r"sikhs?", r"disabled people", r"refugees?", r"gypsies", r"roma", r"africans?", r"latinos?",
+    r"chinese people", r"indians?", r"catholics?", r"atheists?", r"homosexuals?", r"migrants?", r"foreigners?",
+)
+HOW = _words(r"how (?:do|can|could|should|would) (?:i|we|you|one)", r"how to", r"ways to", r"steps to",
+             r"tell me how to", r"teach me (?:how )?to", r"instructions (?:for|to|on how to)", r"guide to")
+DRUGS = (r"meth", r"methamphetamine", r"crack", r"cocaine", r"heroin", r"fentanyl", r"lsd", r"mdma", r"dmt", r"crystal meth",
+         r"ghb", r"ketamine")
+DRUG = _words(*DRUGS)
+WEAPON = _words(r"(?:a |an )?(?:pipe |car |nail |dirty |fertili[sz]er )?bomb", r"(?:an? )?explosives?", r"(?:an? )?ied",
+                r"(?:a )?molotov(?: cocktail)?", r"(?:a )?grenade", r"nerve (?:agent|gas)", r"sarin", r"ricin", r"anthrax",
+                r"mustard gas", r"(?:a )?ghost gun", r"(?:an )?untraceable (?:gun|firearm)", r"(?:a )?silencer",
+                r"(?:a )?suppressor", r"napalm", r"thermite", r"chlorine gas", r"(?:a )?bioweapon", r"(?:a )?dirty bomb")
+MINOR = _words(r"child", r"children", r"kid", r"kids", r"minor", r"minors", r"underage", r"under-age", r"pre-?teens?",
+               r"toddlers?", r"little (?:girl|boy)s?", r"schoolgirls?", r"schoolboys?", r"(?:[1-9]|1[0-7])[- ]?(?:year|yr)s?[- ]?olds?",
+               r"young (?:girl|boy)s?", r"my (?:son|daughter)", r"(?:middle|elementary|primary) school(?:er|ers)?",
+               r"\d(?:st|nd|rd|th) graders?")  # not "girls", "teens": adults are called both
+SEXUAL = _words(r"sex", r"sexual(?:ly)?", r"sexy", r"nudes?", r"naked", r"porn\w*", r"erotic\w*", r"explicit", r"aroused",
+                r"horny", r"seduc\w+", r"intercourse", r"undress\w*", r"lewd", r"orgasm\w*", r"fondl\w+", r"molest\w*")
+# Talking with children about their bodies, protecting or reporting: "minor" near "sex" there is not the harm
+# (scored as a mention, under the default threshold) ...
+SAFEGUARDING = re.compile(
+    r"\b(?:sex(?:ual)? (?:education|ed|health)|talk (?:to|with) (?:my|our|your) \w+ about|puberty|body safety|protect"
+    r" \w+ (?:child|children|kids|son|daughter)|prevent\w*|report\w*|signs of|warning signs|safeguard\w*|age of consent"
+    r"|consent laws?|biology|gender|(?:his|her) sex is|determine the sex|anatomy|health class|filter\w*|parental"
+    r"|block\w*|protect\w*)\b"
+)
+# ... unless the text asks for content: "write a sexual story about a 12-year-old, to prevent boredom" is no
+# safeguarding question, and an appended "prevent" must not be a way round the rule.
+CONTENT_REQUEST = re.compile(
+    r"\b(?:write|describe|roleplay|role-play|generate|draw|create|story|stories|fiction|pics?|pictures?|images?|photos?"
+    r"|videos?|send|show me|fantas(?:y|ies)|scene)\b"
+)
+
+RULES: tuple[Rule, ...] = (
+    # ---------------------------------------------------------------- self-harm
+    _rule("self-harm intent", ("self-harm/intent",),
+          r"\bi(?:'?m|'?ve|'?d| am| have| keep)? (?:\w+ ){0,3}(?:kill(?:ing)? myself|end(?:ing)? (?:my life|it all)|commit(?:ting)? suicide"
+          r"|hurt(?:ing)? myself|cut(?:ting)? myself|harm(?:ing)? myself|overdos(?:e|ing)|hang(?:ing)? myself|die tonight)\b"),
+    _rule("self-harm wish", ("self-harm/intent",),
+          r"\bi (?:don'?t|do not) want to (?:live|be alive|wake up|exist)|\bi(?:'d| would) be better off dead"
+          r"|\b(?:no|nothing left to live for|no reason to) (?:reason to )?(?:live|go on)\b|\bi(?:'m| am) (?:feeling )?suicidal\b"
+          r"|\bi wish i (?:was|were) dead\b|\bbetter off (?:without me|if i (?:\w+ )?(?:disappeared|was gone|were gone|died"
+          r"|wasn'?t here|weren'?t here))"
+          r"|\bi (?:really |just |honestly )?want to die\b(?! (?:laughing|of|in my sleep|old))"),
+    _rule("self-harm instructions", ("self-harm/instructions",),
+          HOW + r" (?:kill (?:myself|yourself|oneself)|commit suicide|end (?:my|your|one'?s) (?:own )?life|cut (?:myself|yourself)"
+          r"(?: without)?|hurt (?:myself|yourself)|overdose|hang (?:myself|yourself)|starve (?:myself|yourself))\b"
+          r"|\b(?:painless|quickest|fastest|easiest|best|surest|most effective) (?:way|ways|method|methods) (?:to|of) "
+          r"(?:die|dying|kill (?:myself|yourself)|commit(?:ting)? suicide|end (?:my|your|a) life|suicide)\b"
+          r"|\b(?:lethal|fatal|deadly) (?:dose|amount|quantity) of\b|\bhow many \w+ (?:\w+ )?(?:would|will|does|do)(?: it)?(?: take)?"
+          r"(?: to)? (?:kill (?:me|myself|a person)|be lethal|be fatal|overdose)\b"),
+    _rule("self-harm encouragement", ("self-harm", "harassment"),
+          r"\b(?:go |you should |just |why don'?t you )(?:kill yourself|die|end your life|hang yourself)\b|\bkys\b"),
+    _rule("self-harm promotion", ("self-harm",),
+          r"\b(?:starv\w+|cutting|purging|self[- ]harm\w*|hurting|burning) (?:yourself |myself )?(?:is|isn'?t) (?:a |an |the |really |not a |no )?"
+          r"(?:great|good|best|fine|healthy|normal|answer|only \w+|big deal)\b|\bpro[- ]?(?:ana|mia)\b"
+          r"|\byou should (?:try )?(?:cutting|starving|hurting) (?:yourself)?"),
+    _rule("self-harm mention", ("self-harm",),
+          r"\b(?:suicid\w*|self[- ]?harm\w*|self[- ]?injur\w*|overdos\w*)\b", MENTION),
+    # ---------------------------------------------------------------- threats and harassment
+    _rule("threat", ("harassment/threatening", "violence"),
+          r"\b" + I_WILL + r" (?:\w+ )?(?:" + HURT + r" " + PEOPLE + r"|(?:beat|rough|mess|smash) " + PEOPLE + r" up)\b"
+          r"|\bi (?:will|'?ll) (?:break|snap|smash) your (?:legs|arms|neck|face|jaw|teeth|skull)\b"),
+    _rule("threat phrase", ("harassment/threatening",),
+          r"\b(?:i know where you (?:live|work|sleep)|watch your back|you(?:'re| are) (?:so )?dead(?: meat)?\b|you(?:'re| are) "
+          r"going to (?:die|regret|pay|suffer)|you'?ll (?:regret|pay for|be sorry)|i(?:'ll| will) (?:find|get|hunt) you"
+          r"|sleep with one eye open|you won'?t (?:live|survive|see) (?:to see |)(?:tomorrow|another day|the weekend))"),
+    _rule("insult", ("harassment",),
+          r"\b(?:you(?:'re| are)|ur|u r|you) (?:such |a |an |so |the |just |really |fucking |fuckin )*(?:stupid|worthless|pathetic"
+          r"|idiot|moron|loser|disgusting|ugly|useless|dumb|brainless|piece of (?:shit|garbage|trash)|waste of (?:space|air)"
+          r"|failure|freak|pig|trash|garbage|clown|imbecile|retard\w*)\b"
+          r"|\b(?:nobody|no one) (?:likes|loves|wants|cares about) you\b|\beveryone hates you\b"),
+    # ---------------------------------------------------------------- violence
+    _rule("violence how-to", ("violence", "illicit/violent"),
+          HOW + r" (?:kill|murder|poison|strangle|stab|torture|kidnap|drown|suffocate|assassinate|maim)"
+          r" (?:a |an |my |your |his |her |the |someone|somebody|people|person|him|her|them|a person)"),
+    _rule("violence act", ("violence",),
+          r"\b(?:shoot up|bomb|attack|blow up) (?:a|the|my|our|this) (?:school|mall|church|mosque|synagogue|temple|office"
+          r"|concert|stadium|crowd|hospital|subway|train|parade|class)\b|\bmass (?:shooting|murder|stabbing) (?:at|in|plan)"
+          r"|\bbeat (?:him|her|them|someone|somebody|my \w+) (?:to death|senseless|bloody|unconscious)\b"
+          r"|\b(?:torture|torturing|hurt|hurting|kill|killing) (?:animals|a cat|a dog|cats|dogs|puppies|kittens)\b for fun"
+          r"|\b(?:deserves?|deserved) to (?:die|be (?:shot|killed|beaten|hanged|stabbed))\b"),
+    _rule("violence graphic", ("violence/graphic",),
+          r"\b(?:entrails|intestines|guts|innards|brains?|brain matter|viscera)\b (?:\w+ ){0,3}(?:spill\w*|splatter\w*|hanging"
+          r"|oozing|everywhere|spray\w*|leak\w*|sprayed)|\b(?:blood|gore) (?:\w+ )?(?:spurt\w*|gush\w*|spray\w*|pool\w*"
+          r"|splatter\w*|pour\w*|everywhere)\b|\b(?:disembowel\w*|dismember\w*|eviscerat\w*|flay\w*|gouged? out|skinned alive"
+          r"|severed (?:head|limbs?|arms?|legs?|fingers?)|bones? (?:snapp\w+|crunch\w+|protrud\w+|sticking out)"
+          r"|flesh (?:tearing|torn|ripped|melting|peeled)|ripped (?:his|her|their) (?:throat|face|guts) out)\b"),
+    _rule("violence mention", ("violence",),
+          r"\b(?:kill\w*|murder\w*|stab\w*|shoot\w*|shot|massacre\w*|torture\w*|war|wars|bomb\w*|genocide|assault\w*)\b", MENTION),
+    # ---------------------------------------------------------------- illicit
+    _rule("drug synthesis", ("illicit",),
+          r"\b(?:" + HOW + r" (?:make|cook|synthesi[sz]e|produce|brew|extract|grow) (?:some |my own |pure )?" + DRUG + r"\b"
+          r"|(?:synthesi[sz]e|synthesis of|synthesizing|cook(?:ing)?|recipe for|precursors? (?:for|of)) " + DRUG + r"\b"
+          r"|(?:buy|order|sell|get|score|ship|smuggle) (?:some )?" + _words(r"drugs", *DRUGS, r"weed", r"pills", r"oxy") + r""
+          r" (?:online|on the dark ?web|without (?:a prescription|getting caught)|past customs|across the border)\b)"),
+    _rule("crime how-to", ("illicit",),
+          HOW + r" (?:shoplift|launder (?:money|cash)|hack into|break into (?:a|an|my \w+'?s|someone'?s|the|his|her) (?:house|home"
+          r"|car|apartment|flat|building|safe|account|phone|store|shop)|hotwire|forge (?:a |an )?(?:signature|document|check"
+          r"|cheque|passport|prescription|id|will)|counterfeit|evade (?:taxes|the police)|steal (?:from|money|a car|cars"
+          r"|someone|people|\w+ from)|pickpocket|scam|phish|embezzle|bribe|blackmail|extort|dox|stalk|spy on|cheat on my"
+          r" taxes|fake an id|make (?:a )?fake (?:id|passport|money)|cover up (?:a|the) (?:crime|murder|body|evidence)"
+          r"|skim credit cards|sneak \w+ past|bypass (?:a |the )?(?:breathalyzer|paywall"
+          r" of|alarm|security camera)|jailbreak a \w+ to steal|clone a (?:credit card|sim)|buy a stolen|make counterfeit)\b"
+          r"|\b(?:write|make|build|create|code) (?:me )?(?:a |some )?(?:ransomware|keylogger|credit card skimmer|phishing"
+          r" (?:page|site|email|kit)|malware|botnet|trojan|virus that)\b|\b(?:stolen credit card (?:numbers|details)"
+          r"|steal (?:someone'?s|a|her|his|their|my \w+'?s) (?:identity|password|credit card|car|wallet))\b"),
+    _rule("weapons", ("illicit/violent",),
+          r"\b(?:" + HOW + r"|(?:recipe|instructions|blueprint|plans) (?:for|to make)) (?:make|build|assemble|3d[- ]print|"
+          r"create|produce|mix|brew|get|buy|acquire|weaponi[sz]e)? ?" + WEAPON + r"\b"
+          r"|\b(?:buy|get) (?:a )?(?:gun|firearm|weapon)"
+          r" (?:without (?:a )?(?:background check|license|licence|serial)|illegally|on the dark ?web)\b|\bpoison (?:my|her|his"
+          r"|someone'?s) \w+ (?:without|so (?:that )?(?:it|no one)|undetect\w*)"),
+    _rule("hitman", ("illicit/violent", "violence"), r"\b(?:hire|find|pay|get) (?:a )?(?:hitman|hit man|assassin|contract killer)\b"),
+    # ---------------------------------------------------------------- hate
+    _rule("hate dehumanising", ("hate",),
+          r"\b(?:all |most |those |these |the )?" + GROUP + r" (?:are|r) (?:all |just |nothing but |a bunch of )?(?:vermin|animals"
+          r"|subhuman|sub-human|parasites|rats|cockroaches|filth|inferior|a disease|a plague|scum|savages|trash|dogs|apes|monkeys"
+          r"|evil|criminals|rapists|terrorists|the problem|ruining (?:this|our) country|not (?:real )?(?:human|people)|disgusting"
+          r"|freaks|mentally ill|sick|perverts|degenerates|a cancer|a burden|diseased|vile|worthless)\b"
+          r"|\bi (?:hate|despise|can'?t stand) (?:all |those |these |the )?" + GROUP + r"\b"
+          r"|\b" + GROUP + r" (?:should|must|need to|ought to) (?:go back|be banned|not be allowed|leave|be kicked out|stay out)"
+          r"|\bgo back to (?:your|their) (?:own )?country\b"),
+    _rule("hate threatening", ("hate/threatening",),
+          r"\b(?:we should|we must|we need to|let'?s|i want to|i will|i'?ll|time to|someone should|it'?s time to) (?:\w+ )?"
+          r"(?:kill|exterminate|gas|wipe out|get rid of|eradicate|slaughter|lynch|burn|shoot) (?:all |every )?(?:the |those |these )?"
+          + GROUP + r"\b|\bdeath to (?:all )?(?:the )?" + GROUP + r"\b|\bkill all (?:the )?" + GROUP + r"\b"
+          r"|\b" + GROUP + r" (?:should|must|need to|deserve to) (?:all )?(?:die|be killed|be exterminated|be gassed|be wiped out"
+          r"|be shot|burn|be hanged|be eradicated)\b"),
+    # ---------------------------------------------------------------- sexual
+    _rule("sexual explicit", ("sexual",),
+          r"\b(?:porn|porno|pornographic|xxx|nudes|nude (?:pics|photos|selfies)|blowjobs?|handjobs?|cumshots?|orgasm\w*"
+          r"|masturbat\w*|erotic (?:story|roleplay|role-play|scene|fiction|chat)|sex scene|sexting|dick pics?|horny|naked (?:pics"
+          r"|photos|pictures|selfies)|send (?:me )?(?:nudes|naked)|hook ?up tonight|escort service|sexual roleplay|make me cum"
+          r"|dirty talk|talk dirty|strip (?:for me|naked)|get (?:me )?(?:off|aroused))\b"
+          r"|\b(?:describe|write|tell) (?:me )?(?:a |an |some )?(?:\w+ )?(?:sex|sexual|steamy|explicit|erotic|x-rated|nsfw)"
+          r" (?:\w+ )?(?:story|scene|encounter|fantasy|act|details)\b|\bhave sex with (?:me|you|her|him)\b"),
+    _rule("sexual minors keywords", ("sexual/minors", "sexual"),
+          r"\b(?:child porn\w*|kiddie porn|csam|child sexual abuse material|lolicon|shotacon|jailbait|pedo(?:phile)? "
+          r"(?:content|pics|videos|material)|underage (?:sex|nudes|porn|girls naked|boys naked)|preteen (?:nudes?|sex|porn))\b"),
+)
+
+# Minor and sexual words within a few words of each other, in either order (outside a safeguarding context).
+MINOR_SEXUAL = re.compile(
+    r"\b" + MINOR + r"\b(?:\W+\w+){0,6}?\W+" + SEXUAL + r"\b|\b" + SEXUAL + r"\b(?:\W+\w+){0,6}?\W+" + MINOR + r"\b"
+)
+
+
+def match(text: str) -> dict[str, float]:
+    """Category → score of every rule that hits ``text`` (already ``neutralised``); deterministic."""
+    hits: dict[str, float] = {}
+
+    def hit(categories: tuple[str, ...], score: float) -> None:
+        for c in categories:
+            hits[c] = max(hits.get(c, 0.0), score)
+
+    for rule in RULES:
+        if rule.pattern.search(text):
+            hit(rule.categories, rule.score)
+    if MINOR_SEXUAL.search(text):
+        hit(("sexual/minors", "sexual"), MENTION if _safeguarding(text) else HIT)
+    return hits
+
+
+def _safeguarding(text: str) -> bool:
+    return bool(SAFEGUARDING.search(text)) and not CONTENT_REQUEST.search(text)
+
+
+def matched(text: str) -> list[str]:
+    """The names of the rules that hit ``text`` (``neutralised``): why a text scored, for tests and the bench."""
+    names = [rule.name for rule in RULES if rule.pattern.search(text)]
+    if MINOR_SEXUAL.search(text):
+        names.append("sexual minors combination" + (" (safeguarding: under threshold)" if _safeguarding(text) else ""))
+    return names
+
+
+def neutralise(text: str) -> str:
+    """``text`` normalised, with benign idioms cut out (what the rules and the SVM read)."""
+    return BENIGN.sub(" ", normalise(text))

@@ -1,5 +1,4 @@
-"""Settings of moderation (``PARLEY_MODERATION_*``): the processor, the strict context builder and
-``POST /v1/moderations`` read the same, so one policy means the same everywhere."""
+"""Settings of moderation (``PARLEY_MODERATION_*``), read at start-up by whoever moderates (input and output)."""
 
 from __future__ import annotations
 
@@ -10,19 +9,39 @@ from parley.settings import env
 
 @dataclass(frozen=True)
 class ModerationSettings:
-    classifier: str = env("PARLEY_MODERATION_CLASSIFIER", "local", "local (bundled, no download) | llama-guard")
-    engine_url: str = env("PARLEY_MODERATION_ENGINE_URL", "", "llama-guard: the SGLang engine that serves it")
-    guard_model: str = env("PARLEY_MODERATION_GUARD_MODEL", "meta-llama/Llama-Guard-3-1B", "llama-guard: the model name")
-    timeout_s: float = env("PARLEY_MODERATION_TIMEOUT_S", 5.0, "Longest one llama-guard call may take")
+    classifier: str = env(
+        "PARLEY_MODERATION_CLASSIFIER",
+        "local",
+        "Which classifier scores texts: local (in process, no download) or llama-guard (Llama Guard 3 on SGLang)",
+    )
+    engine_url: str = env(
+        "PARLEY_MODERATION_ENGINE_URL", "", "llama-guard: base URL of the SGLang engine serving the guard model"
+    )
+    guard_model: str = env(
+        "PARLEY_MODERATION_GUARD_MODEL", "meta-llama/Llama-Guard-3-1B", "llama-guard: the model name recorded on results"
+    )
     window_tokens: int = env(
-        "PARLEY_MODERATION_WINDOW_TOKENS", 200, "A streaming reply is checked every this many tokens (NeMo Guardrails' chunk size)"
+        "PARLEY_MODERATION_WINDOW_TOKENS", 200, "A streamed reply is checked every this many tokens (and at its end)"
     )
     overlap_tokens: int = env(
-        "PARLEY_MODERATION_OVERLAP_TOKENS", 50, "Each window's check also reads this many tokens before it (a sentence cut by a window edge)"
+        "PARLEY_MODERATION_OVERLAP_TOKENS",
+        50,
+        "Tokens before each window it also includes, so text split across windows is seen whole "
+        "(NeMo Guardrails' streaming output rails do the same)",
     )
     policy: str = env(
         "PARLEY_MODERATION_POLICY",
         "",
-        'Per tier, JSON: {"free": {"block": [...], "thresholds": {...}, "mode": "parallel|strict", "retain_flagged": false}}; '
-        "empty: every category blocks at 0.5, checked beside the generation",
+        'Per-tier policy as JSON, e.g. {"free": {"mode": "strict", "thresholds": {"sexual": 0.3}}}; '
+        "empty: every category blocks at 0.5, input checked in parallel (moderation/policy.py)",
     )
+    timeout_s: float = env(
+        "PARLEY_MODERATION_TIMEOUT_S", 5.0, "Longest one classification may take (llama-guard: one request to the engine)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.window_tokens < 1 or not 0 <= self.overlap_tokens < self.window_tokens:
+            raise ValueError(
+                "PARLEY_MODERATION_WINDOW_TOKENS must be at least 1 and PARLEY_MODERATION_OVERLAP_TOKENS in "
+                f"[0, window): got {self.window_tokens} and {self.overlap_tokens}"
+            )

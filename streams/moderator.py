@@ -76,9 +76,11 @@ class Turn:
 class Checker:
     """A classifier under a policy: text → ``Check``. Shared by the processor and the strict context builder."""
 
-    def __init__(self, classifier: Classifier, policy: Policy) -> None:
+    def __init__(self, classifier: Classifier, policy: Policy, redact: Callable[[str], str] | None = None) -> None:
         self.classifier = classifier
         self.policy = policy
+        # What a policy keeps of a flagged text for review, with personal data replaced (moderation/pii.py).
+        self._redact = redact
 
     def policy_for(self, tier: str) -> TierPolicy:
         return self.policy.for_tier(tier)
@@ -122,6 +124,9 @@ class Checker:
         for category in categories:
             MODERATION_FLAGS.labels(category, direction, action).inc()
         envelope = {"conversation_id": turn.conversation_id, "user_id": turn.user_id, "trace_id": turn.trace_id}
+        kept = None
+        if categories and policy.retain_flagged:
+            kept = await asyncio.to_thread(self._redact, text) if self._redact is not None else text
         result = ev.ModerationResult(
             **envelope,
             event_id=str(uuid.uuid5(ids.NS, f"{turn.request_id}:{attempt}:{stage}:{end}:moderation")),
@@ -138,7 +143,7 @@ class Checker:
             action=action,
             model=self.classifier.model,
             policy=turn.tier,
-            text=text if categories and policy.retain_flagged else None,
+            text=kept,
             latency_ms=round(took * 1000, 3),
         )
         if not categories:

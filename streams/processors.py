@@ -28,6 +28,7 @@ from schemas.catalog import inference_topic
 from schemas.events import DocumentEvent, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
 from moderation.classifier import classifier_from
 from moderation.policy import policy_from as moderation_policy
+from moderation.pii import PiiDetector
 from moderation.settings import ModerationSettings
 from documents.embedding import embedder_from
 from documents.index import DocumentIndex
@@ -252,7 +253,9 @@ def _titler(kafka: KafkaSettings) -> Wiring:
 def _moderation(kafka: KafkaSettings) -> Wiring:
     """Each turn's input and reply checked beside the generation (streams/moderator.py)."""
     cfg = from_env(ModerationSettings)
-    checker = Checker(classifier_from(cfg), moderation_policy(cfg.policy))  # a bad policy fails at start-up, by name
+    policy = moderation_policy(cfg.policy)  # a bad policy fails at start-up, by name
+    retains = any(p.retain_flagged for p in policy.tiers.values())
+    checker = Checker(classifier_from(cfg), policy, redact=PiiDetector().redact if retains else None)
     store = Store(from_env(CassandraSettings))
     moderator = Moderator(checker, store.load, window_tokens=cfg.window_tokens, overlap_tokens=cfg.overlap_tokens)
     return Wiring(

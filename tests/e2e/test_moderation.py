@@ -26,7 +26,7 @@ from parley.settings import KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.endings import FILTERED_NOTICE
-from schemas.events import ModerationResult
+from schemas.events import ModerationResult, UsageRecorded
 from tools.client import ParleyClient
 from tools.topology import MODERATION
 
@@ -61,19 +61,24 @@ async def settled_reply(client: ParleyClient, cid: str, reply_id: str, until: An
 
 def results_of(kafka: KafkaSettings, request_id: str, done: Any) -> list[ModerationResult]:
     """The ModerationResults of ``request_id`` on chat.moderation, read until ``done(results)`` holds."""
+    return events_of(kafka, "chat.moderation", ModerationResult, request_id, done)
+
+
+def events_of(kafka: KafkaSettings, topic: str, kind: type, request_id: str, done: Any) -> list[Any]:
+    """The ``kind`` events of ``request_id`` on ``topic``, read until ``done(events)`` holds (a deadline fails)."""
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"e2e-mod-{uuid.uuid4().hex[:6]}"})
-    name = kafka.topic("chat.moderation")
-    consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS["chat.moderation"].partitions)])
-    found: dict[str, ModerationResult] = {}
+    name = kafka.topic(topic)
+    consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS[topic].partitions)])
+    found: dict[str, Any] = {}
     deadline = time.monotonic() + DEADLINE_S
     try:
         while not done(list(found.values())):
-            assert time.monotonic() < deadline, f"the moderation results of {request_id} never came: {list(found.values())}"
+            assert time.monotonic() < deadline, f"the {kind.__name__}s of {request_id} never came: {list(found.values())}"
             for msg in consumer.consume(500, 0.5):
                 if msg.error() or msg.value() is None:
                     continue
                 event = codec.decode(msg.value())
-                if isinstance(event, ModerationResult) and event.request_id == request_id:
+                if isinstance(event, kind) and event.request_id == request_id:
                     found[event.event_id] = event  # a check repeated after a restart has the same id
         return list(found.values())
     finally:
@@ -101,6 +106,8 @@ async def test_a_flagged_input_is_stopped_and_the_turn_ends_content_filter(stack
         (result,) = results_of(stack.kafka, reply_id, lambda rs: any(r.stage == "input" for r in rs))[:1]
         assert result.verdict == "flagged" and result.direction == "input" and result.model
         assert result.text is None  # the default policy keeps no flagged text
+        (usage,) = events_of(stack.kafka, "chat.usage", UsageRecorded, reply_id, lambda us: len(us) >= 1)
+        assert usage.finish_reason == "content_filter"
         # The conversation goes on: a clean turn after it is answered.
         after = await client.send(cid, "Let us talk about gardening instead.", max_tokens=20)
         assert after.final is not None and after.final.data["finish_reason"] in ("stop", "length")

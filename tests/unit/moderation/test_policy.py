@@ -1,51 +1,56 @@
-"""Policy per tier: defaults, what blocks, thresholds, modes; a bad policy names what is wrong."""
-
-from __future__ import annotations
-
 import pytest
 
 from moderation.categories import CATEGORIES
-from moderation.classifier import Scores, scores_of
-from moderation.policy import policy_from
+from moderation.classifier import Scores
+from moderation.policy import TierPolicy, policy_from
 
 
-def scored(**values: float) -> Scores:
-    return scores_of({k.replace("_", "/"): v for k, v in values.items()})
-
-
-def test_the_default_blocks_every_category_at_one_half_beside_the_generation() -> None:
+def test_empty_policy_blocks_everything_at_half_in_parallel():
     policy = policy_from("")
-    for tier in ("free", "plus", "enterprise", "unknown-tier"):
-        p = policy.for_tier(tier)
-        assert p.mode == "parallel" and not p.retain_flagged and p.block == frozenset(CATEGORIES)
-    assert policy.for_tier("free").flags(scored(violence=0.5, hate=0.49)) == ("violence",)
+    for tier in ("free", "plus", "enterprise"):
+        tp = policy.for_tier(tier)
+        assert tp.block == frozenset(CATEGORIES)
+        assert (tp.default_threshold, tp.mode, tp.retain_flagged) == (0.5, "parallel", False)
 
 
-def test_a_tier_chooses_its_categories_thresholds_mode_and_retention() -> None:
-    policy = policy_from(
-        '{"enterprise": {"block": ["violence", "sexual/minors"], "thresholds": {"violence": 0.8}, '
-        '"mode": "strict", "retain_flagged": true}}'
-    )
-    p = policy.for_tier("enterprise")
-    assert p.flags(scored(violence=0.7, hate=0.99, sexual_minors=0.5)) == ("sexual/minors",)
-    assert p.flags(scored(violence=0.85)) == ("violence",)
-    assert p.mode == "strict" and p.retain_flagged
-    assert policy.for_tier("free").mode == "parallel"  # other tiers keep the defaults
+def test_unknown_tier_gets_free_and_org_changes_nothing_yet():
+    policy = policy_from('{"free": {"mode": "strict"}, "plus": {"mode": "parallel"}}')
+    assert policy.for_tier("trial").mode == "strict"
+    assert policy.for_tier("plus", org="acme").mode == "parallel"
+
+
+def test_tier_settings_are_read():
+    tp = policy_from(
+        '{"enterprise": {"block": ["sexual/minors", "violence"], "thresholds": {"violence": 0.8},'
+        ' "default_threshold": 0.4, "mode": "strict", "retain_flagged": true}}'
+    ).for_tier("enterprise")
+    assert tp.block == {"sexual/minors", "violence"}
+    assert (tp.thresholds["violence"], tp.default_threshold, tp.mode, tp.retain_flagged) == (0.8, 0.4, "strict", True)
+
+
+def test_flags_only_blocking_categories_over_their_threshold():
+    tp = TierPolicy(block=frozenset({"sexual", "violence"}), thresholds={"violence": 0.8})
+    scores = Scores.of({"sexual": 0.5, "violence": 0.7, "harassment": 0.99})
+    assert tp.flags(scores) == ("sexual",)
+    assert tp.flags(Scores.of({"violence/graphic": 0.8})) == ("violence",)  # the parent blocks; the child is not listed
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    "text, named",
     [
-        ("not json", "not JSON"),
-        ('["free"]', "object of tiers"),
-        ('{"gold": {}}', "unknown tier 'gold'"),
-        ('{"free": {"colour": 1}}', "unknown key 'colour'"),
-        ('{"free": {"block": ["violence/cartoon"]}}', "unknown moderation category 'violence/cartoon'"),
-        ('{"free": {"thresholds": {"violence": 1.5}}}', "thresholds.violence"),
-        ('{"free": {"mode": "lazy"}}', "mode must be one of parallel, strict"),
-        ('{"free": {"retain_flagged": "yes"}}', "retain_flagged must be true or false"),
+        ('{"gold": {}}', "'gold'"),
+        ('{"free": {"blok": []}}', "'blok'"),
+        ('{"free": {"block": ["violence/gore"]}}', "'violence/gore'"),
+        ('{"free": {"thresholds": {"sexuality": 0.3}}}', "'sexuality'"),
+        ('{"free": {"mode": "fast"}}', "'fast'"),
+        ('{"free": {"thresholds": {"sexual": 1.5}}}', "sexual"),
+        ('{"free": {"default_threshold": true}}', "default_threshold"),
+        ('{"free": {"retain_flagged": "yes"}}', "retain_flagged"),
+        ('{"free": []}', "free"),
+        ("[]", "PARLEY_MODERATION_POLICY"),
+        ("{free: 1}", "not JSON"),
     ],
 )
-def test_a_bad_policy_is_refused_naming_what_is_wrong(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+def test_policy_errors_name_what_is_wrong(text, named):
+    with pytest.raises(ValueError, match=named.replace("[", r"\[")):
         policy_from(text)

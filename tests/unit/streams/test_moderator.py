@@ -238,3 +238,14 @@ def test_a_classifier_that_is_down_is_retried_and_no_check_is_skipped() -> None:
     run(m.on_event(posted(f"a {BAD}")))
     out = run(m.on_event(requested()))
     assert flaky.failures == 0 and out[0].verdict == "flagged"
+
+
+def test_a_policy_that_retains_flagged_text_keeps_it_redacted() -> None:
+    async def load(cid: str) -> Conversation:
+        return Conversation(conversation_id=cid)
+
+    policy = policy_from('{"free": {"retain_flagged": true}}')
+    m = Moderator(Checker(WordClassifier(), policy, redact=lambda t: t.replace("bob@x.org", "<EMAIL_ADDRESS>")), load, window_tokens=10, overlap_tokens=3)
+    run(m.on_event(posted(f"{BAD} bob@x.org")))
+    result = run(m.on_event(requested()))[0]
+    assert result.verdict == "flagged" and result.text == f"{BAD} <EMAIL_ADDRESS>"
