@@ -143,6 +143,8 @@ async def cut(stack: isolated.IsolatedStack, replies: int) -> None:
     finally:
         await client.close()
     print(f"cut: {len(past)} replies cut, {uncut} not cut (window {WINDOW}, overlap {OVERLAP}, engine 200 tokens/s)")
+    if not past:
+        return
     for q in (0.5, 0.99):
         p, f = pct(past, q), pct(floor, q)
         print(f"  tokens past the violation p{int(q * 100):<2d} {p:6.0f}   to the next window boundary {f:6.0f}   ratio {p / max(f, 1):5.2f}")
@@ -163,7 +165,7 @@ async def _ttfts(client: ParleyClient, turns: int) -> list[float]:
     return out
 
 
-async def ttft(stack: isolated.IsolatedStack, turns: int, blocks: int = 4) -> None:
+async def ttft(stack: isolated.IsolatedStack, turns: int, blocks: int) -> None:
     _, key = stack.create_user("bench-ttft", "enterprise")
     client = ParleyClient(stack.url, key)
     on: list[float] = []
@@ -193,6 +195,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replies", type=int, default=30, help="replies with a violation to cut")
     parser.add_argument("--turns", type=int, default=40, help="turns per block of the TTFT comparison")
+    parser.add_argument("--blocks", type=int, default=6, help="blocks of turns, alternately with the processor running and stopped")
     args = parser.parse_args()
     rate()
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "benchmod")
@@ -200,7 +203,7 @@ def main() -> None:
         stack = isolated.start(kafka, cassandra, Path(logs), ENV)
         try:
             asyncio.run(cut(stack, args.replies))
-            asyncio.run(ttft(stack, args.turns))
+            asyncio.run(ttft(stack, args.turns, args.blocks))
         finally:
             stack.stop()
             isolated.drop(kafka, cassandra)

@@ -38,6 +38,11 @@ class ModerationSettings:
     timeout_s: float = env(
         "PARLEY_MODERATION_TIMEOUT_S", 5.0, "Longest one classification may take (llama-guard: one request to the engine)"
     )
+    nice: int = env(
+        "PARLEY_MODERATION_NICE",
+        5,
+        "Scheduling niceness of the moderation processor: on a shared CPU the turn's own path goes first (0: as others)",
+    )
 
     def __post_init__(self) -> None:
         if self.window_tokens < 1 or not 0 <= self.overlap_tokens < self.window_tokens:

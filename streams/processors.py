@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -253,6 +254,8 @@ def _titler(kafka: KafkaSettings) -> Wiring:
 def _moderation(kafka: KafkaSettings) -> Wiring:
     """Each turn's input and reply checked beside the generation (streams/moderator.py)."""
     cfg = from_env(ModerationSettings)
+    if cfg.nice:
+        os.nice(cfg.nice)  # beside the turn, never in front of it: the chat path's processes take the CPU first
     policy = moderation_policy(cfg.policy)  # a bad policy fails at start-up, by name
     retains = any(p.retain_flagged for p in policy.tiers.values())
     checker = Checker(classifier_from(cfg), policy, redact=PiiDetector().redact if retains else None)
