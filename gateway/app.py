@@ -27,8 +27,9 @@ from starlette.staticfiles import StaticFiles
 from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
-from gateway import conversations, documents, memory, messages, models, moderations, openai_compat, telemetry, usage
+from gateway import admin, conversations, documents, memory, messages, models, moderations, openai_compat, telemetry, usage
 from gateway.auth import Authenticator
+from gateway.directory import Directory
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import DocumentServices, Services, services
 from gateway.quotas import Quotas, QuotaStore
@@ -165,6 +166,19 @@ ROUTES = [
     Route("/v1/chat/completions", openai_compat.chat_completions, methods=["POST"]),
     Route("/v1/moderations", moderations.create_moderation, methods=["POST"]),
     Route("/v1/models", models.list_models, methods=["GET"]),
+    Route("/v1/me", admin.get_me, methods=["GET"]),
+    Route("/v1/me/keys", admin.list_my_keys, methods=["GET"]),
+    Route("/v1/me/keys", admin.create_my_key, methods=["POST"]),
+    Route("/v1/me/keys/{key_id}", admin.revoke_my_key, methods=["DELETE"]),
+    Route("/v1/org", admin.get_org, methods=["GET"]),
+    Route("/v1/org", admin.update_org, methods=["PATCH"]),
+    Route("/v1/org/users", admin.list_members, methods=["GET"]),
+    Route("/v1/org/users", admin.add_member, methods=["POST"]),
+    Route("/v1/org/users/{user_id}", admin.update_member, methods=["PATCH"]),
+    Route("/v1/org/users/{user_id}/keys", admin.list_member_keys, methods=["GET"]),
+    Route("/v1/org/users/{user_id}/keys", admin.create_member_key, methods=["POST"]),
+    Route("/v1/org/users/{user_id}/keys/{key_id}", admin.revoke_member_key, methods=["DELETE"]),
+    Route("/v1/org/usage", admin.org_usage, methods=["GET"]),
     Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),
 ]
 
@@ -183,8 +197,9 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         policy = policy_from(from_env(RouterSettings))  # the router's thresholds: one verdict, two places
         pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)
         pressure.start()
-        auth = Authenticator(store, settings.auth_cache_s, settings.auth_stale_s)
-        svc = Services(settings, store, producer, tokens, auth, session, pressure)
+        directory = Directory(cql)
+        auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s)
+        svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
         svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(cql))

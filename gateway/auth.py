@@ -1,14 +1,19 @@
-"""API-key authentication: ``Authorization: Bearer <key>`` → the key's user and tier."""
+"""Authentication: ``Authorization: Bearer <key>`` → the key's user, its organisation and role.
+
+A key, a user or an organisation that is revoked, disabled or erased stops
+working within ``cache_s`` (the cache's bound) on every gateway.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from gateway.directory import Directory
 from gateway.errors import Unauthorized
-from gateway.store import Store
 from parley.errors import Unavailable
 from parley.users import hash_key
 
@@ -17,18 +22,45 @@ from parley.users import hash_key
 class Principal:
     user_id: str
     tier: str
+    org_id: str = ""
+    role: str = "member"  # member | admin (of org_id)
+    key_id: str = ""  # the API key it signed in with ("" for a session)
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "admin"
+
+
+class _Cache:
+    """Lookups kept for ``cache_s``; while Cassandra is down one verified within ``stale_s`` keeps
+    working, so users mid-conversation can go on posting; others get the store's 503."""
+
+    def __init__(self, cache_s: float, stale_s: float) -> None:
+        self._cache_s, self._stale_s = cache_s, stale_s
+        self._hits: dict[str, tuple[float, Principal | None]] = {}
+
+    async def get(self, name: str, lookup: Callable[[], Awaitable[Principal | None]]) -> Principal | None:
+        now = time.monotonic()
+        hit = self._hits.get(name)
+        if hit is not None and now - hit[0] <= self._cache_s:
+            return hit[1]
+        try:
+            found = await lookup()
+        except Unavailable:
+            if hit is None or hit[1] is None or now - hit[0] > self._stale_s:
+                raise
+            return hit[1]  # kept with its old time: the next request asks Cassandra again
+        if len(self._hits) > 10_000:
+            self._hits.clear()
+        self._hits[name] = (now, found)
+        return found
 
 
 class Authenticator:
-    """Keys are looked up in Cassandra and cached for ``cache_s``. While Cassandra is down, a key
-    verified within ``stale_s`` keeps working, so users mid-conversation can go on posting; other
-    keys get the store's 503."""
-
-    def __init__(self, store: Store, cache_s: float, stale_s: float = 0.0) -> None:
-        self._store = store
-        self._cache_s = cache_s
-        self._stale_s = stale_s
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+    def __init__(self, directory: Directory, cache_s: float, stale_s: float = 0.0) -> None:
+        self._directory = directory
+        self._keys = _Cache(cache_s, stale_s)
+        self._users = _Cache(cache_s, stale_s)
 
     async def __call__(self, request: Request) -> Principal:
         header = request.headers.get("authorization", "")
@@ -36,19 +68,24 @@ class Authenticator:
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthorized("send your API key as `Authorization: Bearer <key>`", code="missing_api_key")
         digest = hash_key(key.strip())
-        now = time.monotonic()
-        hit = self._cache.get(digest)
-        if hit is None or now - hit[0] > self._cache_s:
-            try:
-                found = await self._store.user_for_key(digest)
-            except Unavailable:
-                if hit is None or hit[1] is None or now - hit[0] > self._stale_s:
-                    raise
-                return hit[1]  # kept with its old time: the next request asks Cassandra again
-            hit = (now, Principal(*found) if found else None)
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[digest] = hit
-        if hit[1] is None:
+        found = await self._keys.get(digest, lambda: self._key_principal(digest))
+        if found is None:
             raise Unauthorized("this API key is not valid", code="invalid_api_key")
-        return hit[1]
+        return found
+
+    async def of_user(self, user_id: str) -> Principal | None:
+        """The user's principal (no key), or None for a missing, disabled or erased user."""
+        return await self._users.get(user_id, lambda: self._principal(user_id, ""))
+
+    async def _key_principal(self, digest: str) -> Principal | None:
+        key = await self._directory.key(digest)
+        return None if key is None else await self._principal(*key)
+
+    async def _principal(self, user_id: str, key_id: str) -> Principal | None:
+        user = await self._directory.user(user_id)
+        if user is None or user.disabled or user.erased:
+            return None
+        org = await self._directory.org(user.org_id)
+        if org is not None and org.disabled:
+            return None
+        return Principal(user.user_id, user.tier, user.org_id, user.role, key_id)

@@ -43,6 +43,14 @@ class Unauthorized(ApiError):
     status, code = 401, "unauthorized"
 
 
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
+class Conflict(ApiError):
+    status, code = 409, "conflict"
+
+
 class NotFound(ApiError):
     status, code = 404, "not_found"
 

@@ -47,6 +47,7 @@ class Services:
     recent: Recent = field(default_factory=Recent)  # what posting needs while Cassandra is down
     broker_up: bool = True  # the last probe of Kafka answered (gateway/app.py watch_broker)
     documents: Any = None  # DocumentServices: uploads' settings, blob store and page reader, set by the app's lifespan
+    directory: Any = None  # gateway.directory.Directory: organisations, users, keys
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

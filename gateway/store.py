@@ -151,16 +151,6 @@ class Store:
         """Run ``cql`` (tables written ``{ks}.name``) as a prepared statement."""
         return await self._cql.run(cql, params)
 
-    # ------------------------------------------------------------ users
-
-    async def user_for_key(self, key_hash: str) -> tuple[str, str] | None:
-        """(user_id, tier) of a live API key, or None."""
-        rows = await self._run("SELECT user_id, revoked FROM {ks}.api_keys WHERE key_hash = ?", (key_hash,))
-        if not rows or rows[0].revoked:
-            return None
-        users = await self._run("SELECT tier FROM {ks}.users WHERE user_id = ?", (rows[0].user_id,))
-        return rows[0].user_id, (users[0].tier if users and users[0].tier else "free")
-
     # ---------------------------------------------------- conversations
 
     async def write_through(self, event: ConversationEvent, state: tree.Conversation | None = None) -> None:

@@ -41,7 +41,7 @@ def day_range(today: date, days: int) -> list[date]:
     return [today - timedelta(days=i) for i in range(days)]
 
 
-def _totals_json(t: Totals) -> dict[str, int]:
+def totals_json(t: Totals) -> dict[str, int]:
     return {
         "requests": t.requests,
         "prompt_tokens": t.prompt_tokens,
@@ -55,7 +55,7 @@ def usage_json(per_day_model: dict[tuple[date, str], Totals]) -> tuple[list[dict
     """Rows newest day first, models by name, and the sum of them all."""
     rows, overall = [], Totals()
     for (day, model), t in sorted(per_day_model.items(), key=lambda kv: (-kv[0][0].toordinal(), kv[0][1])):
-        rows.append({"day": day.isoformat(), "model": model, **_totals_json(t)})
+        rows.append({"day": day.isoformat(), "model": model, **totals_json(t)})
         overall = overall + t
     return rows, overall
 
@@ -80,7 +80,7 @@ async def get_usage(request: Request) -> Response:
             "from": span[-1].isoformat(),
             "to": span[0].isoformat(),
             "usage": rows,
-            "totals": _totals_json(overall),
+            "totals": totals_json(overall),
             "quotas": quotas.status(q.limits(user.tier), tokens_today, requests_now, now),
         }
     )

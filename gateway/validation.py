@@ -46,6 +46,13 @@ async def json_body(request: Request, max_bytes: int, *, required: bool = True) 
     return data
 
 
+def only(body: dict[str, Any], fields: set[str] | frozenset[str], what: str) -> None:
+    """422 ``unknown_field`` naming the first field of ``body`` not among ``fields``."""
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise Unprocessable(f"`{unknown[0]}` is not a field of {what}; send {', '.join(sorted(fields))}", code="unknown_field")
+
+
 def string(body: dict[str, Any], name: str, *, max_chars: int, required: bool = True, allow_empty: bool = False) -> Any:
     """A string field; MISSING when absent and not required; None when null and not required."""
     if name not in body:

@@ -29,8 +29,10 @@ schemas_app = typer.Typer(help="The Avro schemas of the events.")
 app.add_typer(infra_app, name="infra")
 app.add_typer(db_app, name="db")
 app.add_typer(schemas_app, name="schemas")
-users_app = typer.Typer(help="Users and API keys.")
+from tools.users_cli import orgs_app, users_app  # noqa: E402
+
 app.add_typer(users_app, name="users")
+app.add_typer(orgs_app, name="orgs")
 app.add_typer(analysts_app)  # no name: replay, report, counterfactual, archive, rebuild are top-level commands
 from tools.audit_cli import audit_cmd  # noqa: E402  (its module holds the rendering)
 
@@ -230,33 +232,6 @@ def schemas_check() -> None:
     out.print("all .avsc files match schemas/events.py")
 
 
-# ---------------------------------------------------------------- users
-
-
-@users_app.command("create")
-def users_create(
-    name: str,
-    tier: str = typer.Option("free", "--tier", help="free | plus | enterprise"),
-) -> None:
-    """Create a user and print a new API key (alone on the last line; shown only once)."""
-    from parley.cassandra import connect
-    from parley.users import create_user
-
-    settings = from_env(CassandraSettings)
-    try:
-        session = connect(settings, settings.keyspace)
-    except errors.Unavailable as exc:
-        _fail(exc)
-    try:
-        user_id, key = create_user(session, name, tier)
-    except ValueError as exc:
-        _fail(exc)
-    finally:
-        session.cluster.shutdown()
-    err.print(f"created user {user_id} ({name}, tier {tier}); the key is shown once:")
-    print(key)
-
-
 # ---------------------------------------------------------------- services
 
 
@@ -349,32 +324,6 @@ def run_cmd() -> None:
         time.sleep(0.5)
     err.print("stopping services…")
     supervisor.stop_all()
-
-
-@users_app.command("demo")
-def users_demo() -> None:
-    """Ensure the demo user exists and print its API key (kept in .data/demo.key)."""
-    from infra.local.settings import LocalInfraSettings
-    from parley.cassandra import connect
-    from parley.users import create_user, hash_key
-
-    path = from_env(LocalInfraSettings).data_dir / "demo.key"
-    settings = from_env(CassandraSettings)
-    session = connect(settings, settings.keyspace)
-    try:
-        if path.exists():
-            key = path.read_text().strip()
-            row = session.execute("SELECT revoked FROM api_keys WHERE key_hash = %s", (hash_key(key),)).one()
-            if row is not None and not row.revoked:
-                print(key)
-                return
-        _, key = create_user(session, "demo", "plus")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(key + "\n")
-        path.chmod(0o600)
-        print(key)
-    finally:
-        session.cluster.shutdown()
 
 
 @app.command("chat")

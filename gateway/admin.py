@@ -1,0 +1,214 @@
+"""Your account and your organisation: ``/v1/me…`` and ``/v1/org…`` (DESIGN.md §12).
+
+Anyone manages their own keys (``/v1/me/keys``: rotate by making a new key and
+revoking the old). An organisation's admins manage its people: add users (they
+get the admin's tier), disable them, change roles, make and revoke their keys,
+read the organisation's usage, and set its name and data-residency label. A
+user id of another organisation is a 404, like one that does not exist.
+Admins do not read members' conversations: an organisation's admin is not its
+members' reader. A revoked key or a disabled user stops working within
+``PARLEY_GATEWAY_AUTH_CACHE_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway import quotas
+from gateway.auth import Principal
+from gateway.directory import KeyRow, OrgRow, UserRow
+from gateway.errors import Conflict, Forbidden, NotFound, Unprocessable
+from gateway.services import Services, services
+from gateway.usage import day_range, parse_days, totals_json, usage_json
+from gateway.validation import MISSING, json_body, only, string
+from parley.users import ROLES, Statement, new_key, new_user, revoke_key
+from streams.usage_fold import Totals
+
+MAX_NAME = 200
+MAX_LABEL = 100
+
+
+async def _caller(request: Request) -> tuple[Services, Principal]:
+    svc = services(request)
+    return svc, await svc.auth(request)
+
+
+async def _admin(request: Request) -> tuple[Services, Principal]:
+    svc, user = await _caller(request)
+    if not user.admin:
+        raise Forbidden("only an admin of your organisation may do this", code="admin_only")
+    return svc, user
+
+
+async def _org(svc: Services, principal: Principal) -> OrgRow:
+    org = await svc.directory.org(principal.org_id)
+    if org is None:  # a user made before organisations: its personal one has no row yet
+        user = await svc.directory.user(principal.user_id)
+        return OrgRow(principal.org_id, user.name if user else "", True, None, None, False)
+    return org
+
+
+async def _member(svc: Services, admin: Principal, user_id: str) -> UserRow:
+    user = await svc.directory.user(user_id)
+    if user is None or user.erased or user.org_id != admin.org_id:
+        raise NotFound("no such user in your organisation", code="user_not_found")
+    return user
+
+
+async def _key(svc: Services, user_id: str, key_id: str) -> KeyRow:
+    for key in await svc.directory.keys(user_id):
+        if key.key_id == key_id:
+            return key
+    raise NotFound("no such key", code="key_not_found")
+
+
+async def _new_key(svc: Services, user_id: str, body: dict[str, Any]) -> Response:
+    only(body, {"label"}, "a key")
+    label = string(body, "label", max_chars=MAX_LABEL, required=False)
+    key_id, key, statements = new_key(user_id, "default" if label in (MISSING, None) else label)
+    await svc.directory.apply(statements)
+    created = next(k for k in await svc.directory.keys(user_id) if k.key_id == key_id)
+    return JSONResponse({"key": created.public(), "api_key": key}, status_code=201)
+
+
+async def _revoke(svc: Services, user_id: str, key_id: str) -> Response:
+    key = await _key(svc, user_id, key_id)
+    if key.revoked_at is None:
+        await svc.directory.apply(revoke_key(user_id, key.key_id, key.key_hash))
+    return Response(status_code=204)
+
+
+# ------------------------------------------------------------------ /v1/me
+
+
+async def get_me(request: Request) -> Response:
+    svc, me = await _caller(request)
+    user = await svc.directory.user(me.user_id)
+    return JSONResponse({"user": user.public() if user else None, "org": (await _org(svc, me)).public()})
+
+
+async def list_my_keys(request: Request) -> Response:
+    svc, me = await _caller(request)
+    return JSONResponse({"keys": [k.public() for k in await svc.directory.keys(me.user_id)]})
+
+
+async def create_my_key(request: Request) -> Response:
+    svc, me = await _caller(request)
+    return await _new_key(svc, me.user_id, await json_body(request, svc.settings.max_body_bytes, required=False))
+
+
+async def revoke_my_key(request: Request) -> Response:
+    svc, me = await _caller(request)
+    return await _revoke(svc, me.user_id, request.path_params["key_id"])
+
+
+# ----------------------------------------------------------------- /v1/org
+
+
+async def get_org(request: Request) -> Response:
+    svc, me = await _caller(request)
+    return JSONResponse((await _org(svc, me)).public())
+
+
+async def update_org(request: Request) -> Response:
+    svc, admin = await _admin(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    only(body, {"name", "residency"}, "an organisation")
+    org = await _org(svc, admin)
+    name = string(body, "name", max_chars=MAX_NAME, required=False)
+    residency = string(body, "residency", max_chars=32, required=False)
+    if residency not in (MISSING, None) and not (residency.isascii() and residency.replace("-", "").isalnum()):
+        raise Unprocessable("`residency` is a label such as `eu` or `us-east`", code="invalid_residency")
+    statements = [
+        Statement(
+            "UPDATE {ks}.orgs SET name = ?, residency = ?, personal = ? WHERE org_id = ?",
+            (org.name if name is MISSING else name, org.residency if residency is MISSING else residency, org.personal, org.org_id),
+        )
+    ]
+    await svc.directory.apply(statements)
+    return JSONResponse((await _org(svc, admin)).public())
+
+
+async def list_members(request: Request) -> Response:
+    svc, admin = await _admin(request)
+    return JSONResponse({"users": [u.public() for u in await svc.directory.members(admin.org_id)]})
+
+
+async def add_member(request: Request) -> Response:
+    """``{"name", "role"?}`` → the new user and its first key (shown once)."""
+    svc, admin = await _admin(request)
+    body = await json_body(request, svc.settings.max_body_bytes)
+    only(body, {"name", "role"}, "a user")
+    if (await _org(svc, admin)).personal:
+        raise Conflict("a personal organisation has one user; create a team organisation for more", code="personal_org")
+    name = string(body, "name", max_chars=MAX_NAME)
+    role = body.get("role", "member")
+    if role not in ROLES:
+        raise Unprocessable(f"`role` must be one of {', '.join(ROLES)}", code="invalid_role")
+    user_id, _, statements = new_user(name, admin.tier, org_id=admin.org_id, role=role)
+    key_id, key, key_statements = new_key(user_id)
+    await svc.directory.apply(statements + key_statements)
+    user = await svc.directory.user(user_id)
+    return JSONResponse({"user": user.public() if user else None, "key_id": key_id, "api_key": key}, status_code=201)
+
+
+async def update_member(request: Request) -> Response:
+    """``{"disabled"?, "role"?}``. An admin cannot disable or demote itself (the org would be left
+    without one of its admins by accident)."""
+    svc, admin = await _admin(request)
+    user = await _member(svc, admin, request.path_params["user_id"])
+    body = await json_body(request, svc.settings.max_body_bytes)
+    only(body, {"disabled", "role"}, "a user")
+    disabled, role = body.get("disabled", user.disabled), body.get("role", user.role)
+    if not isinstance(disabled, bool):
+        raise Unprocessable("`disabled` must be true or false")
+    if role not in ROLES:
+        raise Unprocessable(f"`role` must be one of {', '.join(ROLES)}", code="invalid_role")
+    if user.user_id == admin.user_id and (disabled or role != "admin"):
+        raise Conflict("you cannot disable or demote yourself; ask another admin", code="self_demotion")
+    await svc.directory.apply(
+        [Statement("UPDATE {ks}.users SET disabled = ?, role = ? WHERE user_id = ?", (disabled, role, user.user_id))]
+    )
+    return JSONResponse((await _member(svc, admin, user.user_id)).public())
+
+
+async def list_member_keys(request: Request) -> Response:
+    svc, admin = await _admin(request)
+    user = await _member(svc, admin, request.path_params["user_id"])
+    return JSONResponse({"keys": [k.public() for k in await svc.directory.keys(user.user_id)]})
+
+
+async def create_member_key(request: Request) -> Response:
+    svc, admin = await _admin(request)
+    user = await _member(svc, admin, request.path_params["user_id"])
+    return await _new_key(svc, user.user_id, await json_body(request, svc.settings.max_body_bytes, required=False))
+
+
+async def revoke_member_key(request: Request) -> Response:
+    svc, admin = await _admin(request)
+    user = await _member(svc, admin, request.path_params["user_id"])
+    return await _revoke(svc, user.user_id, request.path_params["key_id"])
+
+
+async def org_usage(request: Request) -> Response:
+    """``GET /v1/org/usage?days=N``: each member's usage (counts only), and the organisation's total."""
+    svc, admin = await _admin(request)
+    days = parse_days(request.query_params.get("days"))
+    q: quotas.Quotas = svc.quotas
+    span = day_range(quotas.day_of(q.clock()), days)
+    members = await svc.directory.members(admin.org_id)
+    usages = await asyncio.gather(*(q.store.usage(m.user_id, span) for m in members))
+    out, total = [], Totals()
+    for member, per_day_model in zip(members, usages):
+        rows, totals = usage_json(per_day_model)
+        out.append({"user_id": member.user_id, "usage": rows, "totals": totals_json(totals)})
+        total = total + totals
+    return JSONResponse(
+        {"org_id": admin.org_id, "from": span[-1].isoformat(), "to": span[0].isoformat(), "users": out,
+         "totals": totals_json(total)}
+    )  # fmt: skip
+

@@ -1,0 +1,113 @@
+"""``parley users …`` and ``parley orgs …``: organisations, users and API keys (DESIGN.md §12).
+
+Each command opens a Cassandra session, runs one function of ``parley/users.py``
+and prints the outcome; a new key is printed alone on the last line, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from parley import errors
+from parley.settings import CassandraSettings, from_env
+
+users_app = typer.Typer(help="Users and API keys.", no_args_is_help=True)
+orgs_app = typer.Typer(help="Organisations.", no_args_is_help=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(1)
+
+
+@contextmanager
+def _session() -> Iterator[Any]:
+    from parley.cassandra import connect
+
+    settings = from_env(CassandraSettings)
+    try:
+        session = connect(settings, settings.keyspace)
+    except errors.Unavailable as exc:
+        _fail(exc)
+    try:
+        yield session
+    finally:
+        session.cluster.shutdown()
+
+
+def _run(call: Callable[[Any], Any]) -> Any:
+    with _session() as session:
+        try:
+            return call(session)
+        except ValueError as exc:
+            _fail(exc)
+
+
+@users_app.command("create")
+def users_create(
+    name: str,
+    tier: str = typer.Option("free", "--tier", help="free | plus | enterprise"),
+    org: str = typer.Option("", "--org", help="Organisation to join (default: a personal one, which the user administers)"),
+    role: str = typer.Option("member", "--role", help="member | admin (of --org)"),
+) -> None:
+    """Create a user and print a new API key (alone on the last line; shown only once)."""
+    from parley.users import create_user
+
+    user_id, key = _run(lambda s: create_user(s, name, tier, org_id=org or None, role=role))
+    err.print(f"created user {user_id} ({name}, tier {tier}); the key is shown once:")
+    print(key)
+
+
+@users_app.command("key")
+def users_key(user_id: str, label: str = typer.Option("default", "--label")) -> None:
+    """Give a user a new API key (to rotate: make a new one, move to it, revoke the old)."""
+    from parley.users import create_key
+
+    key_id, key = _run(lambda s: create_key(s, user_id, label))
+    err.print(f"new key {key_id} for {user_id}; it is shown once:")
+    print(key)
+
+
+@users_app.command("revoke")
+def users_revoke(user_id: str, key_id: str) -> None:
+    """Revoke one of a user's keys: it stops working within PARLEY_GATEWAY_AUTH_CACHE_S."""
+    from parley.users import revoke
+
+    _run(lambda s: revoke(s, user_id, key_id))
+    err.print(f"revoked {key_id}")
+
+
+@users_app.command("demo")
+def users_demo() -> None:
+    """Ensure the demo user exists and print its API key (kept in .data/demo.key)."""
+    from infra.local.settings import LocalInfraSettings
+    from parley.users import create_user, hash_key
+
+    path = from_env(LocalInfraSettings).data_dir / "demo.key"
+    with _session() as session:
+        if path.exists():
+            key = path.read_text().strip()
+            row = session.execute("SELECT revoked FROM api_keys WHERE key_hash = %s", (hash_key(key),)).one()
+            if row is not None and not row.revoked:
+                print(key)
+                return
+        _, key = create_user(session, "demo", "plus")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(key + "\n")
+        path.chmod(0o600)
+        print(key)
+
+
+@orgs_app.command("create")
+def orgs_create(name: str) -> None:
+    """Create a team organisation and print its id; add its first admin with
+    `parley users create NAME --org ORG_ID --role admin`."""
+    from parley.users import create_org
+
+    print(_run(lambda s: create_org(s, name)))
