@@ -26,6 +26,7 @@ class Scope:
     document_id: str
     max_page: int
     filename: str = ""  # carried onto the hits, for the prompt's [doc p.N] labels
+    user_id: str = ""  # the owner, whose data key seals the text and keys the terms
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from cassandra import ConsistencyLevel
 from documents.hits import ChunkLike, Hit, PageRow, Scope
 from documents.terms import terms
 from parley.cassandra import AsyncCql
+from schemas.sealing import blind, open_text, seal
 
 #: BM25's parameters (the usual ones: Lucene's, bm25s's defaults).
 K1 = 1.2
@@ -63,6 +64,7 @@ class DocumentIndex:
         method: str,
         chunks: Sequence[ChunkLike],
         vectors: Sequence[Sequence[float]] | None,
+        user_id: str = "",
     ) -> None:
         """Index one page: its chunks (with their embeddings when given) and postings, then its stats and text.
 
@@ -72,20 +74,21 @@ class DocumentIndex:
         postings the page had before and no longer has (another chunker's cut) are
         deleted first, so a rewrite leaves exactly the rows a first write would. (A
         page a killed worker left half-written has no stats row yet: the same chunker
-        rewrites the same ids over it.)
+        rewrites the same ids over it.) Text is sealed and terms blinded for
+        ``user_id``, the owner (DESIGN.md §12).
         """
         if vectors is not None and len(vectors) != len(chunks):
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors for page {number}")
         doc = uuid.UUID(document_id)
-        counts = [Counter(terms(c.text)) for c in chunks]
+        counts = [Counter(_blinded(user_id, terms(c.text))) for c in chunks]
         if await self._cql.run(
             "SELECT page FROM {ks}.document_page_stats WHERE document_id = ? AND page = ?", (doc, number)
         ):
-            await self._remove_stale(doc, number, {uuid.UUID(c.chunk_id): tf for c, tf in zip(chunks, counts)})
+            await self._remove_stale(doc, number, {uuid.UUID(c.chunk_id): tf for c, tf in zip(chunks, counts)}, user_id)
         writes: list[tuple[str, tuple[Any, ...]]] = []
         for i, (chunk, tf) in enumerate(zip(chunks, counts)):
             chunk_id = uuid.UUID(chunk.chunk_id)
-            row = (doc, chunk_id, number, chunk.ordinal, chunk.section, chunk.kind, chunk.text,
+            row = (doc, chunk_id, number, chunk.ordinal, _seal(user_id, chunk.section), chunk.kind, _seal(user_id, chunk.text),
                    chunk.char_start, chunk.char_end, sum(tf.values()))
             if vectors is None:
                 writes.append((_INSERT_CHUNK, row))
@@ -97,10 +100,10 @@ class DocumentIndex:
             ("INSERT INTO {ks}.document_page_stats (document_id, page, chunks, terms) VALUES (?, ?, ?, ?)",
              (doc, number, len(chunks), sum(sum(tf.values()) for tf in counts))),
             ("INSERT INTO {ks}.document_pages (document_id, page, text, method) VALUES (?, ?, ?, ?)",
-             (doc, number, text, method)),
+             (doc, number, _seal(user_id, text), method)),
         ])
 
-    async def _remove_stale(self, doc: uuid.UUID, number: int, new: dict[uuid.UUID, Counter[str]]) -> None:
+    async def _remove_stale(self, doc: uuid.UUID, number: int, new: dict[uuid.UUID, Counter[str]], user_id: str) -> None:
         """Delete the chunks of page ``number`` not in ``new``, and postings of terms a chunk no longer has.
 
         Only a rewrite pays this: the chunk table has no index on page, so it reads the partition."""
@@ -110,26 +113,29 @@ class DocumentIndex:
             if row.page != number:
                 continue
             kept = new.get(row.chunk_id, Counter())
-            deletes += [(_DELETE_POSTING, (doc, term, row.chunk_id)) for term in set(terms(row.text)) - kept.keys()]
+            had = set(_blinded(user_id, terms(open_text(row.text) or "")))
+            deletes += [(_DELETE_POSTING, (doc, term, row.chunk_id)) for term in had - kept.keys()]
             if row.chunk_id not in new:
                 deletes.append(("DELETE FROM {ks}.document_chunks WHERE document_id = ? AND chunk_id = ?",
                                 (doc, row.chunk_id)))
         await _bounded(self._cql.run(cql, values) for cql, values in deletes)
 
-    async def purge(self, document_id: str) -> None:
+    async def purge(self, document_id: str, user_id: str = "") -> None:
         """Delete every index row of the document (pages, stats, chunks, postings).
 
         Pages and stats go first, so nothing reads as written while the rest goes; the
         postings are found from the chunks' text, so the chunks go last, and a purge that
         fails part-way can simply be run again. The status rows (``documents``,
-        ``documents_by_conversation``) are not the index's: the materializer folds them."""
+        ``documents_by_conversation``) are not the index's: the materializer folds them.
+        Purged after its owner's key is destroyed, the postings stay behind: keyed terms
+        no key can ever produce again, that no read reaches."""
         doc = uuid.UUID(document_id)
         await self._cql.run_batch([
             ("DELETE FROM {ks}.document_pages WHERE document_id = ?", (doc,)),
             ("DELETE FROM {ks}.document_page_stats WHERE document_id = ?", (doc,)),
         ])
         rows = await self._cql.run("SELECT text FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
-        postings = {term for row in rows for term in terms(row.text)}
+        postings = {term for row in rows for term in _blinded(user_id, terms(open_text(row.text) or ""))}
         await _bounded(
             self._cql.run("DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ?", (doc, term))
             for term in sorted(postings)
@@ -164,7 +170,7 @@ class DocumentIndex:
             "SELECT text, method FROM {ks}.document_pages WHERE document_id = ? AND page = ?",
             (uuid.UUID(document_id), number),
         )
-        return PageRow(number, rows[0].text or "", rows[0].method or "") if rows else None
+        return PageRow(number, open_text(rows[0].text) or "", rows[0].method or "") if rows else None
 
     async def keyword(self, scopes: Sequence[Scope], query_terms: Sequence[str], k: int) -> list[Hit]:
         """The ``k`` best chunks by BM25 over the union of the scoped documents' ready pages.
@@ -210,7 +216,7 @@ class DocumentIndex:
                 (doc, scope.max_page),
             ),
             *(self._cql.run("SELECT chunk_id, tf FROM {ks}.document_postings WHERE document_id = ? AND term = ?",
-                            (doc, term)) for term in wanted),
+                            (doc, blind(scope.user_id, term))) for term in wanted),
         )
         tf: dict[uuid.UUID, dict[str, int]] = defaultdict(dict)
         for term, rows in zip(wanted, postings):
@@ -299,12 +305,20 @@ def _hit(scope: Scope, row: Any, score: float) -> Hit:
         document_id=scope.document_id,
         page=row.page,
         ordinal=row.ordinal or 0,
-        text=row.text or "",
-        section=row.section or "",
+        text=open_text(row.text) or "",
+        section=open_text(row.section) or "",
         char_start=row.char_start or 0,
         score=float(score),
         filename=scope.filename,
     )
+
+
+def _seal(user_id: str, text: str | None) -> str | None:
+    return seal(user_id, text, deterministic=True)  # a page rewritten after a restart writes the same cells
+
+
+def _blinded(user_id: str, words: Iterable[str]) -> list[str]:
+    return [blind(user_id, w) for w in words]
 
 
 async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:

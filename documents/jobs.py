@@ -103,7 +103,7 @@ class Job:
     async def _run(self, up: ev.DocumentUploaded) -> Progress:
         progress = Progress()
         if not await self.alive(up):
-            await self.index.purge(up.document_id)
+            await self.index.purge(up.document_id, up.user_id)
             return progress
         try:
             data = await asyncio.to_thread(self.blobs.get, up.storage_uri)
@@ -117,7 +117,7 @@ class Job:
         except Refused as refused:
             await self._fail(up, refused)
         except Cancelled:
-            await self.index.purge(up.document_id)
+            await self.index.purge(up.document_id, up.user_id)
             log.info("document deleted while processing; stopped", extra={"document_id": up.document_id})
         return progress
 
@@ -153,7 +153,7 @@ class Job:
             )
             vectors = await self._embed([c.full_text for c in chunks], up) if chunks else []  # a split table's header too
             progress.embedded = progress.embedded and vectors is not None
-            await self.index.write_page(up.document_id, number, page.text, page.method, chunks, vectors)
+            await self.index.write_page(up.document_id, number, page.text, page.method, chunks, vectors, up.user_id)
             progress.pages_done += 1
             progress.chunks += len(chunks)
             ocr = int(page.method == "ocr")
@@ -207,7 +207,7 @@ class Job:
         )
 
     async def _fail(self, up: ev.DocumentUploaded, refused: Refused) -> None:
-        await self.index.purge(up.document_id)  # nothing of a refused file is ever served
+        await self.index.purge(up.document_id, up.user_id)  # nothing of a refused file is ever served
         log.info("document refused", extra={"document_id": up.document_id, "error_code": refused.code})
         await self.emit(
             ev.DocumentFailed(

@@ -97,7 +97,7 @@ class DocumentWorker:
         """Handle one record; False when stopped before its job ended (its offset must not be committed)."""
         event = delivery.event
         if isinstance(event, ev.DocumentDeleted):
-            await self.index.purge(event.document_id)
+            await self.index.purge(event.document_id, event.user_id)
             await asyncio.to_thread(self._delete_original, event.document_id)
             return True
         if not isinstance(event, ev.DocumentUploaded):
@@ -131,7 +131,7 @@ class DocumentWorker:
                             error_message="the document could not be processed",
                         )
                     )
-                    await self.index.purge(event.document_id)
+                    await self.index.purge(event.document_id, event.user_id)
                     return True
         finally:
             self.consumer.release()
@@ -153,10 +153,11 @@ async def serve(settings: DocumentSettings, kafka: KafkaSettings, cassandra: Cas
 
 
 def main() -> None:
-    from parley import metrics, ops
+    from parley import keys, metrics, ops
     from parley.logs import setup_logging
 
     setup_logging("documents")
+    keys.install_from_env()
     settings, kafka = from_env(DocumentSettings), from_env(KafkaSettings)
     if settings.nice:
         os.nice(settings.nice)

@@ -38,6 +38,7 @@ from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from gateway.tracing import TraceMiddleware
+from parley import keys
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
@@ -187,6 +188,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = await asyncio.to_thread(connect, cassandra)
+        await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
         cql = AsyncCql(cassandra, session)
         store = Store(cql)
         # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not

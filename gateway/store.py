@@ -14,6 +14,7 @@ from typing import Any
 
 from documents.status import PROCESSING, VISIBLE
 from parley.cassandra import AsyncCql
+from schemas.sealing import open_text
 from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated
 from streams import document_status, memory, projection, tree
 
@@ -135,7 +136,7 @@ _DOCUMENT_COLUMNS = (
 
 def _document(r: Any) -> DocumentRow:
     return DocumentRow(
-        str(r.document_id), r.user_id, _str(r.conversation_id), r.filename or "", r.media_type or "", r.size_bytes or 0,
+        str(r.document_id), r.user_id, _str(r.conversation_id), open_text(r.filename) or "", r.media_type or "", r.size_bytes or 0,
         r.status, r.pages_ready or 0, r.pages_total or 0, r.ocr_pages or 0, r.chunks or 0, r.error_code,
         r.error_message, r.storage_uri or "", r.created_at,
     )  # fmt: skip
@@ -193,7 +194,7 @@ class Store:
 
     async def memory(self, user_id: str) -> list[dict[str, str]]:
         rows = await self._run("SELECT fact_id, text FROM {ks}.user_memory WHERE user_id = ?", (user_id,))
-        return [{"id": str(r.fact_id), "text": r.text} for r in rows]
+        return [{"id": str(r.fact_id), "text": open_text(r.text)} for r in rows]
 
     async def conversation(self, conversation_id: str) -> ConversationRow | None:
         cid = _uuid(conversation_id)
@@ -208,7 +209,7 @@ class Store:
             return None
         r = rows[0]
         return ConversationRow(
-            str(r.conversation_id), r.user_id, r.title or "", r.model, _str(r.selected_leaf_id), r.created_at, bool(r.archived)
+            str(r.conversation_id), r.user_id, open_text(r.title) or "", r.model, _str(r.selected_leaf_id), r.created_at, bool(r.archived)
         )
 
     async def conversations_of(self, user_id: str, limit: int = 100, *, archived: bool = False) -> list[dict[str, Any]]:
@@ -220,7 +221,7 @@ class Store:
         )
         shown = [r for r in rows if not r.deleted and bool(r.archived) == archived][:limit]
         return [
-            {"id": str(r.conversation_id), "title": r.title or "", "created_at": _iso(r.created_at), "archived": archived}
+            {"id": str(r.conversation_id), "title": open_text(r.title) or "", "created_at": _iso(r.created_at), "archived": archived}
             for r in shown
         ]
 
@@ -285,7 +286,7 @@ def _message(r: Any) -> MessageRow:
         str(r.message_id),
         _str(r.parent_id),
         r.role,
-        r.content or "",
+        open_text(r.content) or "",
         r.model,
         r.status,
         r.finish_reason,
@@ -296,8 +297,8 @@ def _message(r: Any) -> MessageRow:
         r.prompt_tokens,
         r.cached_tokens,
         tuple(r.document_ids or ()),
-        _json(r.citations),
-        _json(r.retrieval),
+        _json(open_text(r.citations)),
+        _json(open_text(r.retrieval)),
         _json(r.moderation),
     )
 

@@ -30,6 +30,7 @@ import fastavro
 from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
+from schemas import sealing
 from schemas.events import EVENT_TYPES, Event
 from schemas.records import from_record, to_record
 
@@ -109,7 +110,9 @@ def encode(event: Event, schemas: SchemaSet | None = None) -> bytes:
     buf.write(MAGIC)
     buf.write(fp)
     try:
-        fastavro.schemaless_writer(buf, parsed, to_record(event))
+        record = to_record(event)
+        sealing.seal_record(type(event), record)
+        fastavro.schemaless_writer(buf, parsed, record)
     except (ValueError, TypeError) as exc:
         raise InvalidEvent(f"{type(event).__name__} does not fit its schema: {exc}") from exc
     return buf.getvalue()
@@ -135,7 +138,9 @@ def decode(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
         raise Undecodable(f"{known.name} body does not parse: {type(exc).__name__}") from exc
     if body.read(1):
         raise Undecodable(f"{known.name} body has trailing bytes")
+    cls = EVENT_TYPES[known.name]
+    sealing.open_record(cls, record)
     try:
-        return from_record(EVENT_TYPES[known.name], record)
+        return from_record(cls, record)
     except (ValueError, TypeError) as exc:
         raise InvalidEvent(f"{known.name}: {exc}") from exc

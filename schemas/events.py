@@ -30,9 +30,10 @@ MODERATION_STAGES = frozenset({"input", "window", "final"})
 MODERATION_ACTIONS = frozenset({"none", "cut", "withdrawn"})
 
 
-def doc(text: str, **kwargs: Any) -> Any:
-    """A dataclass field whose documentation travels into the Avro schema."""
-    return field(metadata={"doc": text}, **kwargs)
+def doc(text: str, *, sealed: bool = False, **kwargs: Any) -> Any:
+    """A dataclass field whose documentation travels into the Avro schema. ``sealed``: it holds a
+    user's content, encrypted under the user's data key on the wire (schemas/sealing.py)."""
+    return field(metadata={"doc": text, "sealed": True} if sealed else {"doc": text}, **kwargs)
 
 
 def now_us() -> int:
@@ -108,8 +109,8 @@ class Citation:
     document_id: str = doc("The document")
     page: int = doc("1-based page of the document")
     chunk_id: str = doc("The chunk quoted (document_chunks.chunk_id)")
-    text: str = doc("The quoted span, from the page's text")
-    filename: str = doc("The document's name as uploaded", default="")
+    text: str = doc("The quoted span, from the page's text", sealed=True)
+    filename: str = doc("The document's name as uploaded", default="", sealed=True)
 
 
 CITATION_STATUSES = frozenset({"", "cited", "uncited"})
@@ -122,7 +123,7 @@ CITATION_STATUSES = frozenset({"", "cited", "uncited"})
 class ConversationCreated(ConversationEvent):
     """A user opened a conversation. gateway → materializer."""
 
-    title: str = doc("Display title; may be empty until the first message names it", default="")
+    title: str = doc("Display title; may be empty until the first message names it", default="", sealed=True)
     model: str | None = doc("Model the user chose for this conversation, if any", default=None)
 
 
@@ -134,7 +135,7 @@ class MessagePosted(ConversationEvent):
     parent_id: str | None = doc("Message this one answers or follows; null for the first message", default=None)
     client_message_id: str = doc("The client's idempotency key")
     role: str = doc("user | system | assistant (from a history sent to POST /v1/chat/completions)", default="user")
-    content: str = doc("Message text (never logged)")
+    content: str = doc("Message text (never logged)", sealed=True)
     model: str | None = doc("Model the user selected for this turn, if any", default=None)
     edit_of: str | None = doc("The message this one edits (a sibling under the same parent)", default=None)
     document_ids: list[str] = doc(
@@ -173,7 +174,7 @@ class GenerationCompleted(ConversationEvent):
     parent_id: str = doc("The user message the reply answers")
     attempt: int = doc("0 for the first attempt; raised on each restart", default=0)
     finish_reason: str = doc("stop | length | cancelled | failed | rejected | content_filter")
-    content: str = doc("The whole reply text (partial when cancelled or failed)", default="")
+    content: str = doc("The whole reply text (partial when cancelled or failed)", default="", sealed=True)
     usage: Usage = doc("Token counts", default_factory=Usage)
     pool: str = doc("Pool that served it (small, medium, frontier)", default="")
     model: str = doc("Model that served it", default="")
@@ -200,7 +201,7 @@ class SummaryWritten(ConversationEvent):
     summary_id: str = doc("Deterministic id of this summary")
     through_message_id: str = doc("Last message the summary covers (on the branch that ends at it)")
     covered_message_ids: list[str] = doc("Messages folded into the summary, oldest first", default_factory=list)
-    content: str = doc("The summary text")
+    content: str = doc("The summary text", sealed=True)
     tokens: int = doc("Its length in the engine's tokens", default=0)
     model: str = doc("Model that wrote it", default="")
 
@@ -216,7 +217,7 @@ class LeafSelected(ConversationEvent):
 class ConversationRenamed(ConversationEvent):
     """The conversation got a new title: the user's, or one written after its first reply. gateway, titler → materializer."""
 
-    title: str = doc("New title")
+    title: str = doc("New title", sealed=True)
     by: str = doc("user (a rename) or auto (the titler, after the first reply; never over a user's title)", default="user")
 
 
@@ -261,20 +262,20 @@ class PromptMessage:
     """One message of a built prompt."""
 
     role: str = doc("system | user | assistant")
-    content: str = doc("Text")
+    content: str = doc("Text", sealed=True)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Passage:
     """A retrieved chunk of a document, as the prompt shows it."""
 
-    label: str = doc("How the prompt names it: [filename p.N]")
+    label: str = doc("How the prompt names it: [filename p.N]", sealed=True)
     document_id: str = doc("The document")
     chunk_id: str = doc("The chunk")
     page: int = doc("1-based page")
-    text: str = doc("The chunk's text (never logged)")
+    text: str = doc("The chunk's text (never logged)", sealed=True)
     char_start: int = doc("Offset of the text in the page's text", default=0)
-    filename: str = doc("The document's name as uploaded", default="")
+    filename: str = doc("The document's name as uploaded", default="", sealed=True)
     injection: str = doc(
         "The prompt-injection rule the text matched ('': none); the prompt marks such a passage as data", default=""
     )
@@ -285,7 +286,7 @@ class DocumentCoverage:
     """How much of one document a turn could search."""
 
     document_id: str = doc("The document")
-    filename: str = doc("Its name", default="")
+    filename: str = doc("Its name", default="", sealed=True)
     status: str = doc("processing | ready | failed | missing (deleted, or not the user's)")
     pages_ready: int = doc("Pages 1..pages_ready were searched", default=0)
     pages_total: int = doc("Pages in the document (0: not yet counted)", default=0)
@@ -311,7 +312,7 @@ class Retrieval:
     path: str = doc("hybrid | keyword (semantic search was down) | vector | none (nothing searchable)")
     documents: list[DocumentCoverage] = doc("Each document of the turn, in the order given", default_factory=list)
     passages: list[Passage] = doc("What the prompt shows, in prompt order", default_factory=list)
-    note: str = doc("What the prompt told the model about coverage, e.g. 'pages 1–12 of 150 indexed'", default="")
+    note: str = doc("What the prompt told the model about coverage, e.g. 'pages 1–12 of 150 indexed'", default="", sealed=True)
     latency_ms: float = doc("Time the search took", default=0.0)
     injections: list[InjectionFlag] = doc(
         "Passages shown that read as instructions to the assistant (kept when the passages' text is dropped)",
@@ -335,7 +336,7 @@ class InferenceRequested(ConversationEvent):
     max_tokens: int = doc("Cap on generated tokens", default=512)
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise", default="free")
-    resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="")
+    resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="", sealed=True)
     sampling: Sampling = doc("How the reply is sampled, as the turn asked", default_factory=Sampling)
     requested_at: int = doc(
         "When the turn was asked for (µs; the GenerationRequested's occurred_at): the same in every re-emission, "
@@ -374,7 +375,7 @@ class TokenChunk(ConversationEvent):
     request_id: str = doc("The assistant message id")
     attempt: int = doc("Attempt that produced it; readers drop chunks of superseded attempts", default=0)
     seq: int = doc("0, 1, 2… within one attempt")
-    text: str = doc("Text delta since the previous chunk", default="")
+    text: str = doc("Text delta since the previous chunk", default="", sealed=True)
     tokens: int = doc("Tokens in this delta", default=0)
     offset_chars: int = doc("Characters of the reply before this delta (for resuming attempts)", default=0)
     finish_reason: str | None = doc("Set on the last chunk only", default=None)
@@ -388,7 +389,7 @@ class TokenChunk(ConversationEvent):
     retry_after: float | None = doc("On a rejected last chunk: seconds after which a retry may succeed", default=None)
     citations: list[Citation] = doc("On the last chunk: the passages the reply drew on", default_factory=list)
     citation_status: str = doc("On the last chunk: '' | cited | uncited (see GenerationCompleted)", default="")
-    documents_note: str = doc("On the last chunk: how much of the turn's documents was searched (Retrieval.note)", default="")
+    documents_note: str = doc("On the last chunk: how much of the turn's documents was searched (Retrieval.note)", default="", sealed=True)
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
@@ -440,7 +441,7 @@ class ModerationResult(ConversationEvent):
     action: str = doc("none | cut (the stream was stopped) | withdrawn (it had ended; replaced afterwards)", default="none")
     model: str = doc("Classifier and version that scored it", default="")
     policy: str = doc("The tier whose policy applied", default="")
-    text: str | None = doc("The flagged text, kept for review only where the policy retains it (else null)", default=None)
+    text: str | None = doc("The flagged text, kept for review only where the policy retains it (else null)", default=None, sealed=True)
     latency_ms: float = doc("Time the classifier took", default=0.0)
 
     def __post_init__(self) -> None:
@@ -509,7 +510,7 @@ class DocumentUploaded(DocumentEvent):
     """A file was stored. gateway → document worker, materializer."""
 
     conversation_id: str | None = doc("Conversation it was attached to, if any", default=None)
-    filename: str = doc("Name as uploaded")
+    filename: str = doc("Name as uploaded", sealed=True)
     media_type: str = doc("MIME type")
     size_bytes: int = doc("Size")
     sha256: str = doc("Content hash")
@@ -565,7 +566,7 @@ class MemoryFact:
     """One thing the user asked Parley to remember."""
 
     fact_id: str = doc("uuid5 of the user and the text: the same fact keeps its id")
-    text: str = doc("The fact (never logged)")
+    text: str = doc("The fact (never logged)", sealed=True)
 
 
 @dataclass(frozen=True, kw_only=True)

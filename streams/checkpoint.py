@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from schemas.events import TokenChunk
-from streams.projection import Write, to_time, to_uuid
+from streams.projection import Write, sealed, to_time, to_uuid
 from streams.tree import FINAL_STATUSES
 
 #: (conversation_id, request_id) of a reply.
@@ -47,6 +47,7 @@ class Checkpoint:
     content: str
     tokens: int
     timestamp: int  # µs: newest included chunk's occurred_at - 1
+    user_id: str = ""  # the reply's owner, whose key seals the text
 
     def write(self) -> Write:
         key = (("conversation_id", to_uuid(self.conversation_id)), ("message_id", to_uuid(self.request_id)))
@@ -56,7 +57,7 @@ class Checkpoint:
             ("tokens", self.tokens),
             ("updated_at", to_time(self.timestamp)),
         )
-        return Write("messages", key, cells, self.timestamp)
+        return sealed(Write("messages", key, cells, self.timestamp), self.user_id)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class _Reply:
     written_at: float | None = None  # caller's clock at the last write; None: write at once
     #: Its beginning is unknown (chunks missed): nothing can be written until it ends.
     blind: bool = False
+    user_id: str = ""
 
     @property
     def tokens(self) -> int:
@@ -150,12 +152,12 @@ class Checkpointer:
             self._finish(key)  # a late chunk of a reply that already ended
             return
         if stored is None or len(stored.content) < chunk.offset_chars:
-            self._track(key, _Reply(chunk.attempt, chunk.seq, blind=True))
+            self._track(key, _Reply(chunk.attempt, chunk.seq, user_id=chunk.user_id, blind=True))
             return
         prefix = stored.content[: chunk.offset_chars]
         # The row's token count covers its whole content; prorate it to the prefix kept.
         tokens = stored.tokens if len(stored.content) == len(prefix) else stored.tokens * len(prefix) // len(stored.content)
-        self._track(key, _Reply(chunk.attempt, chunk.seq, text=prefix, marks=[(len(prefix), tokens)]))
+        self._track(key, _Reply(chunk.attempt, chunk.seq, user_id=chunk.user_id, text=prefix, marks=[(len(prefix), tokens)]))
 
     def take(self, chunk: TokenChunk, now: float) -> Checkpoint | None:
         """Fold ``chunk`` in; the checkpoint to write now, if one is due."""
@@ -167,7 +169,7 @@ class Checkpointer:
             return None
         reply = self._live.get(key)
         if reply is None:
-            reply = _Reply(chunk.attempt, chunk.seq, blind=chunk.offset_chars > 0)
+            reply = _Reply(chunk.attempt, chunk.seq, user_id=chunk.user_id, blind=chunk.offset_chars > 0)
         elif chunk.attempt < reply.attempt:
             return None  # superseded attempt
         elif chunk.attempt > reply.attempt:
@@ -202,9 +204,9 @@ class Checkpointer:
     def _resumed(self, old: _Reply, chunk: TokenChunk) -> _Reply:
         if chunk.offset_chars == 0:
             # Starts over from nothing; still paced by the previous write.
-            return _Reply(chunk.attempt, chunk.seq, written_at=old.written_at)
+            return _Reply(chunk.attempt, chunk.seq, user_id=chunk.user_id, written_at=old.written_at)
         if old.blind or chunk.seq != 0 or chunk.offset_chars > len(old.text):
-            return _Reply(chunk.attempt, chunk.seq, blind=True)
+            return _Reply(chunk.attempt, chunk.seq, user_id=chunk.user_id, blind=True)
         old.keep(chunk.offset_chars)
         old.attempt, old.next_seq = chunk.attempt, chunk.seq
         return old
@@ -212,7 +214,7 @@ class Checkpointer:
     def _write(self, key: Key, reply: _Reply, now: float) -> Checkpoint:
         reply.written_version, reply.written_at = reply.version, now
         self._dirty.pop(key, None)
-        return Checkpoint(key[0], key[1], reply.text, reply.tokens, reply.newest_at - 1)
+        return Checkpoint(key[0], key[1], reply.text, reply.tokens, reply.newest_at - 1, reply.user_id)
 
     def _track(self, key: Key, reply: _Reply) -> None:
         self._live[key] = reply

@@ -128,7 +128,7 @@ class DocumentSearch:
             return ev.Retrieval(path="none", documents=docs, note="The documents could not be searched just now.")
         docs = coverage(document_ids, found)
         scopes = [
-            Scope(document_id=s.document_id, max_page=s.pages_ready, filename=s.filename)
+            Scope(document_id=s.document_id, max_page=s.pages_ready, filename=s.filename, user_id=user_id)
             for s in (found.get(d) for d in document_ids)
             if s is not None and s.status in (READY, PROCESSING) and s.pages_ready > 0
         ]

@@ -19,6 +19,7 @@ import uuid
 
 from documents.status import DELETED, FAILED, PROCESSING, READY
 from schemas import events as ev
+from schemas import sealing
 from streams.memory import Statement
 from streams.projection import to_time
 
@@ -43,7 +44,7 @@ def statements_for(event: ev.Event) -> list[Statement]:
             _update(
                 event,
                 conversation_id=uuid.UUID(event.conversation_id) if event.conversation_id else None,
-                filename=event.filename,
+                filename=sealing.seal(event.user_id, event.filename, deterministic=True),
                 media_type=event.media_type,
                 size_bytes=event.size_bytes,
                 sha256=event.sha256,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parley.ids import NS
+from schemas import sealing
 from schemas.events import MemoryFact, MemoryUpdated
 from streams.projection import to_time
 
@@ -40,7 +41,7 @@ def writes_for(event: MemoryUpdated) -> list[Statement]:
             Statement(
                 "UPDATE {ks}.user_memory USING TIMESTAMP ? SET fact_id = ?, text = ?, updated_at = ? "
                 "WHERE user_id = ? AND position = ?",
-                (ts, uuid.UUID(f.fact_id), f.text, to_time(ts), event.user_id, position),
+                (ts, uuid.UUID(f.fact_id), sealing.seal(event.user_id, f.text, deterministic=True), to_time(ts), event.user_id, position),
             )
         )
     return out

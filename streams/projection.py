@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from schemas import events as ev
+from schemas import sealing
 from schemas.endings import FILTERED_NOTICE
 from streams.tree import STATUS_BY_FINISH, STREAMING, Conversation
 
@@ -301,9 +302,28 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
 }
 
 
+#: The cells of each table that hold a user's content: sealed under the owner's data key (DESIGN.md §12).
+SEALED_CELLS = {
+    "conversations": frozenset({"title"}),
+    "conversations_by_user": frozenset({"title"}),
+    "messages": frozenset({"content", "citations", "retrieval"}),
+    "summaries": frozenset({"content"}),
+}
+
+
+def sealed(write: Write, user_id: str) -> Write:
+    """``write`` with its content cells sealed for ``user_id`` (deterministically: a replay, a rebuild
+    and the gateway's write-through write the same cells)."""
+    columns = SEALED_CELLS.get(write.table)
+    if not columns or sealing.installed() is None:
+        return write
+    cells = tuple((c, sealing.seal(user_id, v, deterministic=True) if c in columns else v) for c, v in write.cells)
+    return Write(write.table, write.key, cells, write.timestamp)
+
+
 def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
     """The writes ``event`` makes, given the conversation before it; [] for other event types."""
     step = PROJECTION.get(type(event))
     if step is None or state.deleted:  # a deleted conversation's late events (a reply in flight) write nothing
         return []
-    return step(state, event)
+    return [sealed(w, event.user_id) for w in step(state, event)]

@@ -21,6 +21,7 @@ from documents.status import VISIBLE
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
 from schemas.events import DocumentEvent, MemoryUpdated
+from schemas.sealing import open_text
 from streams import document_status, memory
 from streams.checkpoint import StoredReply
 from streams.document_search import Status
@@ -83,7 +84,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
             continue
         mid = str(r.message_id)
         msgs[mid] = Message(
-            mid, _id(r.parent_id), r.role or "", r.content or "", r.status or "", r.finish_reason, from_time(r.created_at),
+            mid, _id(r.parent_id), r.role or "", open_text(r.content) or "", r.status or "", r.finish_reason, from_time(r.created_at),
             tuple(getattr(r, "document_ids", None) or ()),
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
@@ -100,7 +101,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
     return Conversation(
         conversation_id=conversation_id,
         user_id=conversation.user_id or "",
-        title=conversation.title or "",
+        title=open_text(conversation.title) or "",
         model=conversation.model,
         created_at=from_time(conversation.created_at),
         selected_leaf_id=_id(conversation.selected_leaf_id),
@@ -140,7 +141,7 @@ class Store:
         if not rows:
             return None
         r = rows[0]
-        return StoredReply(content=r.content or "", tokens=r.tokens or 0, status=r.status or "")
+        return StoredReply(content=open_text(r.content) or "", tokens=r.tokens or 0, status=r.status or "")
 
     async def write(self, writes: list[Write]) -> None:
         """Execute ``writes``: those of one partition as one unlogged batch, the partitions concurrently.
@@ -187,7 +188,7 @@ class Store:
         )
         found = [r[0] for r in rows if r and r[0].status in VISIBLE]
         return {
-            str(r.document_id): Status(str(r.document_id), r.filename or "", r.status, r.pages_ready or 0, r.pages_total or 0)
+            str(r.document_id): Status(str(r.document_id), open_text(r.filename) or "", r.status, r.pages_ready or 0, r.pages_total or 0)
             for r in found
         }
 

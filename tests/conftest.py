@@ -4,6 +4,7 @@ They fail, never skip, when that is impossible."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,6 +13,11 @@ import pytest
 
 from infra.local.settings import LocalInfraSettings
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+
+
+#: Every stack a run starts keeps its users' data keys in one keyspace, so this process's key service
+#: opens what any of them sealed (parley/keys.py; set before any stack inherits the environment).
+KEYS_KEYSPACE = os.environ.setdefault("PARLEY_KEYS_KEYSPACE", "test_keys")
 
 
 @pytest.fixture(scope="session")
@@ -24,12 +30,30 @@ def infra() -> LocalInfraSettings:
 
 
 @pytest.fixture(scope="session")
+def sealing_keys(infra: LocalInfraSettings) -> Iterator[object]:
+    """The key service installed in this process (as every service installs its own), on the run's
+    shared keys keyspace, migrated."""
+    from parley import keys
+    from parley.cassandra import connect
+    from parley.migrate import migrate
+    from schemas import sealing
+
+    settings = from_env(CassandraSettings)
+    session = connect(settings)
+    migrate(session, KEYS_KEYSPACE, settings.replication)
+    service = keys.install_from_env(session)
+    yield service
+    sealing.install(None)
+    session.cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
 def run_id() -> str:
     return uuid.uuid4().hex[:8]
 
 
 @pytest.fixture(scope="module")
-def kafka(infra: LocalInfraSettings, run_id: str, request: pytest.FixtureRequest) -> Iterator[KafkaSettings]:
+def kafka(infra: LocalInfraSettings, sealing_keys: object, run_id: str, request: pytest.FixtureRequest) -> Iterator[KafkaSettings]:
     """Kafka settings with a topic prefix of this run and test module, all catalog topics created:
     a module never reads another module's records."""
     from parley.kafka import admin
@@ -47,7 +71,7 @@ def kafka(infra: LocalInfraSettings, run_id: str, request: pytest.FixtureRequest
 
 
 @pytest.fixture(scope="session")
-def cassandra_settings(infra: LocalInfraSettings, run_id: str) -> CassandraSettings:
+def cassandra_settings(infra: LocalInfraSettings, sealing_keys: object, run_id: str) -> CassandraSettings:
     return replace(from_env(CassandraSettings), keyspace=f"test_{run_id}")
 
 

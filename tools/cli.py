@@ -98,6 +98,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
     from edge.settings import EdgeSettings
     from gateway.settings import GatewaySettings, QuotaSettings
     from moderation.settings import ModerationSettings
+    from parley.keys import KeySettings
     from streams.settings import (
         ContextSettings,
         MaterializerSettings,
@@ -113,6 +114,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("every service: Kafka", KafkaSettings),
         ("every service: Cassandra", CassandraSettings),
         ("every service: logs and metrics", TelemetrySettings),
+        ("every service: encryption of content (data keys, KMS)", KeySettings),
         ("local infrastructure (parley infra)", LocalInfraSettings),
         ("engine (CPU)", EngineSettings),
         ("worker", WorkerSettings),

@@ -75,6 +75,16 @@ def _location(url: str | None):  # type: ignore[no-untyped-def]
     return Location(url) if url else None
 
 
+def _install_keys() -> None:
+    """The key service, to open sealed content (an erased user's reads "[erased]")."""
+    from parley import keys
+
+    try:
+        keys.install_from_env()
+    except errors.Unavailable as exc:
+        _fail(exc)
+
+
 ARCHIVE_OPT = typer.Option(None, "--archive", envvar="PARLEY_ARCHIVE_URL", help="Cold tier to read first: a directory or fsspec URL")
 
 
@@ -93,6 +103,7 @@ def replay_cmd(
     """Reconstruct every turn of a time range from the log (and the archive), without joining any consumer group."""
     from tools.analysts import replay
 
+    _install_keys()
     query = replay.Query(parse_time(since), parse_time(until), conversation, user, lead_s, grace_s)
     try:
         with _progress("replay") as (on_plan, on_batch):
@@ -185,6 +196,7 @@ def rebuild_cmd(
     """Recreate the Cassandra projections from the archive + the log into an empty keyspace."""
     from tools.analysts import digest, rebuild
 
+    _install_keys()
     cassandra = replace(from_env(CassandraSettings), keyspace=keyspace)
     try:
         with _progress("rebuild") as (on_plan, on_batch):

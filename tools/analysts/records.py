@@ -25,7 +25,7 @@ from typing import Any
 
 import fastavro
 
-from schemas import codec
+from schemas import codec, sealing
 from schemas import events as ev
 from schemas.records import to_record
 
@@ -189,4 +189,5 @@ class Decoder:
             raise codec.Undecodable(f"{name} body has trailing bytes")
         if rule is not None:
             rule(record)
+        sealing.open_record(ev.EVENT_TYPES[name], record)  # an erased user's content reads "[erased]"
         return record  # type: ignore[no-any-return]

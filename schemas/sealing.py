@@ -1,0 +1,148 @@
+"""Sealed text: content encrypted under its owner's data key, wherever it is written (DESIGN.md §12).
+
+A sealed value is a string, so sealing changes no schema::
+
+    \\x00s1:<user_id>:<key version>:<base64url(nonce | AES-GCM ciphertext and tag)>
+
+It names its owner and key, so any reader can open it without context; the
+gateway refuses NUL in text, so no plaintext a user sends starts that way.
+Fields of events that hold content are marked ``sealed`` in ``schemas/events.py``;
+the codec seals them on encode and opens them on decode, so what Kafka keeps
+on disk is ciphertext and every consumer sees the text. Projections seal the
+content columns they write (deterministically: a replay writes the same
+cells) and readers open them. When the owner's key has been destroyed (an
+erasure) a sealed value opens as ``ERASED``.
+
+The cryptography lives in ``parley/keys.py`` (the key service, which a process
+installs at start); this module only knows the format and which fields to
+seal. Without an installed service nothing is sealed, and a sealed value
+cannot be opened (an error, never ciphertext shown as text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from functools import cache
+from typing import Any, Protocol, Union
+
+PREFIX = "\x00s1:"
+#: What a sealed value reads as once its owner's key is destroyed.
+ERASED = "[erased]"
+
+
+class SealedWithoutKeys(RuntimeError):
+    """A sealed value met a process that installed no key service."""
+
+
+class Keys(Protocol):
+    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str: ...
+
+    def open(self, value: str) -> str: ...
+
+    def blind(self, user_id: str, term: str) -> str: ...
+
+
+_keys: Keys | None = None
+
+
+def install(keys: Keys | None) -> None:
+    """The process's key service (None: seal nothing)."""
+    global _keys
+    _keys = keys
+
+
+def installed() -> Keys | None:
+    return _keys
+
+
+def is_sealed(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def owner_of(value: str) -> str:
+    """The user id a sealed value names."""
+    return value[len(PREFIX) :].split(":", 1)[0]
+
+
+def seal(user_id: str, text: str | None, *, deterministic: bool = False) -> str | None:
+    """``text`` sealed for ``user_id`` (unchanged when empty, already sealed, or no service is installed).
+    ``deterministic``: the same text gives the same value (for projected cells, which replays rewrite)."""
+    if _keys is None or not text or is_sealed(text):
+        return text
+    return _keys.seal(user_id, text, deterministic=deterministic)
+
+
+def open_text(value: str | None) -> str | None:
+    """The text of a possibly sealed value (``ERASED`` when its key is gone)."""
+    if not is_sealed(value):
+        return value
+    if _keys is None:
+        raise SealedWithoutKeys("sealed content, but this process installed no key service (parley.keys.install)")
+    return _keys.open(value)  # type: ignore[arg-type]
+
+
+def blind(user_id: str, term: str) -> str:
+    """A search term as the index keeps it: keyed by the owner's data key (HMAC), so the index
+    holds no words yet finds them (unchanged without a key service)."""
+    return term if _keys is None else _keys.blind(user_id, term)
+
+
+# ------------------------------------------------------------ event records
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[str, str, type | None], ...]:
+    """(field, kind, nested type) for each field of ``cls`` that is or holds sealed text:
+    kind ``text`` (a sealed string), ``one`` (a record that holds some) or ``many`` (a list of them)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("sealed"):
+            out.append((f.name, "text", None))
+            continue
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        kind = "one"
+        if typing.get_origin(tp) is list:
+            (tp,) = typing.get_args(tp)
+            kind = "many"
+        if dataclasses.is_dataclass(tp) and _plan(tp):
+            out.append((f.name, kind, tp))
+    return tuple(out)
+
+
+def holds_sealed(cls: type) -> bool:
+    return bool(_plan(cls))
+
+
+def _walk(cls: type, record: dict[str, Any], change: typing.Callable[[str], str]) -> None:
+    for name, kind, nested in _plan(cls):
+        value = record.get(name)
+        if value is None:
+            continue
+        if kind == "text":
+            if isinstance(value, str) and value:
+                record[name] = change(value)
+        elif kind == "one":
+            _walk(nested, value, change)  # type: ignore[arg-type]
+        else:
+            for item in value:
+                _walk(nested, item, change)  # type: ignore[arg-type]
+
+
+def seal_record(cls: type, record: dict[str, Any]) -> None:
+    """Seal, in place, the content of an event's record for the event's ``user_id``."""
+    keys = _keys
+    if keys is None or not _plan(cls):
+        return
+    user_id = record["user_id"]
+    _walk(cls, record, lambda text: text if is_sealed(text) else keys.seal(user_id, text))
+
+
+def open_record(cls: type, record: dict[str, Any]) -> None:
+    """Open, in place, the sealed content of a decoded record."""
+    if _plan(cls):
+        _walk(cls, record, lambda value: open_text(value) or "")
