@@ -58,7 +58,7 @@ async def test_scopes_stop_at_the_ready_mark_and_skip_failed_and_other_users_doc
     found = {A: Status(A, "a.pdf", "processing", 2, 10), B: Status(B, "b.pdf", "failed", 0, 0)}
     search = Search([hit(A, 1)])
     out = await DocumentSearch(Statuses(found), search, passages=5, passage_tokens=500, count=words).search("u", [A, B], "q")
-    assert search.scopes == [Scope(A, 2, "a.pdf")]
+    assert search.scopes == [Scope(A, 2, "a.pdf", user_id="u")]
     assert out.path == "hybrid" and [p.page for p in out.passages] == [1]
     assert out.passages[0].label == "[a.pdf p.1]"
 
