@@ -3,7 +3,8 @@
 Anyone manages their own keys (``/v1/me/keys``: rotate by making a new key and
 revoking the old). An organisation's admins manage its people: add users (they
 get the admin's tier), disable them, change roles, make and revoke their keys,
-read the organisation's usage, and set its name and data-residency label. A
+read the organisation's usage, set its name and data-residency label, and
+erase them. Anyone may erase themselves (``DELETE /v1/me?confirm=true``). A
 user id of another organisation is a 404, like one that does not exist.
 Admins do not read members' conversations: an organisation's admin is not its
 members' reader. A revoked key or a disabled user stops working within
@@ -18,11 +19,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import quotas
+from gateway import erasure, quotas
 from gateway.auth import Principal
 from gateway.directory import KeyRow, OrgRow, UserRow
 from gateway.errors import Conflict, Forbidden, NotFound, Unprocessable
-from gateway.services import Services, services
+from gateway.services import Services, services, trace_id
 from gateway.usage import day_range, parse_days, totals_json, usage_json
 from gateway.validation import MISSING, json_body, only, string
 from parley.users import ROLES, Statement, new_key, new_user, revoke_key
@@ -106,6 +107,24 @@ async def revoke_my_key(request: Request) -> Response:
     return await _revoke(svc, me.user_id, request.path_params["key_id"])
 
 
+async def erase_me(request: Request) -> Response:
+    """Erase the caller and everything of theirs (gateway/erasure.py); ``?confirm=true`` is required."""
+    svc, me = await _caller(request)
+    _confirmed(request)
+    user = await svc.directory.user(me.user_id)
+    if user is None:
+        raise NotFound("no such user", code="user_not_found")
+    return JSONResponse(await erasure.erase(svc, user, "self", trace_id(request)))
+
+
+def _confirmed(request: Request) -> None:
+    if request.query_params.get("confirm") != "true":
+        raise Unprocessable(
+            "erasure destroys every conversation, document and memory of the user for good; send ?confirm=true",
+            code="confirmation_required",
+        )
+
+
 # ----------------------------------------------------------------- /v1/org
 
 
@@ -174,6 +193,16 @@ async def update_member(request: Request) -> Response:
         [Statement("UPDATE {ks}.users SET disabled = ?, role = ? WHERE user_id = ?", (disabled, role, user.user_id))]
     )
     return JSONResponse((await _member(svc, admin, user.user_id)).public())
+
+
+async def erase_member(request: Request) -> Response:
+    """An admin erases a user of the organisation (not itself: that is ``DELETE /v1/me``)."""
+    svc, admin = await _admin(request)
+    user = await _member(svc, admin, request.path_params["user_id"])
+    _confirmed(request)
+    if user.user_id == admin.user_id:
+        raise Conflict("to erase yourself, use DELETE /v1/me", code="self_erasure")
+    return JSONResponse(await erasure.erase(svc, user, "admin", trace_id(request)))
 
 
 async def list_member_keys(request: Request) -> Response:

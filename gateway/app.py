@@ -168,6 +168,7 @@ ROUTES = [
     Route("/v1/moderations", moderations.create_moderation, methods=["POST"]),
     Route("/v1/models", models.list_models, methods=["GET"]),
     Route("/v1/me", admin.get_me, methods=["GET"]),
+    Route("/v1/me", admin.erase_me, methods=["DELETE"]),
     Route("/v1/me/keys", admin.list_my_keys, methods=["GET"]),
     Route("/v1/me/keys", admin.create_my_key, methods=["POST"]),
     Route("/v1/me/keys/{key_id}", admin.revoke_my_key, methods=["DELETE"]),
@@ -176,6 +177,7 @@ ROUTES = [
     Route("/v1/org/users", admin.list_members, methods=["GET"]),
     Route("/v1/org/users", admin.add_member, methods=["POST"]),
     Route("/v1/org/users/{user_id}", admin.update_member, methods=["PATCH"]),
+    Route("/v1/org/users/{user_id}", admin.erase_member, methods=["DELETE"]),
     Route("/v1/org/users/{user_id}/keys", admin.list_member_keys, methods=["GET"]),
     Route("/v1/org/users/{user_id}/keys", admin.create_member_key, methods=["POST"]),
     Route("/v1/org/users/{user_id}/keys/{key_id}", admin.revoke_member_key, methods=["DELETE"]),
@@ -188,7 +190,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = await asyncio.to_thread(connect, cassandra)
-        await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
+        key_service = await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
         cql = AsyncCql(cassandra, session)
         store = Store(cql)
         # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not
@@ -201,7 +203,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         pressure.start()
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s)
-        svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory)
+        svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
         svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(cql))

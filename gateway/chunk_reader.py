@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Container
 
-from schemas import codec
+from schemas import codec, sealing
 from schemas.events import Citation, Event, TokenChunk, Usage
 
 #: CRC-64-AVRO of the TokenChunk schema this reader is written for (``schemas/avro/TokenChunk.avsc``).
@@ -111,7 +111,13 @@ def _citations(buf: bytes, pos: int) -> tuple[list[Citation], int]:
             chunk_id, pos = _string(buf, pos)
             text, pos = _string(buf, pos)
             filename, pos = _string(buf, pos)
-            out.append(Citation(number=number, document_id=document_id, page=page, chunk_id=chunk_id, text=text, filename=filename))
+            out.append(Citation(number=number, document_id=document_id, page=page, chunk_id=chunk_id,
+                                text=_open(text), filename=_open(filename)))  # fmt: skip
+
+
+def _open(value: str) -> str:
+    """A sealed field's text (schemas/sealing.py: the codec's way opens the same fields)."""
+    return sealing.open_text(value) or "" if sealing.is_sealed(value) else value
 
 
 def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
@@ -156,10 +162,10 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     chunk = _new(TokenChunk)
     vars(chunk).update(
         event_id=event_id, occurred_at=occurred_at, trace_id=trace_id, conversation_id=conversation_id, user_id=user_id,
-        request_id=request_id, attempt=attempt, seq=seq, text=text, tokens=tokens, offset_chars=offset_chars,
+        request_id=request_id, attempt=attempt, seq=seq, text=_open(text), tokens=tokens, offset_chars=offset_chars,
         finish_reason=finish_reason, usage=usage, replica=replica, model=model, error_code=error_code,
         error_message=error_message, retry_after=retry_after, citations=citations, citation_status=citation_status,
-        documents_note=documents_note,
+        documents_note=_open(documents_note),
     )
     chunk.__post_init__()
     return chunk

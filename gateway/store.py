@@ -225,6 +225,11 @@ class Store:
             for r in shown
         ]
 
+    async def conversation_ids_of(self, user_id: str) -> list[str]:
+        """Every conversation of the user not yet deleted, archived ones too (an erasure deletes them all)."""
+        rows = await self._run("SELECT conversation_id, deleted FROM {ks}.conversations_by_user WHERE user_id = ?", (user_id,))
+        return [str(r.conversation_id) for r in rows if not r.deleted]
+
     _MESSAGE_COLUMNS = (
         "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
         "prompt_tokens, cached_tokens, document_ids, citations, retrieval, moderation"

@@ -180,9 +180,16 @@ class KeyService:
         ).one()
         return row is not None and row.kek_id == ERASED_MARK
 
-    def forget(self, user_id: str) -> None:
-        """Drop the cached key now (this process erased the user)."""
-        self._cache.pop(user_id, None)
+    def erase(self, user_id: str) -> None:
+        """Destroy the user's data key, leave the mark that stops a new one being made, and drop it
+        from this process's cache (other processes drop theirs within ``cache_s``)."""
+        with self._lock:
+            self._session.execute(f"DELETE FROM {self._ks}.data_keys WHERE user_id = %s", (user_id,))
+            self._session.execute(
+                f"INSERT INTO {self._ks}.data_keys (user_id, version, kek_id, created_at) VALUES (%s, 0, %s, %s)",
+                (user_id, ERASED_MARK, datetime.now(timezone.utc)),
+            )
+            self._cache[user_id] = (time.monotonic(), None)
 
     # -------------------------------------------------- sealing.Keys
 
@@ -215,15 +222,6 @@ class KeyService:
         if key is None or str(key.version) != version:
             return sealing.ERASED
         return key.aead.decrypt(raw[:NONCE], raw[NONCE:], f"{user_id}:{version}".encode()).decode()
-
-
-def erase_key(session: Session, keyspace: str, user_id: str) -> None:
-    """Destroy the user's data key and leave the mark that stops a new one being made."""
-    session.execute(f"DELETE FROM {keyspace}.data_keys WHERE user_id = %s", (user_id,))
-    session.execute(
-        f"INSERT INTO {keyspace}.data_keys (user_id, version, kek_id, created_at) VALUES (%s, 0, %s, %s)",
-        (user_id, ERASED_MARK, datetime.now(timezone.utc)),
-    )
 
 
 def kms_from(settings: KeySettings, data_dir: Path) -> Kms:

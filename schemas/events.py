@@ -580,6 +580,29 @@ class MemoryUpdated(Event):
     facts: list[MemoryFact] = doc("Every fact, in the order they are rendered into prompts", default_factory=list)
 
 
+# ------------------------------------------------------------------------ user.erasures
+
+ERASED_BY = frozenset({"self", "admin"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserErased(Event):
+    """A user was erased: their conversations, documents and memory deleted, then their data key
+    destroyed, so whatever of theirs was sealed, anywhere it was copied, reads "[erased]" (DESIGN.md §12).
+    gateway → analysts, `parley audit erasure`."""
+
+    key_field: ClassVar[str] = "user_id"
+
+    user_id: str = doc("Who was erased; the Kafka key")
+    org_id: str = doc("Their organisation", default="")
+    by: str = doc("self (DELETE /v1/me) | admin (DELETE /v1/org/users/{id})")
+    conversations: int = doc("Conversations deleted", default=0)
+    documents: int = doc("Documents deleted", default=0)
+
+    def __post_init__(self) -> None:
+        _check(self.by, ERASED_BY, "by")
+
+
 # ------------------------------------------------------------------------ *.dlq
 
 
@@ -630,6 +653,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DocumentFailed,
         DocumentDeleted,
         MemoryUpdated,
+        UserErased,
         DeadLetter,
     )
 }

@@ -269,8 +269,11 @@ def _archived(s: Conversation, e: ev.ConversationArchived) -> list[Write]:
 
 
 def _deleted(s: Conversation, e: ev.ConversationDeleted) -> list[Write]:
-    """A mark, not a removal: every read path skips a deleted conversation (the log still holds it)."""
-    return [_conversation(e, deleted_at=to_time(e.occurred_at)), *_by_user(s, e, deleted=True)]
+    """A mark every read path honours, and the content gone from the rows: the title and every message's
+    text, citations and retrieval are blanked (the rows' ids stay, so a late event finds the mark). The
+    log keeps the text, sealed, until its owner is erased (DESIGN.md §12)."""
+    purged = [_message(e, mid, content="", citations="", retrieval="") for mid in sorted(s.messages)]
+    return [_conversation(e, deleted_at=to_time(e.occurred_at), title=""), *_by_user(s, e, deleted=True, title=""), *purged]
 
 
 def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:

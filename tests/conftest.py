@@ -21,28 +21,22 @@ KEYS_KEYSPACE = os.environ.setdefault("PARLEY_KEYS_KEYSPACE", "test_keys")
 
 
 @pytest.fixture(scope="session")
-def infra() -> LocalInfraSettings:
+def infra() -> Iterator[LocalInfraSettings]:
+    """Kafka and Cassandra up, and the key service installed in this process (as every service installs
+    its own) on the run's shared keys keyspace, migrated."""
     from infra.local import stack
-
-    cfg = from_env(LocalInfraSettings)
-    stack.up(cfg, echo=lambda s: None)
-    return cfg
-
-
-@pytest.fixture(scope="session")
-def sealing_keys(infra: LocalInfraSettings) -> Iterator[object]:
-    """The key service installed in this process (as every service installs its own), on the run's
-    shared keys keyspace, migrated."""
     from parley import keys
     from parley.cassandra import connect
     from parley.migrate import migrate
     from schemas import sealing
 
+    cfg = from_env(LocalInfraSettings)
+    stack.up(cfg, echo=lambda s: None)
     settings = from_env(CassandraSettings)
     session = connect(settings)
     migrate(session, KEYS_KEYSPACE, settings.replication)
-    service = keys.install_from_env(session)
-    yield service
+    keys.install_from_env(session)
+    yield cfg
     sealing.install(None)
     session.cluster.shutdown()
 
@@ -53,7 +47,7 @@ def run_id() -> str:
 
 
 @pytest.fixture(scope="module")
-def kafka(infra: LocalInfraSettings, sealing_keys: object, run_id: str, request: pytest.FixtureRequest) -> Iterator[KafkaSettings]:
+def kafka(infra: LocalInfraSettings, run_id: str, request: pytest.FixtureRequest) -> Iterator[KafkaSettings]:
     """Kafka settings with a topic prefix of this run and test module, all catalog topics created:
     a module never reads another module's records."""
     from parley.kafka import admin
@@ -71,7 +65,7 @@ def kafka(infra: LocalInfraSettings, sealing_keys: object, run_id: str, request:
 
 
 @pytest.fixture(scope="session")
-def cassandra_settings(infra: LocalInfraSettings, sealing_keys: object, run_id: str) -> CassandraSettings:
+def cassandra_settings(infra: LocalInfraSettings, run_id: str) -> CassandraSettings:
     return replace(from_env(CassandraSettings), keyspace=f"test_{run_id}")
 
 

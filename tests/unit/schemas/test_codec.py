@@ -15,6 +15,7 @@ from schemas.events import (
     EVENT_TYPES,
     FINISH_REASONS,
     CITATION_STATUSES,
+    ERASED_BY,
     MODERATION_ACTIONS,
     MODERATION_DIRECTIONS,
     MODERATION_STAGES,
@@ -37,6 +38,7 @@ CONSTRAINED = {
     "stage": MODERATION_STAGES,
     "action": MODERATION_ACTIONS,
     "verdict": frozenset({"clean", "flagged"}),
+    "by": ERASED_BY,
 }
 
 

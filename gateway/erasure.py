@@ -1,0 +1,69 @@
+"""Erasing a user: ``DELETE /v1/me`` and an admin's ``DELETE /v1/org/users/{id}`` (DESIGN.md §12).
+
+Crypto-shredding. The log is forever and copied (archives, replay files), so
+nothing there can be rewritten; but every copy of a user's content is sealed
+under their data key. In order:
+
+1. the user is marked erased (and so refused, within the auth cache's bound) and every key revoked;
+2. each of their conversations and documents is deleted, and their memory emptied, by the same
+   events a user's own deletes append: the rows go from every read path at once and the
+   projections blank or purge them;
+3. once those are acknowledged, the data key is destroyed: whatever of theirs is still sealed
+   anywhere (the log, an archive, a row not yet purged, a replay file) reads ``[erased]`` from then on;
+4. ``UserErased`` on ``user.erasures`` records it. Usage keeps its counts (no content).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from gateway.directory import UserRow
+from gateway.services import Services
+from parley.users import Statement
+from schemas.events import ConversationDeleted, DocumentDeleted, MemoryUpdated, UserErased
+
+log = logging.getLogger(__name__)
+
+
+async def erase(svc: Services, user: UserRow, by: str, trace_id: str = "") -> dict[str, Any]:
+    uid = user.user_id
+    revoked = [
+        Statement("UPDATE {ks}.api_keys SET revoked = true WHERE key_hash = ?", (k.key_hash,))
+        for k in await svc.directory.keys(uid)
+    ]
+    await svc.directory.apply(
+        [
+            Statement(
+                "UPDATE {ks}.users SET erased_at = ?, disabled = true, name = null WHERE user_id = ?",
+                (datetime.now(timezone.utc), uid),
+            ),
+            *revoked,
+        ]
+    )
+    conversations = await svc.store.conversation_ids_of(uid)
+    for cid in conversations:
+        event = ConversationDeleted(conversation_id=cid, user_id=uid, trace_id=trace_id)
+        await svc.append(event)
+        await svc.store.write_through(event)
+    documents = await svc.store.documents_of(uid)
+    for document in documents:
+        deleted = DocumentDeleted(
+            document_id=document.id, user_id=uid, conversation_id=document.conversation_id, trace_id=trace_id
+        )
+        await svc.append(deleted)
+        await svc.write_document(deleted)
+    forgotten = MemoryUpdated(user_id=uid, facts=[], trace_id=trace_id)
+    await svc.append(forgotten)
+    await svc.store.write_memory(forgotten)
+    await asyncio.to_thread(svc.keys.erase, uid)
+    await svc.append(
+        UserErased(
+            user_id=uid, org_id=user.org_id, by=by, conversations=len(conversations), documents=len(documents),
+            trace_id=trace_id,
+        )
+    )  # fmt: skip
+    log.info("user erased", extra={"user_id": uid, "by": by, "conversations": len(conversations), "documents": len(documents)})
+    return {"id": uid, "erased": True, "conversations": len(conversations), "documents": len(documents)}

@@ -1,0 +1,61 @@
+"""The key service against real Cassandra: data keys made once, sealed text opened by any process,
+and an erasure that leaves nothing readable (parley/keys.py)."""
+
+from __future__ import annotations
+
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+from cryptography.exceptions import InvalidTag
+
+from parley.keys import KeyService, LocalKms
+from schemas import sealing
+
+
+@pytest.fixture
+def kms(tmp_path: Path) -> LocalKms:
+    return LocalKms(tmp_path / "kms" / "kek.json")
+
+
+def _service(cassandra, kms: LocalKms, **kwargs) -> KeyService:  # type: ignore[no-untyped-def]
+    return KeyService(cassandra, kms, cassandra.keyspace, **kwargs)
+
+
+def test_the_key_file_is_made_once_readable_by_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "kms" / "kek.json"
+    first = LocalKms(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    wrapped = first.wrap("u1", b"k" * 32)
+    assert LocalKms(path).unwrap("u1", *wrapped) == b"k" * 32  # a second process reads the same KEK
+    with pytest.raises(InvalidTag):
+        LocalKms(path).unwrap("u2", *wrapped)  # a wrapped key is bound to its user
+
+
+def test_what_one_process_seals_another_opens_and_an_erasure_ends_for_every_process(cassandra, kms: LocalKms) -> None:
+    user = f"u_{uuid.uuid4().hex[:16]}"
+    writer, reader = _service(cassandra, kms), _service(cassandra, kms, cache_s=0.0)
+    value = writer.seal(user, "the canary sentence")
+    assert sealing.is_sealed(value) and "canary" not in value and sealing.owner_of(value) == user
+    assert reader.open(value) == "the canary sentence"
+    assert writer.seal(user, "same", deterministic=True) == reader.seal(user, "same", deterministic=True)
+    assert writer.seal(user, "same") != writer.seal(user, "same")  # events: a fresh nonce each time
+    assert writer.blind(user, "canary") == reader.blind(user, "canary") != writer.blind(f"{user}x", "canary")
+
+    writer.erase(user)
+    assert reader.open(value) == sealing.ERASED  # within its cache bound (0 here) every process
+    assert writer.open(value) == sealing.ERASED  # the eraser at once
+    assert reader.seal(user, "after") == sealing.ERASED  # no new key is ever made for an erased user
+    rows = cassandra.execute(f"SELECT version, wrapped FROM {cassandra.keyspace}.data_keys WHERE user_id = %s", (user,)).all()
+    assert [(r.version, r.wrapped) for r in rows] == [(0, None)]  # only the mark is left
+
+
+def test_a_tampered_value_is_refused_not_misread(cassandra, kms: LocalKms) -> None:
+    service = _service(cassandra, kms)
+    user = f"u_{uuid.uuid4().hex[:16]}"
+    value = service.seal(user, "hello")
+    other = f"u_{uuid.uuid4().hex[:16]}"
+    service.seal(other, "x")  # the other user has a key too
+    with pytest.raises(InvalidTag):
+        service.open(value.replace(user, other, 1))  # bound to its owner: moving it to another user fails

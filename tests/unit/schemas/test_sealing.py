@@ -1,0 +1,117 @@
+"""Sealed fields: the codec seals every content field of an event and opens it again (schemas/sealing.py).
+
+A stand-in key service (reversible, no cryptography) shows *which* fields are sealed and that every
+reader opens them; the real AES-GCM service is tested against Cassandra (tests/integration/test_keys.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from gateway import chunk_reader
+from schemas import codec, sealing
+from schemas.events import (
+    EVENT_TYPES,
+    Citation,
+    GenerationCompleted,
+    InferenceRequested,
+    MemoryFact,
+    MemoryUpdated,
+    MessagePosted,
+    Passage,
+    PromptMessage,
+    Retrieval,
+    TokenChunk,
+)
+from tools.analysts.records import Decoder
+
+CID = "00000000-0000-0000-0000-0000000000c1"
+MID = "00000000-0000-0000-0000-0000000000a1"
+
+
+class Reversible:
+    """Seals by base64 of the reversed text: what it seals is unreadable in the bytes, and opens again."""
+
+    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
+        return f"{sealing.PREFIX}{user_id}:1:" + base64.b64encode(text[::-1].encode()).decode()
+
+    def open(self, value: str) -> str:
+        return base64.b64decode(value.rsplit(":", 1)[1]).decode()[::-1]
+
+    def blind(self, user_id: str, term: str) -> str:
+        return "b:" + term[::-1]
+
+
+@pytest.fixture
+def keys() -> Iterator[Reversible]:
+    service = Reversible()
+    sealing.install(service)
+    yield service
+    sealing.install(None)
+
+
+def test_every_event_that_holds_content_names_its_owner() -> None:
+    """A sealed field is sealed under the event's user_id: an event type without one could not be sealed."""
+    holding = [cls for cls in EVENT_TYPES.values() if sealing.holds_sealed(cls)]
+    assert len(holding) >= 10
+    for cls in holding:
+        assert "user_id" in {f.name for f in dataclasses.fields(cls)}, cls.__name__
+
+
+def test_content_fields_are_sealed_on_the_wire_and_opened_on_decode(keys: Reversible) -> None:
+    events = [
+        MessagePosted(conversation_id=CID, user_id="u1", message_id=MID, content="canary in a message", client_message_id="c"),
+        GenerationCompleted(
+            conversation_id=CID, user_id="u1", request_id=MID, parent_id=MID, finish_reason="stop", content="canary in a reply",
+            citations=[Citation(number=1, document_id=CID, page=1, chunk_id=MID, text="canary quoted", filename="canary.pdf")],
+            retrieval=Retrieval(path="hybrid", note="canary note"),
+        ),  # fmt: skip
+        InferenceRequested(
+            conversation_id=CID, user_id="u1", request_id=MID, parent_id=MID, resume_text="canary resumed",
+            messages=[PromptMessage(role="user", content="canary in a prompt")],
+            retrieval=Retrieval(
+                path="hybrid",
+                passages=[Passage(label="[canary.pdf p.1]", document_id=CID, chunk_id=MID, page=1, text="canary passage")],
+            ),
+        ),  # fmt: skip
+        MemoryUpdated(user_id="u1", facts=[MemoryFact(fact_id=MID, text="canary fact")]),
+        TokenChunk(conversation_id=CID, user_id="u1", request_id=MID, seq=0, text="canary chunk", documents_note="canary"),
+    ]
+    for event in events:
+        data = codec.encode(event)
+        assert b"canary" not in data, type(event).__name__
+        assert codec.decode(data) == event
+
+
+def test_without_a_key_service_nothing_is_sealed_and_sealed_bytes_are_refused(keys: Reversible) -> None:
+    event = MessagePosted(conversation_id=CID, user_id="u1", message_id=MID, content="hello", client_message_id="c")
+    sealed = codec.encode(event)
+    sealing.install(None)
+    assert b"hello" in codec.encode(event)
+    with pytest.raises(sealing.SealedWithoutKeys):
+        codec.decode(sealed)
+
+
+def test_the_gateway_s_chunk_reader_and_the_analysts_decoder_open_what_the_codec_opens(keys: Reversible) -> None:
+    chunk = TokenChunk(
+        conversation_id=CID, user_id="u1", request_id=MID, seq=1, text="secret words", documents_note="a note", finish_reason="stop",
+        citations=[Citation(number=1, document_id=CID, page=2, chunk_id=MID, text="a span", filename="f.pdf")],
+    )  # fmt: skip
+    data = codec.encode(chunk)
+    assert chunk_reader.read(data, {MID}) == codec.decode(data) == chunk
+    name, record = Decoder(["TokenChunk"])(data)  # type: ignore[misc]
+    assert record["text"] == "secret words" and record["citations"][0]["filename"] == "f.pdf"
+
+
+def test_a_projected_cell_is_sealed_deterministically(keys: Reversible) -> None:
+    from streams.projection import sealed
+    from streams.projection import Write
+
+    write = Write("messages", (("conversation_id", CID),), (("content", "text"), ("role", "user")), 1)
+    out = sealed(write, "u1")
+    assert dict(out.cells)["role"] == "user" and sealing.is_sealed(dict(out.cells)["content"])
+    assert sealing.open_text(dict(out.cells)["content"]) == "text"
