@@ -41,6 +41,7 @@ from documents.extract import Page
 from documents.pages import PageFailed, PageReader
 from documents.settings import DocumentSettings
 from schemas import events as ev
+from schemas import sealing
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class Job:
             await self.index.purge(up.document_id, up.user_id)
             return progress
         try:
-            data = await asyncio.to_thread(self.blobs.get, up.storage_uri)
+            data = sealing.open_bytes(await asyncio.to_thread(self.blobs.get, up.storage_uri))
         except (FileNotFoundError, ValueError):
             await self._fail(up, Refused("unreadable", "the uploaded original is gone from the blob store"))
             return progress

@@ -39,6 +39,9 @@ class _Cache:
         self._cache_s, self._stale_s = cache_s, stale_s
         self._hits: dict[str, tuple[float, Principal | None]] = {}
 
+    def drop(self, name: str) -> None:
+        self._hits.pop(name, None)
+
     async def get(self, name: str, lookup: Callable[[], Awaitable[Principal | None]]) -> Principal | None:
         now = time.monotonic()
         hit = self._hits.get(name)
@@ -72,6 +75,12 @@ class Authenticator:
         if found is None:
             raise Unauthorized("this API key is not valid", code="invalid_api_key")
         return found
+
+    def forget(self, user_id: str, key_hashes: list[str]) -> None:
+        """Drop a user and their keys from this gateway's cache now (an erasure; others within ``cache_s``)."""
+        self._users.drop(user_id)
+        for digest in key_hashes:
+            self._keys.drop(digest)
 
     async def of_user(self, user_id: str) -> Principal | None:
         """The user's principal (no key), or None for a missing, disabled or erased user."""

@@ -25,6 +25,7 @@ from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge, Unsu
 from gateway.services import Services, services, trace_id
 from gateway.store import DocumentRow
 from gateway.validation import uuid_string
+from schemas import sealing
 from schemas.events import DocumentDeleted, DocumentUploaded
 
 #: Multipart framing around the file: boundaries, part headers, a conversation id.
@@ -84,7 +85,7 @@ async def upload(request: Request) -> Response:
         raise refused(exc) from None
 
     document_id = str(uuid.uuid4())
-    uri = await asyncio.to_thread(svc.documents.blobs.put, document_id, data)
+    uri = await asyncio.to_thread(svc.documents.blobs.put, document_id, sealing.seal_bytes(user.user_id, data))
     event = DocumentUploaded(
         document_id=document_id,
         user_id=user.user_id,

@@ -30,10 +30,8 @@ log = logging.getLogger(__name__)
 
 async def erase(svc: Services, user: UserRow, by: str, trace_id: str = "") -> dict[str, Any]:
     uid = user.user_id
-    revoked = [
-        Statement("UPDATE {ks}.api_keys SET revoked = true WHERE key_hash = ?", (k.key_hash,))
-        for k in await svc.directory.keys(uid)
-    ]
+    hashes = [k.key_hash for k in await svc.directory.keys(uid)]
+    revoked = [Statement("UPDATE {ks}.api_keys SET revoked = true WHERE key_hash = ?", (h,)) for h in hashes]
     await svc.directory.apply(
         [
             Statement(
@@ -43,6 +41,7 @@ async def erase(svc: Services, user: UserRow, by: str, trace_id: str = "") -> di
             *revoked,
         ]
     )
+    svc.auth.forget(uid, hashes)
     conversations = await svc.store.conversation_ids_of(uid)
     for cid in conversations:
         event = ConversationDeleted(conversation_id=cid, user_id=uid, trace_id=trace_id)

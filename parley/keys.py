@@ -138,7 +138,7 @@ class KeyService:
 
     def __init__(self, session: Session, kms: Kms, keyspace: str, *, cache_s: float = 60.0, seal: bool = True) -> None:
         self._session = session
-        self._ks = keyspace
+        self.keyspace = keyspace
         self._kms = kms
         self._cache_s = cache_s
         self.sealing = seal
@@ -176,7 +176,7 @@ class KeyService:
 
     def _erased(self, user_id: str) -> bool:
         row = self._session.execute(
-            f"SELECT kek_id FROM {self._ks}.data_keys WHERE user_id = %s AND version = 0", (user_id,)
+            f"SELECT kek_id FROM {self.keyspace}.data_keys WHERE user_id = %s AND version = 0", (user_id,)
         ).one()
         return row is not None and row.kek_id == ERASED_MARK
 
@@ -184,9 +184,9 @@ class KeyService:
         """Destroy the user's data key, leave the mark that stops a new one being made, and drop it
         from this process's cache (other processes drop theirs within ``cache_s``)."""
         with self._lock:
-            self._session.execute(f"DELETE FROM {self._ks}.data_keys WHERE user_id = %s", (user_id,))
+            self._session.execute(f"DELETE FROM {self.keyspace}.data_keys WHERE user_id = %s", (user_id,))
             self._session.execute(
-                f"INSERT INTO {self._ks}.data_keys (user_id, version, kek_id, created_at) VALUES (%s, 0, %s, %s)",
+                f"INSERT INTO {self.keyspace}.data_keys (user_id, version, kek_id, created_at) VALUES (%s, 0, %s, %s)",
                 (user_id, ERASED_MARK, datetime.now(timezone.utc)),
             )
             self._cache[user_id] = (time.monotonic(), None)
@@ -211,6 +211,27 @@ class KeyService:
         if key is None:
             return ""  # erased: nothing of theirs is indexed or found
         return "b:" + hmac.new(key.blind_key, term.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def seal_bytes(self, user_id: str, data: bytes) -> bytes:
+        if not self.sealing:
+            return data
+        key = self._key(user_id, create=True)
+        if key is None:
+            raise ValueError("the user is erased: nothing of theirs is stored")
+        nonce = os.urandom(NONCE)
+        head = sealing.BYTES_PREFIX + f"{user_id}:{key.version}:".encode()
+        return head + nonce + key.aead.encrypt(nonce, data, f"{user_id}:{key.version}".encode())
+
+    def open_bytes(self, data: bytes) -> bytes:
+        try:
+            user_id, version, _ = data[len(sealing.BYTES_PREFIX) : len(sealing.BYTES_PREFIX) + 200].split(b":", 2)
+        except ValueError:
+            raise ValueError("a sealed file that does not parse") from None
+        body = data[len(sealing.BYTES_PREFIX) + len(user_id) + len(version) + 2 :]
+        key = self._key(user_id.decode(), create=False)
+        if key is None or str(key.version) != version.decode():
+            raise ValueError("the file's owner was erased: it can never be opened")
+        return key.aead.decrypt(body[:NONCE], body[NONCE:], user_id + b":" + version)
 
     def open(self, value: str) -> str:
         try:

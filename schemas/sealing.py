@@ -28,6 +28,8 @@ from functools import cache
 from typing import Any, Protocol, Union
 
 PREFIX = "\x00s1:"
+#: The same for a file (an uploaded document's original): ``BYTES_PREFIX<user_id>:<version>:`` then the raw nonce and ciphertext.
+BYTES_PREFIX = b"\x00s1b:"
 #: What a sealed value reads as once its owner's key is destroyed.
 ERASED = "[erased]"
 
@@ -42,6 +44,10 @@ class Keys(Protocol):
     def open(self, value: str) -> str: ...
 
     def blind(self, user_id: str, term: str) -> str: ...
+
+    def seal_bytes(self, user_id: str, data: bytes) -> bytes: ...
+
+    def open_bytes(self, data: bytes) -> bytes: ...
 
 
 _keys: Keys | None = None
@@ -81,6 +87,20 @@ def open_text(value: str | None) -> str | None:
     if _keys is None:
         raise SealedWithoutKeys("sealed content, but this process installed no key service (parley.keys.install)")
     return _keys.open(value)  # type: ignore[arg-type]
+
+
+def seal_bytes(user_id: str, data: bytes) -> bytes:
+    """A file's bytes sealed for ``user_id`` (unchanged without a key service)."""
+    return data if _keys is None else _keys.seal_bytes(user_id, data)
+
+
+def open_bytes(data: bytes) -> bytes:
+    """A file's bytes, opened if sealed; a file whose owner was erased cannot be opened (ValueError)."""
+    if not data.startswith(BYTES_PREFIX):
+        return data
+    if _keys is None:
+        raise SealedWithoutKeys("a sealed file, but this process installed no key service (parley.keys.install)")
+    return _keys.open_bytes(data)
 
 
 def blind(user_id: str, term: str) -> str:
@@ -131,6 +151,13 @@ def _walk(cls: type, record: dict[str, Any], change: typing.Callable[[str], str]
         else:
             for item in value:
                 _walk(nested, item, change)  # type: ignore[arg-type]
+
+
+def sealed_values(event: Any) -> list[str]:
+    """The values of an event's sealed fields, nested ones included (as decoded: opened)."""
+    out: list[str] = []
+    _walk(type(event), dataclasses.asdict(event), lambda v: out.append(v) or v)  # type: ignore[func-returns-value]
+    return out
 
 
 def seal_record(cls: type, record: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""``parley audit``: the audit's report as a table; exit 1 on any difference."""
+"""``parley audit``: the audit's report as a table; exit 1 on any difference.
+``parley audit erasure``: proof that an erased user, or a canary text, is gone (tools/erasure_audit.py)."""
 
 from __future__ import annotations
 
@@ -50,12 +51,19 @@ def render(report: Report, undecodable: int = 0, show: int = 10) -> Table:
     return table
 
 
+audit_app = typer.Typer(invoke_without_command=True, help="Check the projections, or an erasure.")
+
+
+@audit_app.callback()
 def audit_cmd(
+    ctx: typer.Context,
     wait: float = typer.Option(0.0, "--wait", help="Re-read for up to this many seconds until rows agree and no turn is in flight"),
     strict: bool = typer.Option(False, "--strict", help="Also fail when a turn is still in flight (after quiescence: lost)"),
     show: int = typer.Option(10, "--show", help="Differences listed of each kind"),
 ) -> None:
     """Compare Cassandra with the projection of chat.events, and check every turn ended once."""
+    if ctx.invoked_subcommand is not None:
+        return
     from parley import keys
     from tools.audit_sources import run_audit
 
@@ -67,4 +75,47 @@ def audit_cmd(
         raise typer.Exit(1)
     out.print(render(report, undecodable, show))
     if not report.ok(lost_ok=not strict):
+        raise typer.Exit(1)
+
+
+@audit_app.command("erasure")
+def erasure_cmd(
+    user: str = typer.Argument(None, help="An erased user's id: key destroyed, rows gone, no readable event left"),
+    canary: list[str] = typer.Option([], "--canary", help="A text that must be on disk nowhere (repeatable)"),
+) -> None:
+    """Prove an erasure: exit 1 if the user's data or a canary text is found in any store.
+
+    Cassandra's memtables are flushed first, so its SSTables hold what it was told."""
+    from infra.local.cassandra import flush
+    from infra.local.settings import LocalInfraSettings
+    from parley import keys
+    from parley.cassandra import connect
+    from tools import erasure_audit
+
+    if not user and not canary:
+        err.print("[bold red]error:[/] name a USER or at least one --canary")
+        raise typer.Exit(2)
+    cassandra, infra = from_env(CassandraSettings), from_env(LocalInfraSettings)
+    problems: list[erasure_audit.Problem] = []
+    try:
+        session = connect(cassandra)
+        try:
+            service = keys.install_from_env(session)
+            if user:
+                problems += erasure_audit.audit_user(from_env(KafkaSettings), session, cassandra.keyspace, service.keyspace, user)
+        finally:
+            session.cluster.shutdown()
+        scanned: dict[str, int] = {}
+        if canary:
+            flush(infra)
+            found, scanned = erasure_audit.scan_canaries(infra.data_dir, canary)
+            problems += found
+    except errors.Unavailable as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(1)
+    table = Table("where", "what", title="erasure audit")
+    for p in problems:
+        table.add_row(p.where, f"[bold red]{p.what}[/]")
+    out.print(table if problems else "[green]nothing found[/]" + (f" (files read: {scanned})" if scanned else ""))
+    if problems:
         raise typer.Exit(1)

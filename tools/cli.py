@@ -34,9 +34,9 @@ from tools.users_cli import orgs_app, users_app  # noqa: E402
 app.add_typer(users_app, name="users")
 app.add_typer(orgs_app, name="orgs")
 app.add_typer(analysts_app)  # no name: replay, report, counterfactual, archive, rebuild are top-level commands
-from tools.audit_cli import audit_cmd  # noqa: E402  (its module holds the rendering)
+from tools.audit_cli import audit_app  # noqa: E402  (its module holds the rendering)
 
-app.command("audit")(audit_cmd)
+app.add_typer(audit_app, name="audit")
 app.add_typer(ops_app, name="ops")
 
 out = Console()

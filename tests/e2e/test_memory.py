@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 
+from schemas import sealing
 from parley.cassandra import connect
 from parley.kafka import EventProducer
 from schemas.events import MemoryUpdated
@@ -51,7 +52,8 @@ async def test_the_materializer_projects_memory_from_the_log(stack) -> None:
         while not rows and time.monotonic() < deadline:
             rows = session.execute("SELECT text FROM user_memory WHERE user_id = %s", (user_id,)).all()
             await asyncio.sleep(0.3)
-        assert [r.text for r in rows] == ["Remember the log"]
+        assert [sealing.open_text(r.text) for r in rows] == ["Remember the log"]
+        assert all(sealing.is_sealed(r.text) for r in rows)  # on disk, ciphertext (DESIGN.md §12)
     finally:
         session.cluster.shutdown()
 

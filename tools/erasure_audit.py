@@ -1,0 +1,88 @@
+"""``parley audit erasure``: is an erased user really gone, and is a canary text anywhere on disk? (DESIGN.md §12)
+
+Two kinds of proof, each able to fail:
+
+- **The user** (``audit_user``): their data key is destroyed (only the erasure's mark is
+  left in ``data_keys``), their rows are gone from every read path (conversations deleted
+  and blanked, documents deleted, no memory, every API key revoked), and no event of theirs
+  on any topic holding content opens to readable text: every sealed field reads "[erased]".
+- **A canary** (``scan_canaries``): the bytes of everything under the data dir (Kafka's log
+  segments decompressed, Cassandra's SSTables after a flush and its commit log, archives,
+  replay outputs; ``tools/erasure_scan.py``) are searched for the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cassandra.cluster import Session
+
+from parley.settings import KafkaSettings
+from schemas import catalog, sealing
+from schemas import events as ev
+from tools.audit_sources import read_log
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # "cassandra users", "kafka chat.events", "file .data/…"
+    what: str  # never the text found
+
+
+def content_topics() -> list[str]:
+    """Every topic whose events hold sealed fields (the DLQs hold raw bytes: they are scanned, not decoded)."""
+    return [t.name for t in catalog.TOPICS.values() if not t.name.endswith(".dlq") and any(sealing.holds_sealed(e) for e in t.events)]
+
+
+def _readable(event: ev.Event) -> int:
+    return sum(1 for v in sealing.sealed_values(event) if v and v != sealing.ERASED)
+
+
+def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keyspace: str, user_id: str) -> list[Problem]:
+    out: list[Problem] = []
+    keys = session.execute(f"SELECT version, wrapped, kek_id FROM {keys_keyspace}.data_keys WHERE user_id = %s", (user_id,)).all()
+    if any(k.wrapped is not None for k in keys):
+        out.append(Problem("cassandra data_keys", "the user's data key still exists"))
+    if not any(k.version == 0 and k.kek_id == "erased" for k in keys):
+        out.append(Problem("cassandra data_keys", "no erasure is recorded for the user"))
+    user = session.execute(f"SELECT erased_at, name FROM {keyspace}.users WHERE user_id = %s", (user_id,)).one()
+    if user is None or user.erased_at is None or user.name:
+        out.append(Problem("cassandra users", "the user is not marked erased (or keeps a name)"))
+    listed = session.execute(
+        f"SELECT conversation_id, deleted, title FROM {keyspace}.conversations_by_user WHERE user_id = %s", (user_id,)
+    ).all()
+    for row in listed:
+        if not row.deleted:
+            out.append(Problem("cassandra conversations_by_user", f"conversation {row.conversation_id} is not deleted"))
+        texts = [r.content for r in session.execute(
+            f"SELECT content FROM {keyspace}.messages WHERE conversation_id = %s", (row.conversation_id,)
+        )]  # fmt: skip
+        readable = [t for t in [row.title, *texts] if t and sealing.open_text(t) != sealing.ERASED]
+        if readable:
+            out.append(Problem("cassandra messages", f"conversation {row.conversation_id}: {len(readable)} cells readable"))
+    documents = session.execute(f"SELECT document_id, status FROM {keyspace}.documents WHERE user_id = %s", (user_id,)).all()
+    out += [Problem("cassandra documents", f"document {d.document_id} is {d.status}") for d in documents if d.status != "deleted"]
+    if session.execute(f"SELECT position FROM {keyspace}.user_memory WHERE user_id = %s", (user_id,)).all():
+        out.append(Problem("cassandra user_memory", "memory facts remain"))
+    for key in session.execute(f"SELECT key_hash FROM {keyspace}.keys_by_user WHERE user_id = %s", (user_id,)):
+        live = session.execute(f"SELECT revoked FROM {keyspace}.api_keys WHERE key_hash = %s", (key.key_hash,)).one()
+        if live is not None and not live.revoked:
+            out.append(Problem("cassandra api_keys", "an API key of the user still works"))
+    for topic in content_topics():
+        events, _ = read_log(kafka, topic)
+        readable = sum(_readable(e) for e in events if getattr(e, "user_id", None) == user_id)
+        if readable:
+            out.append(Problem(f"kafka {topic}", f"{readable} content fields of the user's events are readable"))
+    return out
+
+
+def scan_canaries(data_dir: Path, canaries: Sequence[str]) -> tuple[list[Problem], dict[str, int]]:
+    """Problems for each canary found on disk, and how many files of each store were read."""
+    from tools.erasure_scan import scan
+
+    report = scan(data_dir, [c.encode() for c in canaries])
+    problems = [Problem(f"{f.store} {f.path}", f"canary {f.needle + 1} found at {f.where}") for f in report.findings]
+    problems += [Problem(f"file {path}", f"could not be scanned: {why}") for path, why in report.unscannable]
+    return problems, report.scanned
