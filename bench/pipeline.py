@@ -10,7 +10,11 @@ token to the end of the stream (the close: the reply settled on the log). The sy
 run sets the worker's coalescing window to 30 ms (the default is 80), so every
 token is its own SSE delta in both paths and inter-token gaps compare like with like.
 
-Run: `python -m bench.pipeline [--turns N]` with Kafka and Cassandra up (`make infra`).
+``--encryption both`` starts two stacks, one sealing content (DESIGN.md §12) and one not
+(``PARLEY_ENCRYPTION=false``), and alternates turns between them too, so the cost of sealing
+is a ratio of two figures measured side by side.
+
+Run: `python -m bench.pipeline [--turns N] [--encryption on|off|both]` with Kafka and Cassandra up (`make infra`).
 """
 
 from __future__ import annotations
@@ -83,29 +87,52 @@ def direct(engine, text: str):
     return _timed(_engine_texts(engine, text))
 
 
-async def measure(stack: isolated.IsolatedStack, turns: int) -> dict[str, tuple[list[float], list[float]]]:
-    from workers.sglang import SGLangClient
+class Turns:
+    """Alternating turns on one stack: straight to its engine, then through the stack."""
 
-    _, key = stack.create_user("bench", "enterprise")
-    client = ParleyClient(stack.url, key)
-    engine = SGLangClient(stack.engine_url)
-    results: dict[str, tuple[list[float], list[float], list[float]]] = {"engine": ([], [], []), "parley": ([], [], [])}
+    def __init__(self, stack: isolated.IsolatedStack) -> None:
+        self.stack = stack
+        self.results: dict[str, tuple[list[float], list[float], list[float]]] = {"engine": ([], [], []), "parley": ([], [], [])}
+        self.done = 0
+
+    async def start(self) -> None:
+        from workers.sglang import SGLangClient
+
+        _, key = self.stack.create_user("bench", "enterprise")
+        self.client = ParleyClient(self.stack.url, key)
+        self.engine = SGLangClient(self.stack.engine_url)
+        self.cid = await self.client.create_conversation("bench")
+        await through_stack(self.client, self.cid, "warm-up")  # first-use costs (connections, JIT of prepared statements)
+
+    async def one(self) -> None:
+        text = f"turn {self.done}: explain something briefly"
+        for name, run in (("engine", direct(self.engine, text)), ("parley", through_stack(self.client, self.cid, text))):
+            ttft, gaps, close = await run
+            self.results[name][0].append(ttft)
+            self.results[name][1].extend(gaps)
+            self.results[name][2].append(close)
+        self.done += 1
+        if self.done % 10 == 0:
+            self.cid = await self.client.create_conversation("bench")  # keep prompts short
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.engine.close()
+
+
+async def measure(stacks: dict[str, isolated.IsolatedStack], turns: int) -> dict[str, dict]:
+    """Turns on each stack, one at a time in turn, so every stack sees the machine at the same moments."""
+    runs = {name: Turns(stack) for name, stack in stacks.items()}
     try:
-        cid = await client.create_conversation("bench")
-        await through_stack(client, cid, "warm-up")  # first-use costs (connections, JIT of prepared statements)
-        for i in range(turns):
-            text = f"turn {i}: explain something briefly"
-            for name, run in (("engine", direct(engine, text)), ("parley", through_stack(client, cid, text))):
-                ttft, gaps, close = await run
-                results[name][0].append(ttft)
-                results[name][1].extend(gaps)
-                results[name][2].append(close)
-            if i % 10 == 9:
-                cid = await client.create_conversation("bench")  # keep prompts short
+        for run in runs.values():
+            await run.start()
+        for _ in range(turns):
+            for run in runs.values():
+                await run.one()
     finally:
-        await client.close()
-        await engine.close()
-    return results
+        for run in runs.values():
+            await run.close()
+    return {name: run.results for name, run in runs.items()}
 
 
 def report(results: dict[str, tuple[list[float], list[float], list[float]]]) -> None:
@@ -122,18 +149,38 @@ def report(results: dict[str, tuple[list[float], list[float], list[float]]]) -> 
     print(f"TTFT mean: engine {statistics.mean(e_ttft) * ms:.1f} ms, parley {statistics.mean(p_ttft) * ms:.1f} ms")
 
 
+def report_encryption(results: dict[str, dict]) -> None:
+    ms = 1000.0
+    for name, r in results.items():
+        print(f"--- encryption {name}")
+        report(r)
+    on, off = results["on"]["parley"][0], results["off"]["parley"][0]
+    for q in (0.5, 0.99):
+        print(f"TTFT p{int(q * 100):<2d} sealed {pct(on, q) * ms:7.1f} ms   plain {pct(off, q) * ms:7.1f} ms   ratio {pct(on, q) / pct(off, q):5.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument("--encryption", choices=("on", "off", "both"), default="on")
     args = parser.parse_args()
-    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "bench")
+    modes = ("on", "off") if args.encryption == "both" else (args.encryption,)
+    stacks: dict[str, isolated.IsolatedStack] = {}
     with tempfile.TemporaryDirectory() as logs:
-        stack = isolated.start(kafka, cassandra, Path(logs), ENV)
         try:
-            report(asyncio.run(measure(stack, args.turns)))
+            for mode in modes:
+                kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), f"bench{mode}")
+                env = {**ENV, "PARLEY_ENCRYPTION": "true" if mode == "on" else "false"}
+                stacks[mode] = isolated.start(kafka, cassandra, Path(logs) / mode, env)
+            results = asyncio.run(measure(stacks, args.turns))
+            if len(results) == 1:
+                report(next(iter(results.values())))
+            else:
+                report_encryption(results)
         finally:
-            stack.stop()
-            isolated.drop(kafka, cassandra)
+            for stack in stacks.values():
+                stack.stop()
+                isolated.drop(stack.kafka, stack.cassandra)
 
 
 if __name__ == "__main__":

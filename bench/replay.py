@@ -19,6 +19,9 @@ cancels, sheds, cache hits) to prefixed topics on the running Kafka, then:
   (The faust runner handles different conversations at once, ``streams/lanes.py``; that
   is not measured here.)
 
+- replay of the same log written sealed (DESIGN.md §12: every content field encrypted under its
+  user's data key) against it written plain, alternating: what opening the content costs a replay.
+
 Topics and keyspaces are dropped afterwards.
 
 Run: `python -m bench.replay [--conversations N] [--turns T]` with Kafka and Cassandra up.
@@ -180,12 +183,41 @@ def live_rate(cassandra: CassandraSettings, conversations: int, turns_each: int)
         session.cluster.shutdown()
 
 
+def encryption(sent: list[sample.Sent], rounds: int) -> None:
+    """Replay of the log written sealed vs written plain (the key service on this process's keyspace)."""
+    from parley import keys
+
+    service = keys.install_from_env()
+    namespaces = {}
+    try:
+        for mode, on in (("sealed", True), ("plain", False)):
+            kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), f"benchseal{mode}")
+            namespaces[mode] = (kafka, cassandra)
+            service.sealing = on
+            produce(kafka, sent)
+        rates: dict[str, list[float]] = {m: [] for m in namespaces}
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(rounds):
+                for mode, (kafka, _) in namespaces.items():
+                    rates[mode].append(replay_rate(kafka, Path(tmp) / f"{mode}.jsonl")[0])
+        sealed, plain = max(rates["sealed"]), max(rates["plain"])
+        print(f"parley replay, log sealed: {sealed:,.0f} events/s; plain: {plain:,.0f} events/s; sealed / plain ratio {sealed / plain:.2f}")
+    finally:
+        service.sealing = True
+        for kafka, cassandra in namespaces.values():
+            isolated.drop(kafka, cassandra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--conversations", type=int, default=1500)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--encryption-only", action="store_true", help="Only replay sealed vs plain")
     args = parser.parse_args()
+    if args.encryption_only:
+        encryption(sample.session(args.conversations, args.turns), args.rounds)
+        return
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "benchreplay")
     try:
         sent = sample.session(args.conversations, args.turns)
@@ -219,6 +251,7 @@ def main() -> None:
         print(f"rebuild / ceiling ratio: {written / batched:.2f} (batched)  {written / one_by_one:.2f} (one at a time)")
         live = live_rate(cassandra, min(LIVE_CONVERSATIONS, args.conversations), args.turns)
         print(f"materializer core, one event at a time (no faust): {live:,.0f} messages/s")
+        encryption(sent, args.rounds)
     finally:
         isolated.drop(kafka, cassandra)
 

@@ -1,0 +1,158 @@
+"""Every route × every kind of caller, generated from the OpenAPI document (DESIGN.md §12).
+
+Each operation declares ``x-access`` (public | user | owner | admin); the callers are the
+resources' owner, another member of the same organisation, its admin, a user of another
+organisation, a revoked key and no key. What each may get follows from the access alone:
+
+- public: anyone is served;
+- user: any live key is served (on its own data); a revoked key or none is a 401;
+- owner: only the owner is served; everyone else gets a 404, as for an id that does not exist;
+- admin: the organisation's admin is served; its members get 403; another organisation's
+  admin acts on its own organisation (and gets a 404 for a user id of this one).
+
+"Served" means past authentication and authorisation: no 401, 403 or 404 (a body a route does not
+like is a 4xx of its own). A route added to the document without ``x-access``, or with a required
+body this module has no example of, fails here: no route skips the matrix.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from parley.users import create_key, create_org, create_user, hash_key, key_id_of, revoke
+
+DOC = yaml.safe_load((Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml").read_text())
+ACCESS = ("public", "user", "owner", "admin")
+CALLERS = ("no key", "revoked", "other org", "same org", "admin", "owner")  # the owner last: its calls may delete
+DENIED = {401, 403, 404}
+
+
+def _operations() -> list[tuple[str, str, dict[str, Any]]]:
+    ops = [(m, p, op) for p, item in DOC["paths"].items() for m, op in item.items() if m != "parameters"]
+    # Deletes last, and the owner's conversation and document (which the other routes use) at the very end.
+    return sorted(ops, key=lambda o: (o[0] == "delete", o[1] in ("/v1/conversations/{conversation_id}", "/v1/documents/{document_id}")))
+
+
+def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """A valid body for each operation that requires one (the matrix tests access, not validation)."""
+    return {
+        ("patch", "/v1/conversations/{conversation_id}"): {"json": {"title": "renamed"}},
+        ("post", "/v1/conversations/{conversation_id}/messages"): {"json": {"content": "hello", "client_message_id": str(uuid.uuid4())}},
+        ("put", "/v1/conversations/{conversation_id}/leaf"): {"json": {"leaf_id": ids["message_id"]}},
+        ("post", "/v1/messages/{message_id}/regenerate"): {"json": {"client_message_id": str(uuid.uuid4())}},
+        ("post", "/v1/telemetry"): {"json": {"ttft_ms": 120}},
+        ("post", "/v1/documents"): {"files": {"file": ("n.txt", b"Some notes about the quarter.\n", "text/plain")}},
+        ("put", "/v1/memory"): {"json": {"facts": ["likes tea"]}},
+        ("patch", "/v1/org"): {"json": {"residency": "eu"}},
+        ("post", "/v1/org/users"): {"json": {"name": "new member"}},
+        ("patch", "/v1/org/users/{user_id}"): {"json": {"role": "member"}},
+        ("post", "/v1/chat/completions"): {"json": {"model": "auto", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}},
+        ("post", "/v1/moderations"): {"json": {"input": "hello there"}},
+    }
+
+
+def expected(access: str, caller: str, path: str) -> str | int:
+    """'served' or the status the caller must get."""
+    if access == "public":
+        return "served"
+    if caller in ("no key", "revoked"):
+        return 401
+    if access == "user":
+        return "served"
+    if access == "owner":
+        return "served" if caller == "owner" else 404
+    if caller in ("owner", "same org"):
+        return 403
+    if caller == "other org" and "{user_id}" in path:
+        return 404
+    return "served"
+
+
+def test_every_operation_declares_its_access_and_has_a_body_to_send() -> None:
+    ids = {"message_id": "m"}
+    for method, path, op in _operations():
+        assert op.get("x-access") in ACCESS, f"{method.upper()} {path}: x-access must be one of {ACCESS}"
+        if op.get("requestBody", {}).get("required"):
+            assert (method, path) in _bodies(ids), f"{method.upper()} {path}: add an example body to _bodies"
+
+
+@pytest.fixture(scope="module")
+def world(stack):  # type: ignore[no-untyped-def]
+    """An organisation with an admin and two members, another organisation's user, a revoked key, and the
+    owner's conversation (with a reply), document and second key."""
+    session = stack.inner.session
+    team = create_org(session, "team")
+    keys: dict[str, str | None] = {"no key": None}
+    owner_id, keys["owner"] = create_user(session, "owner", "plus", org_id=team)
+    _, keys["same org"] = create_user(session, "same", "plus", org_id=team)
+    _, keys["admin"] = create_user(session, "admin", "plus", org_id=team, role="admin")
+    _, keys["other org"] = create_user(session, "other", "plus")
+    revoked_id, keys["revoked"] = create_user(session, "revoked", "plus", org_id=team)
+    revoke(session, revoked_id, key_id_of(hash_key(keys["revoked"])))
+    second_key, _ = create_key(session, owner_id, "second")
+    return team, owner_id, second_key, keys
+
+
+async def _owner_resources(url: str, key: str) -> dict[str, str]:
+    from tools.client import ParleyClient
+
+    client = ParleyClient(url, key)
+    try:
+        cid = await client.create_conversation("mine")
+        reply = await client.send(cid, "Hello")
+        doc = await client.upload("mine.txt", b"A page of my own notes.\n", "text/plain")
+        await client.until_processed(doc["id"])
+        return {"conversation_id": cid, "message_id": reply.head["reply_id"], "document_id": doc["id"], "page": "1"}
+    finally:
+        await client.close()
+
+
+async def _call(http: httpx.AsyncClient, method: str, url: str, key: str | None, body: dict[str, Any]) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with http.stream(method.upper(), url, headers=headers, **body) as response:
+        return response.status_code  # a stream's status is all the matrix needs: close it unread
+
+
+async def test_every_route_answers_every_caller_as_its_access_says(stack, world) -> None:  # type: ignore[no-untyped-def]
+    team, owner_id, second_key, keys = world
+    ids = await _owner_resources(stack.url, keys["owner"])  # type: ignore[arg-type]
+    ids |= {"user_id": owner_id, "key_id": second_key, "model_id": "auto"}
+    bodies = _bodies(ids)
+    wrong: list[str] = []
+    async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
+        for method, path, op in _operations():
+            url = re.sub(r"\{(\w+)\}", lambda m: ids[m.group(1)], path)
+            for caller in CALLERS:
+                status = await _call(http, method, url, keys[caller], bodies.get((method, path), {}))
+                want = expected(op["x-access"], caller, path)
+                ok = (status not in DENIED and status < 500) if want == "served" else status == want
+                if not ok:
+                    wrong.append(f"{method.upper()} {path} as {caller}: {status}, expected {want}")
+    assert not wrong, "\n".join(wrong)
+
+
+async def test_ids_of_another_organisation_or_of_nothing_are_only_ever_404(stack, world) -> None:  # type: ignore[no-untyped-def]
+    """The fuzz: the other organisation's user tries the owner's ids and random ones on every owner route."""
+    _, _, _, keys = world
+    ids = await _owner_resources(stack.url, keys["owner"])  # type: ignore[arg-type]
+    statuses: dict[int, int] = {}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
+        for method, path, op in _operations():
+            if op["x-access"] != "owner" or method == "delete":
+                continue
+            for _ in range(3):
+                fake = {"conversation_id": str(uuid.uuid4()), "message_id": str(uuid.uuid4()), "document_id": str(uuid.uuid4()),
+                        "page": "1", "key_id": "key_" + uuid.uuid4().hex[:12]}  # fmt: skip
+                for chosen in (ids, fake):
+                    url = re.sub(r"\{(\w+)\}", lambda m: chosen.get(m.group(1), fake.get(m.group(1), "x")), path)
+                    body = _bodies({"message_id": chosen["message_id"]}).get((method, path), {})
+                    status = await _call(http, method, url, keys["other org"], body)
+                    statuses[status] = statuses.get(status, 0) + 1
+    assert set(statuses) == {404}, statuses

@@ -1,0 +1,91 @@
+"""Erasure end to end (DESIGN.md §12): a user who chatted, uploaded a document and set memory is
+erased, and ``parley audit erasure`` finds nothing of theirs in any store, while another user's
+conversation is intact. Everything runs for real: the stack's processes, Kafka's and Cassandra's
+files on disk (flushed), the audit as the operator's command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from parley.kafka import producer_config
+from tools.client import ApiError, ParleyClient
+
+
+def _canary() -> str:
+    return "zq" + uuid.uuid4().hex[:14]  # one word no text holds by chance
+
+
+def _audit(stack, *args: str) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    env = {**os.environ, **stack.inner.supervisor.env}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("parley")), "audit", "erasure", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _until_clean(stack, *args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    """The audit again until it passes: the materializer and the document worker finish the deletes beside it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = _audit(stack, *args)
+        if done.returncode == 0 or time.monotonic() > deadline:
+            return done
+        time.sleep(3)
+
+
+async def test_an_erased_user_is_gone_from_every_store_and_others_are_untouched(stack) -> None:  # type: ignore[no-untyped-def]
+    said, uploaded, remembered, other = _canary(), _canary(), _canary(), _canary()
+    user_id, key = stack.inner.create_user("to-erase", "plus")
+    me, bystander = ParleyClient(stack.url, key), ParleyClient(stack.url, stack.new_key("plus"))
+    try:
+        cid = await me.create_conversation("secret plans")
+        reply = await me.send(cid, f"Please remember the word {said} for me.")
+        assert reply.final.event == "done"
+        doc = await me.upload("notes.txt", f"Meeting notes. The code word is {uploaded}.\n".encode(), "text/plain")
+        assert (await me.until_processed(doc["id"]))["status"] == "ready"
+        await me._json("PUT", "/v1/memory", json={"facts": [f"My locker code is {remembered}"]})
+        kept = await bystander.create_conversation("kept")
+        await bystander.send(kept, f"Keep this: {other}")
+
+        # Sealed before any erasure: no canary is anywhere on disk in the clear.
+        before = _audit(stack, "--canary", said, "--canary", uploaded, "--canary", remembered, "--canary", other)
+        assert before.returncode == 0, before.stdout + before.stderr
+        # The audit of a user who was not erased fails: their key and rows are there.
+        assert _audit(stack, user_id).returncode == 1
+
+        with pytest.raises(ApiError) as refused:
+            await me._json("DELETE", "/v1/me")
+        assert refused.value.status == 422  # ?confirm=true is required
+        erased = await me._json("DELETE", "/v1/me", params={"confirm": "true"})
+        assert erased == {"id": user_id, "erased": True, "conversations": 1, "documents": 1}
+        with pytest.raises(ApiError) as gone:
+            await me.conversations()
+        assert gone.value.status == 401  # the erasing gateway forgets the key at once
+
+        done = _until_clean(stack, user_id, "--canary", said, "--canary", uploaded, "--canary", remembered)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+        conversation = await bystander.conversation(kept)
+        assert [m["content"] for m in conversation["messages"] if m["role"] == "user"] == [f"Keep this: {other}"]
+    finally:
+        await me.close()
+        await bystander.close()
+
+
+async def test_the_audit_finds_a_canary_written_in_the_clear(stack) -> None:  # type: ignore[no-untyped-def]
+    """The control: the same scan over the same files fails when the text is there."""
+    canary = _canary()
+    producer = Producer(producer_config(stack.kafka))
+    producer.produce(f"{stack.kafka.topic_prefix}erasure-control", value=f"plain {canary} text".encode())
+    assert producer.flush(30) == 0
+    await asyncio.sleep(1)
+    found = _audit(stack, "--canary", canary)
+    assert found.returncode == 1 and "kafka" in found.stdout, found.stdout + found.stderr
