@@ -3,8 +3,9 @@
 Anyone manages their own keys (``/v1/me/keys``: rotate by making a new key and
 revoking the old). An organisation's admins manage its people: add users (they
 get the admin's tier), disable them, change roles, make and revoke their keys,
-read the organisation's usage, set its name and data-residency label, and
-erase them. Anyone may erase themselves (``DELETE /v1/me?confirm=true``). A
+read the organisation's usage, set its name, data-residency label and
+moderation (which categories block, at which scores; PARLEY_MODERATION_ORG_REFRESH_S
+until the moderation processor applies it), and erase them. Anyone may erase themselves (``DELETE /v1/me?confirm=true``). A
 user id of another organisation is a 404, like one that does not exist.
 Admins do not read members' conversations: an organisation's admin is not its
 members' reader. A revoked key or a disabled user stops working within
@@ -14,6 +15,8 @@ members' reader. A revoked key or a disabled user stops working within
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import datetime, timezone
 from typing import Any
 
 from starlette.requests import Request
@@ -26,6 +29,7 @@ from gateway.errors import Conflict, Forbidden, NotFound, Unprocessable
 from gateway.services import Services, services, trace_id
 from gateway.usage import day_range, parse_days, totals_json, usage_json
 from gateway.validation import MISSING, json_body, only, string
+from moderation.policy import org_policy_from
 from parley.users import ROLES, Statement, new_key, new_user, revoke_key
 from streams.usage_fold import Totals
 
@@ -49,7 +53,7 @@ async def _org(svc: Services, principal: Principal) -> OrgRow:
     org = await svc.directory.org(principal.org_id)
     if org is None:  # a user made before organisations: its personal one has no row yet
         user = await svc.directory.user(principal.user_id)
-        return OrgRow(principal.org_id, user.name if user else "", True, None, None, False)
+        return OrgRow(principal.org_id, user.name if user else "", True, None, False)
     return org
 
 
@@ -136,7 +140,7 @@ async def get_org(request: Request) -> Response:
 async def update_org(request: Request) -> Response:
     svc, admin = await _admin(request)
     body = await json_body(request, svc.settings.max_body_bytes)
-    only(body, {"name", "residency"}, "an organisation")
+    only(body, {"name", "residency", "moderation_policy"}, "an organisation")
     org = await _org(svc, admin)
     name = string(body, "name", max_chars=MAX_NAME, required=False)
     residency = string(body, "residency", max_chars=32, required=False)
@@ -148,8 +152,24 @@ async def update_org(request: Request) -> Response:
             (org.name if name is MISSING else name, org.residency if residency is MISSING else residency, org.personal, org.org_id),
         )
     ]
+    if "moderation_policy" in body:
+        statements.append(_policy_statement(org.org_id, body["moderation_policy"]))
     await svc.directory.apply(statements)
     return JSONResponse((await _org(svc, admin)).public())
+
+
+def _policy_statement(org_id: str, raw: Any) -> Statement:
+    """The organisation's own moderation (what blocks, at which scores), or back to its tier's (null)."""
+    if raw is None:
+        return Statement("DELETE FROM {ks}.org_policies WHERE org_id = ?", (org_id,))
+    try:
+        policy = org_policy_from(raw)
+    except ValueError as exc:
+        raise Unprocessable(str(exc), code="invalid_moderation_policy") from None
+    return Statement(
+        "INSERT INTO {ks}.org_policies (org_id, policy, updated_at) VALUES (?, ?, ?)",
+        (org_id, json.dumps(policy.to_json()), datetime.now(timezone.utc)),
+    )
 
 
 async def list_members(request: Request) -> Response:

@@ -217,6 +217,7 @@ async def post_message(request: Request) -> Response:
         client_message_id=client_message_id,
         model=model,
         tier=user.tier,
+        org_id=user.org_id,
         max_tokens=max_tokens,
         sampling=sampling,
     )

@@ -6,6 +6,8 @@ the admin API write the same thing.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,13 +40,13 @@ class OrgRow:
     name: str
     personal: bool
     residency: str | None
-    moderation_policy: str | None
     disabled: bool
+    moderation_policy: dict[str, Any] | None = None  # its own (org_policies), else the tier's
 
     def public(self) -> dict[str, Any]:
         return {
             "id": self.org_id, "name": self.name, "personal": self.personal, "residency": self.residency,
-            "disabled": self.disabled,
+            "disabled": self.disabled, "moderation_policy": self.moderation_policy,
         }  # fmt: skip
 
 
@@ -96,13 +98,15 @@ class Directory:
         return _user(rows[0]) if rows else None
 
     async def org(self, org_id: str) -> OrgRow | None:
-        rows = await self._cql.run(
-            "SELECT org_id, name, personal, residency, moderation_policy, disabled FROM {ks}.orgs WHERE org_id = ?", (org_id,)
+        rows, policies = await asyncio.gather(
+            self._cql.run("SELECT org_id, name, personal, residency, disabled FROM {ks}.orgs WHERE org_id = ?", (org_id,)),
+            self._cql.run("SELECT policy FROM {ks}.org_policies WHERE org_id = ?", (org_id,)),
         )
         if not rows:
             return None
         r = rows[0]
-        return OrgRow(r.org_id, r.name or "", bool(r.personal), r.residency, r.moderation_policy, bool(r.disabled))
+        policy = json.loads(policies[0].policy) if policies and policies[0].policy else None
+        return OrgRow(r.org_id, r.name or "", bool(r.personal), r.residency, bool(r.disabled), policy)
 
     async def members(self, org_id: str) -> list[UserRow]:
         ids = await self._cql.run("SELECT user_id FROM {ks}.users_by_org WHERE org_id = ?", (org_id,))

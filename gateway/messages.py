@@ -68,6 +68,7 @@ async def regenerate(request: Request) -> Response:
         client_message_id=client_message_id,
         model=model if isinstance(model, str) else None,
         tier=user.tier,
+        org_id=user.org_id,
     )
     return await turns.start_reply(svc, [requested], requested, message.parent_id)
 

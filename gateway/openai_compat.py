@@ -218,6 +218,7 @@ async def _turn(
         client_message_id=plan.reply_key,
         model=model,
         tier=user.tier,
+        org_id=user.org_id,
         max_tokens=chat.max_tokens,
         sampling=chat.sampling,
     )

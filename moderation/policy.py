@@ -16,13 +16,16 @@ typo must not quietly turn moderation off.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from moderation.categories import CATEGORIES
 from moderation.classifier import Scores
+
+log = logging.getLogger(__name__)
 
 TIERS = ("free", "plus", "enterprise")
 MODES = ("parallel", "strict")  # parallel: input checked beside generation; strict: before it starts
@@ -45,9 +48,38 @@ class TierPolicy:
 class Policy:
     tiers: Mapping[str, TierPolicy]
 
-    def for_tier(self, tier: str, org: str | None = None) -> TierPolicy:
-        """The tier's policy ("free"'s for an unknown tier). ``org`` is unused until organisations exist (issue 19)."""
+    def for_tier(self, tier: str) -> TierPolicy:
+        """The tier's policy ("free"'s for an unknown tier)."""
         return self.tiers.get(tier, self.tiers["free"])
+
+
+#: What an organisation's admin may set (PATCH /v1/org): what blocks and at which scores. The mode
+#: (strict needs the context builder) and retaining flagged text stay the operator's, per tier.
+ORG_KEYS = ("block", "thresholds", "default_threshold")
+
+
+@dataclass(frozen=True)
+class OrgPolicy:
+    """An organisation's own choice of blocking categories and thresholds, over its tier's policy."""
+
+    block: frozenset[str]
+    thresholds: Mapping[str, float]
+    default_threshold: float
+
+    def over(self, tier: TierPolicy) -> TierPolicy:
+        return replace(tier, block=self.block, thresholds=self.thresholds, default_threshold=self.default_threshold)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"block": sorted(self.block), "thresholds": dict(self.thresholds), "default_threshold": self.default_threshold}
+
+
+def org_policy_from(raw: Any) -> OrgPolicy:
+    """An organisation's policy from its JSON object; ValueError names what is wrong."""
+    if not isinstance(raw, dict):
+        raise ValueError("moderation_policy must be a JSON object (or null for the tier's)")
+    _known("key of moderation_policy", raw, ORG_KEYS)
+    parsed = _tier("org", raw, where="moderation_policy")
+    return OrgPolicy(parsed.block, parsed.thresholds, parsed.default_threshold)
 
 
 def policy_from(text: str) -> Policy:
@@ -62,8 +94,8 @@ def policy_from(text: str) -> Policy:
     return Policy(MappingProxyType({tier: _tier(tier, raw.get(tier, {})) for tier in TIERS}))
 
 
-def _tier(tier: str, raw: Any) -> TierPolicy:
-    where = f"PARLEY_MODERATION_POLICY[{tier!r}]"
+def _tier(tier: str, raw: Any, where: str | None = None) -> TierPolicy:
+    where = where or f"PARLEY_MODERATION_POLICY[{tier!r}]"
     if not isinstance(raw, dict):
         raise ValueError(f"{where} must be a JSON object")
     _known(f"key of {where}", raw, ("block", "thresholds", "default_threshold", "mode", "retain_flagged"))
@@ -97,3 +129,15 @@ def _known(what: str, names: Any, known: tuple[str, ...]) -> None:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown {what}: {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+
+
+def org_policies_from(rows: Mapping[str, str]) -> dict[str, OrgPolicy]:
+    """``org_policies`` rows (org → JSON) as policies; a row that no longer parses (a category since
+    renamed) is left out, so its organisation gets its tier's policy, and named in the error log."""
+    out = {}
+    for org, text in rows.items():
+        try:
+            out[org] = org_policy_from(json.loads(text))
+        except ValueError as exc:
+            log.error("an organisation's moderation policy does not parse; its tier's applies", extra={"org_id": org, "error": str(exc)})
+    return out

@@ -38,6 +38,9 @@ class ModerationSettings:
     timeout_s: float = env(
         "PARLEY_MODERATION_TIMEOUT_S", 5.0, "Longest one classification may take (llama-guard: one request to the engine)"
     )
+    org_refresh_s: float = env(
+        "PARLEY_MODERATION_ORG_REFRESH_S", 10.0, "How often organisations' own policies are read again: a change applies within it"
+    )
     nice: int = env(
         "PARLEY_MODERATION_NICE",
         5,

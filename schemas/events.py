@@ -164,6 +164,9 @@ class GenerationRequested(ConversationEvent):
         "any gateway replays the reply's stream from it (-1: unknown)",
         default=-1,
     )
+    org_id: str = doc(
+        "The user's organisation: its moderation policy, where it set one, is the turn's ('': the tier's)", default=""
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -204,9 +204,12 @@ class ContextBuilder:
         """Under a strict policy, the input is checked before the prompt goes out: the events that stop a
         flagged turn (none when it is clean, or the policy checks beside the generation)."""
         message = state.messages.get(request.parent_id)
-        if self._screen is None or message is None or self._screen.policy_for(request.tier).mode != "strict":
+        if self._screen is None or message is None or self._screen.policy_for(request.tier, request.org_id).mode != "strict":
             return []
-        turn = Turn(request.conversation_id, request.user_id, request.request_id, request.parent_id, request.tier, request.trace_id)
+        turn = Turn(
+            request.conversation_id, request.user_id, request.request_id, request.parent_id, request.tier, request.trace_id,
+            request.org_id,
+        )
         check = await self._screen.input(turn, message.content)
         if not check.flagged:
             return []

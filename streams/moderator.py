@@ -28,11 +28,11 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moderation.classifier import Classifier, ClassifierUnavailable
-from moderation.policy import Policy, TierPolicy
+from moderation.policy import OrgPolicy, Policy, TierPolicy
 from parley import ids
 from parley.lru import LRU
 from parley.retry import retrying
@@ -71,6 +71,7 @@ class Turn:
     parent_id: str
     tier: str = "free"
     trace_id: str = ""
+    org_id: str = ""  # its organisation's own policy, where it set one, applies
 
 
 class Checker:
@@ -81,9 +82,13 @@ class Checker:
         self.policy = policy
         # What a policy keeps of a flagged text for review, with personal data replaced (moderation/pii.py).
         self._redact = redact
+        #: Organisations' own policies (``org_policies``), replaced whole by the processor's refresh timer.
+        self.orgs: Mapping[str, OrgPolicy] = {}
 
-    def policy_for(self, tier: str) -> TierPolicy:
-        return self.policy.for_tier(tier)
+    def policy_for(self, tier: str, org_id: str = "") -> TierPolicy:
+        base = self.policy.for_tier(tier)
+        own = self.orgs.get(org_id) if org_id else None
+        return own.over(base) if own is not None else base
 
     async def input(self, turn: Turn, text: str) -> Check:
         return await self._check(turn, text, direction="input", stage="input", message_id=turn.parent_id, ended=False)
@@ -109,7 +114,7 @@ class Checker:
         start: int = 0,
         end: int = 0,
     ) -> Check:
-        policy = self.policy_for(turn.tier)
+        policy = self.policy_for(turn.tier, turn.org_id)
         began = time.perf_counter()
         # An engine-served classifier that is down stalls this check (and its lane), never skips it.
         (scores,) = await retrying(
@@ -248,7 +253,7 @@ class Moderator:
         return ()
 
     async def _requested(self, e: ev.GenerationRequested) -> Sequence[ev.Event]:
-        turn = Turn(e.conversation_id, e.user_id, e.request_id, e.parent_id, e.tier, e.trace_id)
+        turn = Turn(e.conversation_id, e.user_id, e.request_id, e.parent_id, e.tier, e.trace_id, e.org_id)
         self._turns.put(e.request_id, turn)
         text = self._texts.get(e.parent_id)
         if text is None:  # a regeneration, or the post came before a restart: the tree has it

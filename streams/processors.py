@@ -28,6 +28,7 @@ from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas.catalog import inference_topic
 from schemas.events import DocumentEvent, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
 from moderation.classifier import classifier_from
+from moderation.policy import org_policies_from
 from moderation.policy import policy_from as moderation_policy
 from moderation.pii import PiiDetector
 from moderation.settings import ModerationSettings
@@ -126,7 +127,7 @@ def _strict_screen() -> Checker | None:
     policy = moderation_policy(cfg.policy)
     if not any(p.mode == "strict" for p in policy.tiers.values()):
         return None
-    return Checker(classifier_from(cfg), policy)
+    return Checker(classifier_from(cfg), policy)  # organisations' own thresholds: the moderation processor's
 
 
 def _router(kafka: KafkaSettings) -> Wiring:
@@ -267,7 +268,20 @@ def _moderation(kafka: KafkaSettings) -> Wiring:
             Agent("chat.tokens", {TokenChunk: moderator.on_chunk}),  # type: ignore[dict-item]
         ],
         writes=("chat.moderation", "chat.events", "chat.control"),
+        timers=[_org_policies(checker, store, cfg.org_refresh_s)],
     )
+
+
+def _org_policies(checker: Checker, store: Store, every_s: float) -> Timer:
+    """Organisations' own moderation policies read again every ``every_s`` (an outage keeps the last read)."""
+
+    async def refresh() -> None:
+        try:
+            checker.orgs = org_policies_from(await store.org_policies())
+        except Unavailable:
+            log.warning("organisations' moderation policies unreadable; keeping the last ones read")
+
+    return Timer(every_s, refresh)
 
 
 def _usage(kafka: KafkaSettings) -> Wiring:

@@ -126,6 +126,10 @@ class Store:
         """Every row of a prepared statement; StoreUnavailable naming the settings on failure."""
         return await self._cql.run(text, values)
 
+    async def org_policies(self) -> dict[str, str]:
+        """Every organisation's own moderation policy (JSON), by org: a small table, read whole."""
+        return {r.org_id: r.policy for r in await self.run("SELECT org_id, policy FROM org_policies") if r.policy}
+
     async def load(self, conversation_id: str) -> Conversation:
         """The conversation as materialized so far (empty when it has no rows)."""
         cid = uuid.UUID(conversation_id)

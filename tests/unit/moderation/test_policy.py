@@ -1,8 +1,10 @@
+import json
+
 import pytest
 
 from moderation.categories import CATEGORIES
 from moderation.classifier import Scores
-from moderation.policy import TierPolicy, policy_from
+from moderation.policy import TierPolicy, org_policies_from, org_policy_from, policy_from
 
 
 def test_empty_policy_blocks_everything_at_half_in_parallel():
@@ -13,10 +15,34 @@ def test_empty_policy_blocks_everything_at_half_in_parallel():
         assert (tp.default_threshold, tp.mode, tp.retain_flagged) == (0.5, "parallel", False)
 
 
-def test_unknown_tier_gets_free_and_org_changes_nothing_yet():
+def test_unknown_tier_gets_free():
     policy = policy_from('{"free": {"mode": "strict"}, "plus": {"mode": "parallel"}}')
     assert policy.for_tier("trial").mode == "strict"
-    assert policy.for_tier("plus", org="acme").mode == "parallel"
+    assert policy.for_tier("plus").mode == "parallel"
+
+
+def test_an_organisation_chooses_what_blocks_and_where_over_its_tier():
+    tier = policy_from('{"plus": {"mode": "strict", "retain_flagged": true}}').for_tier("plus")
+    own = org_policy_from({"block": ["violence"], "thresholds": {"violence": 0.9}, "default_threshold": 0.7})
+    mixed = own.over(tier)
+    assert (mixed.block, dict(mixed.thresholds), mixed.default_threshold) == (frozenset({"violence"}), {"violence": 0.9}, 0.7)
+    assert (mixed.mode, mixed.retain_flagged) == ("strict", True)  # the operator's, per tier
+    assert org_policy_from(json.loads(json.dumps(own.to_json()))) == own
+
+
+@pytest.mark.parametrize(
+    "raw, named",
+    [({"mode": "parallel"}, "mode"), ({"retain_flagged": True}, "retain_flagged"), ({"block": ["nope"]}, "nope"),
+     ({"thresholds": {"violence": 2}}, "violence"), ([], "object")],
+)  # fmt: skip
+def test_an_organisation_s_policy_refuses_what_it_may_not_set_by_name(raw, named):
+    with pytest.raises(ValueError, match=named):
+        org_policy_from(raw)
+
+
+def test_stored_policies_that_no_longer_parse_fall_back_to_the_tier(caplog):
+    out = org_policies_from({"o_a": '{"block": ["violence"]}', "o_b": '{"block": ["renamed/category"]}'})
+    assert set(out) == {"o_a"} and [r.org_id for r in caplog.records] == ["o_b"]
 
 
 def test_tier_settings_are_read():
