@@ -125,7 +125,8 @@ def test_a_row_is_found_in_its_sstable_after_a_flush(own_cassandra: LocalInfraSe
     assert in_sstables[0].where.startswith("chunk 0, uncompressed offset ")
     assert {f.store for f in report.findings} == {"cassandra"}  # the commit log has it too, as it is
     assert not [f for f in report.findings if f.needle == 1]
-    assert report.unscannable == []
+    # Only the table's own files: a compaction of system tables may delete one while the scan runs.
+    assert not [(p, why) for p, why in report.unscannable if p.parent == table]
 
 
 def test_a_node_started_without_jmx_is_flushed_through_the_jdks_agent(own_cassandra: LocalInfraSettings) -> None:

@@ -23,14 +23,13 @@ class Needles:
         self.needles = tuple(bytes(n) for n in needles)
         self.longest = max(len(n) for n in self.needles)
 
-    def find(self, data: bytes | bytearray | memoryview, start: int = 0) -> Iterator[Hit]:
-        """Every (needle, offset) in ``data[start:]``, overlapping ones included, in needle order."""
-        buf = data if isinstance(data, (bytes, bytearray)) else bytes(data)
+    def find(self, data: bytes) -> Iterator[Hit]:
+        """Every (needle, offset) in ``data``, overlapping ones included, in needle order."""
         for index, needle in enumerate(self.needles):
-            at = buf.find(needle, start)
+            at = data.find(needle)
             while at >= 0:
                 yield index, at
-                at = buf.find(needle, at + 1)
+                at = data.find(needle, at + 1)
 
     def stream(self, chunks: Iterable[bytes]) -> Iterator[Hit]:
         """Every (needle, offset in the concatenated stream) across ``chunks``."""

@@ -22,11 +22,12 @@ import cramjam
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reportlab.pdfgen import canvas
 
 from tools.analysts import archive, replay, sample, turns
 from tools.analysts.logread import Raw
 from tools.erasure_scan import Finding, classify, scan
-from tools.ondisk import kafka_segments, sstables
+from tools.ondisk import containers, kafka_segments, sstables
 from tools.ondisk.search import Needles
 
 FILLER = b"the quick brown fox jumps over the lazy dog; " * 40  # compressible: codecs really compress
@@ -301,14 +302,23 @@ def test_documents_are_searched_inside_zip_gzip_and_pdf_streams(tmp_path: Path) 
     with zipfile.ZipFile(docs / "a-docx", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("word/document.xml", FILLER + secret)
     (docs / "b-gz").write_bytes(gzip.compress(FILLER + secret))
-    stream = zlib.compress(b"BT /F1 12 Tf (" + FILLER + secret + b") Tj ET")
-    pdf = b"%PDF-1.4\n1 0 obj <</Filter /FlateDecode>>\nstream\n" + stream + b"\nendstream\nendobj\n%%EOF"
-    (docs / "c-pdf").write_bytes(pdf)
+    pdf = canvas.Canvas(str(docs / "c-pdf"))  # reportlab's default: ASCII85 over Flate
+    pdf.drawString(72, 720, f"Quarterly figures {secret.decode()} for the board")
+    pdf.save()
     assert all(secret not in p.read_bytes() for p in docs.iterdir())
     report = scan(tmp_path, [secret])
-    assert [(f.store, f.path.name, f.where.split(",")[0]) for f in report.findings] == [
-        ("file", "a-docx", "member word/document.xml"), ("file", "b-gz", "decompressed"), ("file", "c-pdf", f"stream at {pdf.index(b'stream')}"),
+    assert [(f.store, f.path.name, f.where.split(" at ")[0]) for f in report.findings] == [
+        ("file", "a-docx", "member word/document.xml, byte 1800"), ("file", "b-gz", "decompressed, byte 1800"), ("file", "c-pdf", "stream"),
     ]
+    assert report.unscannable == []
+
+
+def test_a_container_that_expands_too_far_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(containers, "MAX_EXPANDED_BYTES", 4 << 20)
+    with zipfile.ZipFile(tmp_path / "bomb", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.xml", b"\0" * (8 << 20))
+    report = scan(tmp_path, [b"nothing"])
+    assert [(p.name, why) for p, why in report.unscannable] == [("bomb", "zip member a.xml expands past 4 MiB: the rest is not searched")]
 
 
 def test_what_cannot_be_read_is_reported_never_skipped(tmp_path: Path) -> None:
