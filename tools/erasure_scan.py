@@ -165,7 +165,7 @@ def _sstable(one: _Scan) -> None:
         toc = one.path.with_name(one.path.name.removesuffix("Data.db") + "TOC.txt")
         if not toc.exists() or "CompressionInfo.db" in toc.read_text(errors="replace"):
             one.unscannable.append("compressed SSTable without its CompressionInfo.db (still being written?)")
-        one.raw()  # compression off for its table: the rows are plain bytes
+        one.raw()  # plain bytes where its table has compression off; all there is to search otherwise
         return
     try:
         info = sstables.read_compression_info(info_path, sstables.has_max_compressed_length(one.path))
@@ -190,15 +190,15 @@ def _commit_log(one: _Scan) -> None:
 
 
 def _archive(one: _Scan) -> None:
-    decoded: list[avro_blocks.Block] = []
+    decoded: tuple[int, int] | None = None  # from the first decoded block's start to the last one's end
     with one.path.open("rb") as f:
         try:
             for block in avro_blocks.blocks(f):
                 one.search(block.data, lambda at, b=block: f"block {b.index} at {b.position}, byte {at} of {b.objects} records")
-                decoded.append(block)
+                decoded = (decoded[0] if decoded else block.position, block.end)
         except avro_blocks.Unreadable as exc:
             one.unscannable.append(str(exc))
-    one.raw([(decoded[0].position, decoded[-1].end)] if decoded else [])
+    one.raw([decoded] if decoded else [])
 
 
 def _parquet(one: _Scan) -> None:
