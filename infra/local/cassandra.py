@@ -45,6 +45,12 @@ def tag() -> str:
     return f"cassandra-{version_of(POM, 'cassandra.version')}"
 
 
+def jmx_port(cfg: LocalInfraSettings) -> int:
+    """The local-only JMX port nodetool talks to (``infra.local.nodetool``): 7199, Cassandra's usual,
+    beside the default storage port 7000, and another for a node started on other ports."""
+    return cfg.cassandra_storage_port + 199
+
+
 def service(cfg: LocalInfraSettings) -> JvmService:
     home = cfg.data_dir / "cassandra"
     return JvmService(
@@ -52,7 +58,7 @@ def service(cfg: LocalInfraSettings) -> JvmService:
         pom=POM,
         main_class=MAIN,
         home=home,
-        ports=(cfg.cassandra_port, cfg.cassandra_storage_port),
+        ports=(cfg.cassandra_port, cfg.cassandra_storage_port, jmx_port(cfg)),
         jvm_options=(
             f"-Xms{cfg.cassandra_heap}",
             f"-Xmx{cfg.cassandra_heap}",
@@ -76,6 +82,8 @@ def service(cfg: LocalInfraSettings) -> JvmService:
             "-Dcassandra.superuser_setup_delay_ms=0",
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
             "-Dcassandra.ring_delay_ms=0",
+            # JMX on 127.0.0.1 only, for nodetool (a flush before `parley audit erasure` reads the SSTables).
+            f"-Dcassandra.jmx.local.port={jmx_port(cfg)}",
         ),
         classpath_first=(home / "conf",),
     )
