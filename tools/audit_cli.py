@@ -86,7 +86,7 @@ def erasure_cmd(
     """Prove an erasure: exit 1 if the user's data or a canary text is found in any store.
 
     Cassandra's memtables are flushed first, so its SSTables hold what it was told."""
-    from infra.local.cassandra import flush
+    from infra.local.nodetool import flush
     from infra.local.settings import LocalInfraSettings
     from parley import keys
     from parley.cassandra import connect
@@ -107,7 +107,7 @@ def erasure_cmd(
             session.cluster.shutdown()
         scanned: dict[str, int] = {}
         if canary:
-            flush(infra)
+            flush(infra)  # memtables to SSTables, so the scan reads what Cassandra was told
             found, scanned = erasure_audit.scan_canaries(infra.data_dir, canary)
             problems += found
     except errors.Unavailable as exc:

@@ -41,6 +41,10 @@ COMMIT_LOG = re.compile(r"^CommitLog-\d+-\d+\.log$")
 REPORT_FILES = ("report.md", "report.json")
 
 
+#: Why a file deleted between the listing and its read (a rolled segment, a compacted SSTable) was not read.
+VANISHED = "vanished during the scan (deleted or compacted): scan again"
+
+
 @dataclass(frozen=True)
 class Finding:
     store: str  # "kafka" | "cassandra" | "archive" | "replay" | "file"
@@ -102,7 +106,7 @@ def scan(data_dir: Path, needles: Sequence[bytes]) -> ScanReport:
             reader(one)
             scanned[store] += 1
         except FileNotFoundError:
-            one.unscannable.append("vanished during the scan (deleted or compacted): scan again")
+            one.unscannable.append(VANISHED)
         except OSError as exc:
             one.unscannable.append(f"unreadable: {exc.strerror or exc}")
         findings += one.findings  # what was found before a failure was found all the same

@@ -5,7 +5,6 @@ files on disk (flushed), the audit as the operator's command."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -15,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 
-from parley.kafka import producer_config
+from parley.kafka import admin, producer_config
 from tools.client import ApiError, ParleyClient
 
 
@@ -82,10 +82,11 @@ async def test_an_erased_user_is_gone_from_every_store_and_others_are_untouched(
 
 async def test_the_audit_finds_a_canary_written_in_the_clear(stack) -> None:  # type: ignore[no-untyped-def]
     """The control: the same scan over the same files fails when the text is there."""
-    canary = _canary()
-    producer = Producer(producer_config(stack.kafka))
-    producer.produce(f"{stack.kafka.topic_prefix}erasure-control", value=f"plain {canary} text".encode())
-    assert producer.flush(30) == 0
-    await asyncio.sleep(1)
+    canary, topic = _canary(), f"{stack.kafka.topic_prefix}erasure-control"
+    for created in admin(stack.kafka).create_topics([NewTopic(topic, 1, 1)]).values():
+        created.result(30)
+    producer, delivered = Producer(producer_config(stack.kafka)), []
+    producer.produce(topic, value=f"plain {canary} text".encode(), on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(30) == 0 and delivered == [None]
     found = _audit(stack, "--canary", canary)
     assert found.returncode == 1 and "kafka" in found.stdout, found.stdout + found.stderr
