@@ -84,6 +84,7 @@ async def _revoke(svc: Services, user_id: str, key_id: str) -> Response:
     key = await _key(svc, user_id, key_id)
     if key.revoked_at is None:
         await svc.directory.apply(revoke_key(user_id, key.key_id, key.key_hash))
+    svc.auth.forget(None, [key.key_hash])  # at once here; on other gateways within the cache's bound
     return Response(status_code=204)
 
 
@@ -212,6 +213,7 @@ async def update_member(request: Request) -> Response:
     await svc.directory.apply(
         [Statement("UPDATE {ks}.users SET disabled = ?, role = ? WHERE user_id = ?", (disabled, role, user.user_id))]
     )
+    svc.auth.forget(user.user_id, [k.key_hash for k in await svc.directory.keys(user.user_id)])
     return JSONResponse((await _member(svc, admin, user.user_id)).public())
 
 

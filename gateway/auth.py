@@ -76,9 +76,11 @@ class Authenticator:
             raise Unauthorized("this API key is not valid", code="invalid_api_key")
         return found
 
-    def forget(self, user_id: str, key_hashes: list[str]) -> None:
-        """Drop a user and their keys from this gateway's cache now (an erasure; others within ``cache_s``)."""
-        self._users.drop(user_id)
+    def forget(self, user_id: str | None, key_hashes: list[str]) -> None:
+        """Drop a user and their keys from this gateway's cache now (a revocation, a change of role or
+        standing, an erasure); other gateways drop them within ``cache_s``."""
+        if user_id is not None:
+            self._users.drop(user_id)
         for digest in key_hashes:
             self._keys.drop(digest)
 
