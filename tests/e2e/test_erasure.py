@@ -83,7 +83,8 @@ async def test_an_erased_user_is_gone_from_every_store_and_others_are_untouched(
 async def test_the_audit_finds_a_canary_written_in_the_clear(stack) -> None:  # type: ignore[no-untyped-def]
     """The control: the same scan over the same files fails when the text is there."""
     canary, topic = _canary(), f"{stack.kafka.topic_prefix}erasure-control"
-    for created in admin(stack.kafka).create_topics([NewTopic(topic, 1, 1)]).values():
+    client = admin(stack.kafka)  # held: a collected admin client destroys its pending futures
+    for created in client.create_topics([NewTopic(topic, 1, 1)]).values():
         created.result(30)
     producer, delivered = Producer(producer_config(stack.kafka)), []
     producer.produce(topic, value=f"plain {canary} text".encode(), on_delivery=lambda err, msg: delivered.append(err))

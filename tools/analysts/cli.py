@@ -95,6 +95,7 @@ def replay_cmd(
     until: str = typer.Option(None, "--until", help="Until, exclusive (same forms); default: now"),
     conversation: str = typer.Option(None, "--conversation", help="Only this conversation"),
     user: str = typer.Option(None, "--user", help="Only this user"),
+    org: str = typer.Option(None, "--org", help="Only this organisation's turns"),
     lead_s: float = typer.Option(60.0, "--lead", help="Seconds read before --since (user messages precede requests)"),
     grace_s: float = typer.Option(600.0, "--grace", help="Seconds read after --until (completions follow requests)"),
     archive: str = ARCHIVE_OPT,
@@ -104,7 +105,7 @@ def replay_cmd(
     from tools.analysts import replay
 
     _install_keys()
-    query = replay.Query(parse_time(since), parse_time(until), conversation, user, lead_s, grace_s)
+    query = replay.Query(parse_time(since), parse_time(until), conversation, user, org, lead_s, grace_s)
     try:
         with _progress("replay") as (on_plan, on_batch):
             result = replay.replay(from_env(KafkaSettings), query, location=_location(archive), on_batch=on_batch, on_plan=on_plan)

@@ -48,6 +48,7 @@ class Query:
     until_ms: int | None = None
     conversation_id: str | None = None
     user_id: str | None = None
+    org_id: str | None = None  # only this organisation's turns (read whole: the log is not keyed by org)
     lead_s: float = 60.0  # read this much before ``since``: the user message precedes its request
     grace_s: float = 600.0  # and this much after ``until``: a turn's completion follows it
 
@@ -140,6 +141,7 @@ def _fold(read: Iterable[Raw], q: Query, result: Result) -> list[turns.Turn]:
         until_us=None if q.until_ms is None else q.until_ms * 1000,
         conversation_id=q.conversation_id,
         user_id=q.user_id,
+        org_id=q.org_id,
     )
 
 

@@ -61,6 +61,7 @@ class Turn:
     user_id: str
     kind: str  # message (answers a fresh post) | regenerate (another reply to an earlier message)
     tier: str
+    org_id: str  # the user's organisation ("": asked for before organisations existed)
     requested_at: int  # µs: GenerationRequested.occurred_at
     completed_at: int | None  # µs: GenerationCompleted.occurred_at; None while it is still open
     user_message_id: str
@@ -192,6 +193,7 @@ class TurnFold:
         until_us: int | None = None,
         conversation_id: str | None = None,
         user_id: str | None = None,
+        org_id: str | None = None,
     ) -> list[Turn]:
         """Turns asked for in [since, until), oldest first (ties by request id)."""
         out = []
@@ -206,6 +208,8 @@ class TurnFold:
             if conversation_id is not None and req["conversation_id"] != conversation_id:
                 continue
             if user_id is not None and req["user_id"] != user_id:
+                continue
+            if org_id is not None and (req.get("org_id") or "") != org_id:
                 continue
             if not parts.routed:  # the prompt comes from InferenceRequested itself
                 self._complete(parts.inference)
@@ -267,6 +271,7 @@ def _turn(request_id: str, req: Record, p: _Parts, posted: Record | None) -> Tur
         user_id=req["user_id"],
         kind=kind_of(req),
         tier=req["tier"],
+        org_id=req.get("org_id") or "",
         requested_at=req["occurred_at"],
         completed_at=done["occurred_at"] if done is not None else None,
         user_message_id=req["parent_id"],
