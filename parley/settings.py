@@ -119,17 +119,12 @@ class KafkaSettings:
             if not self.sasl_username:
                 raise ConfigError(f"PARLEY_KAFKA_SECURITY_PROTOCOL={protocol} needs PARLEY_KAFKA_SASL_USERNAME")
         else:
-            sasl = {
-                "PARLEY_KAFKA_SASL_USERNAME": self.sasl_username,
-                "PARLEY_KAFKA_SASL_PASSWORD": self.sasl_password,
-                "PARLEY_KAFKA_SASL_PASSWORD_FILE": self.sasl_password_file,
-            }
+            sasl = _given(self, "sasl_username", "sasl_password", "sasl_password_file")
             _unused(sasl, because=f"PARLEY_KAFKA_SECURITY_PROTOCOL={protocol} uses no SASL")
-        _password("PARLEY_KAFKA_SASL", self.sasl_password, self.sasl_password_file, needed=self.uses_sasl)
+        _password(_given(self, "sasl_username", "sasl_password", "sasl_password_file"))
         if not self.uses_tls:
-            tls = {"PARLEY_KAFKA_SSL_CA": self.ssl_ca, "PARLEY_KAFKA_SSL_CERT": self.ssl_cert, "PARLEY_KAFKA_SSL_KEY": self.ssl_key}
-            _unused(tls, because=f"PARLEY_KAFKA_SECURITY_PROTOCOL={protocol} uses no TLS")
-        _pem_files("PARLEY_KAFKA_SSL", self.ssl_ca, self.ssl_cert, self.ssl_key)
+            _unused(_given(self, *_PEM), because=f"PARLEY_KAFKA_SECURITY_PROTOCOL={protocol} uses no TLS")
+        _pem_files(_given(self, *_PEM))
 
     @property
     def uses_sasl(self) -> bool:
@@ -178,17 +173,11 @@ class CassandraSettings:
 
     def __post_init__(self) -> None:
         if not self.username:
-            login = {"PARLEY_CASSANDRA_PASSWORD": self.password, "PARLEY_CASSANDRA_PASSWORD_FILE": self.password_file}
-            _unused(login, because="PARLEY_CASSANDRA_USERNAME is empty (no login)")
-        _password("PARLEY_CASSANDRA", self.password, self.password_file, needed=bool(self.username))
+            _unused(_given(self, "password", "password_file"), because="PARLEY_CASSANDRA_USERNAME is empty (no login)")
+        _password(_given(self, "username", "password", "password_file"))
         if not self.ssl:
-            tls = {
-                "PARLEY_CASSANDRA_SSL_CA": self.ssl_ca,
-                "PARLEY_CASSANDRA_SSL_CERT": self.ssl_cert,
-                "PARLEY_CASSANDRA_SSL_KEY": self.ssl_key,
-            }
-            _unused(tls, because="PARLEY_CASSANDRA_SSL is off")
-        _pem_files("PARLEY_CASSANDRA_SSL", self.ssl_ca, self.ssl_cert, self.ssl_key)
+            _unused(_given(self, *_PEM), because="PARLEY_CASSANDRA_SSL is off")
+        _pem_files(_given(self, *_PEM))
 
     @property
     def secret(self) -> str:
@@ -202,6 +191,14 @@ class CassandraSettings:
 
 # ------------------------------------------------------- checks of the transport settings (fail at start)
 
+_PEM = ("ssl_ca", "ssl_cert", "ssl_key")
+
+
+def _given(settings: Any, *names: str) -> dict[str, Any]:
+    """{environment variable: value} of the fields ``names`` of ``settings``, in that order."""
+    env_of = {f.name: f.metadata["env"] for f in fields(settings)}
+    return {env_of[name]: getattr(settings, name) for name in names}
+
 
 def _unused(given: dict[str, str], *, because: str) -> None:
     """Settings given that the rest leaves unused: a half-done configuration, said at start, not found in traffic."""
@@ -210,21 +207,25 @@ def _unused(given: dict[str, str], *, because: str) -> None:
             raise ConfigError(f"{name} is set, but {because}: complete the configuration or unset {name}")
 
 
-def _password(prefix: str, password: str, password_file: str, *, needed: bool) -> None:
-    if password and password_file:
-        raise ConfigError(f"both {prefix}_PASSWORD and {prefix}_PASSWORD_FILE are set; keep one")
-    if needed and not (password or password_file):
-        raise ConfigError(f"{prefix}_USERNAME needs {prefix}_PASSWORD or {prefix}_PASSWORD_FILE")
-    if password_file and not Path(password_file).is_file():
-        raise ConfigError(f"{prefix}_PASSWORD_FILE={password_file!r} is not a readable file")
+def _password(login: dict[str, str]) -> None:
+    """A user name needs one password: given itself, or in a file that is there."""
+    (user_var, user), (password_var, password), (file_var, path) = login.items()
+    if password and path:
+        raise ConfigError(f"both {password_var} and {file_var} are set; keep one")
+    if user and not (password or path):
+        raise ConfigError(f"{user_var} needs {password_var} or {file_var}")
+    if path and not Path(path).is_file():
+        raise ConfigError(f"{file_var}={path!r} is not a readable file")
 
 
-def _pem_files(prefix: str, ca: str, cert: str, key: str) -> None:
+def _pem_files(pem: dict[str, str]) -> None:
+    """A certificate goes with its key, and every file named is there."""
+    (_, _), (cert_var, cert), (key_var, key) = pem.items()
     if bool(cert) != bool(key):
-        raise ConfigError(f"{prefix}_CERT and {prefix}_KEY go together: set both or neither")
-    for suffix, path in (("CA", ca), ("CERT", cert), ("KEY", key)):
+        raise ConfigError(f"{cert_var} and {key_var} go together: set both or neither")
+    for var, path in pem.items():
         if path and not Path(path).is_file():
-            raise ConfigError(f"{prefix}_{suffix}={path!r} is not a readable file")
+            raise ConfigError(f"{var}={path!r} is not a readable file")
 
 
 def _read_secret(value: str, path: str) -> str:
