@@ -63,7 +63,8 @@ def _refusal(settings: CassandraSettings, exc: NoHostAvailable) -> str:
     if tls:
         return (
             f"the TLS handshake failed; is the node's certificate issued for {settings.hosts} by a CA of "
-            f"PARLEY_CASSANDRA_SSL_CA (empty: the system's)? {tls[0]}"
+            "PARLEY_CASSANDRA_SSL_CA (empty: the system's), and does the node want a client certificate "
+            f"(PARLEY_CASSANDRA_SSL_CERT / PARLEY_CASSANDRA_SSL_KEY)? {tls[0]}"
         )
     if not settings.ssl and any(isinstance(e, ConnectionResetError) for e in errors):
         return "it hung up on the first request; if the node speaks TLS only, set PARLEY_CASSANDRA_SSL=1"

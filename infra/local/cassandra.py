@@ -128,15 +128,18 @@ key_cache_size: 16MiB
 
 
 def _security_yaml(cfg: LocalInfraSettings) -> str:
-    """Secure mode: a login for every client, and TLS only on the native port (PEM files, no keystore)."""
+    """Secure mode: a login and a client certificate of the local CA from every client, TLS only on the
+    native port (PEM files, no keystore)."""
+    m = secure.material(cfg)
     return f"""authenticator: PasswordAuthenticator
 authorizer: CassandraAuthorizer
 role_manager: CassandraRoleManager
 client_encryption_options:
   enabled: true
   optional: false
-  require_client_auth: false
-  keystore: {secure.material(cfg).server}
+  require_client_auth: true
+  keystore: {m.server}
+  truststore: {m.ca}
   ssl_context_factory:
     class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
 """

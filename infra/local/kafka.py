@@ -51,7 +51,7 @@ def service(cfg: LocalInfraSettings) -> JvmService:
 
 def server_properties(cfg: LocalInfraSettings, home: Path) -> str:
     # Secure mode: the clients' listener is SASL_SSL (the broker logs in to itself there as the
-    # parley user) and the controller's takes TLS clients with a certificate of the local CA only.
+    # parley user), the controller's TLS; both take only clients with a certificate of the local CA.
     client = "SASL_SSL" if cfg.secure else "PLAINTEXT"
     listeners = f"{client}://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.kafka_controller_port}"
     advertised = f"{client}://127.0.0.1:{cfg.kafka_port}"
@@ -97,7 +97,11 @@ def _security_properties(cfg: LocalInfraSettings) -> str:
     m = secure.material(cfg)
     login = "org.apache.kafka.common.security.scram.ScramLoginModule required"
     password = m.kafka_password.read_text().strip()
-    side = f"listener.name.side.scram-sha-512.sasl.jaas.config={login};\n" if cfg.kafka_side_port else ""
+    side = (
+        f"listener.name.side.scram-sha-512.sasl.jaas.config={login};\nlistener.name.side.ssl.client.auth=required\n"
+        if cfg.kafka_side_port
+        else ""
+    )
     return f"""sasl.enabled.mechanisms={secure.MECHANISM}
 sasl.mechanism.inter.broker.protocol={secure.MECHANISM}
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={login} username="{secure.USER}" password="{password}";
@@ -105,7 +109,9 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={login} username="{secure.
 ssl.keystore.location={m.server}
 ssl.truststore.type=PEM
 ssl.truststore.location={m.ca}
-listener.name.controller.ssl.client.auth=required
+# Unprefixed, it holds for the SSL (controller) listener only; a SASL_SSL listener wants its own (KIP-684).
+ssl.client.auth=required
+listener.name.sasl_ssl.ssl.client.auth=required
 """
 
 

@@ -2,9 +2,10 @@
 
 Generated once under ``PARLEY_DATA_DIR/secure`` (a 0700 directory, every file
 0600): a certificate authority of this machine, the services' key and
-certificate signed by it (for 127.0.0.1 and localhost; the CA's own key is
-dropped once it signed, so nothing else can be issued under it), and the
-passwords of the ``parley`` Kafka SCRAM user and Cassandra role. The passwords
+certificate signed by it (for 127.0.0.1 and localhost), the clients' key and
+certificate (both services require one: TLS client authentication on top of
+the passwords; the CA's own key is dropped once it signed, so nothing else can
+be issued under it), and the passwords of the ``parley`` Kafka SCRAM user and Cassandra role. The passwords
 live as long as the data they guard (Kafka keeps the SCRAM user from the day
 its storage was formatted); the certificates may be deleted to be issued anew.
 """
@@ -53,6 +54,15 @@ class Material:
         return self.root / "server.pem"
 
     @property
+    def client_cert(self) -> Path:
+        """The clients' certificate (and the CA): both services require one of the local CA."""
+        return self.root / "client-cert.pem"
+
+    @property
+    def client_key(self) -> Path:
+        return self.root / "client-key.pem"
+
+    @property
     def kafka_password(self) -> Path:
         return self.root / "kafka.password"
 
@@ -69,10 +79,11 @@ def ensure(cfg: LocalInfraSettings) -> Material:
     """The secure mode's files, generated where missing."""
     m = material(cfg)
     m.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if not (m.ca.exists() and m.server.exists()):
-        ca, server = certificates()
-        write_private(m.ca, ca)
-        write_private(m.server, server)
+    if not all(p.exists() for p in (m.ca, m.server, m.client_cert, m.client_key)):
+        issued = certificates()
+        files = {m.ca: issued.ca, m.server: issued.server, m.client_cert: issued.client_cert, m.client_key: issued.client_key}
+        for path, text in files.items():
+            write_private(path, text)
     for password in (m.kafka_password, m.cassandra_password):
         if not password.exists():
             write_private(password, secrets.token_urlsafe(24) + "\n")  # [A-Za-z0-9_-]: safe in JAAS and CQL alike
@@ -89,51 +100,80 @@ def write_private(path: Path, text: str) -> None:
     partial.replace(path)
 
 
-def certificates() -> tuple[str, str]:
-    """(the CA's certificate, the server's key + certificate + CA) as PEM text; EC P-256 keys."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+@dataclass(frozen=True)
+class Issued:
+    """What ``certificates`` issues, as PEM text (EC P-256 keys; unencrypted PKCS#8, which Kafka's and
+    Cassandra's PEM key stores read without a password)."""
+
+    ca: str  # the CA's certificate
+    server: str  # the services' key, certificate (127.0.0.1, localhost) and the CA
+    client_cert: str  # the clients' certificate and the CA
+    client_key: str
+
+
+def certificates() -> Issued:
+    """A new CA, and the server's and the clients' certificates under it; the CA's key is not kept."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"Parley local CA ({socket.gethostname()})")])
     ca_cert = (
-        x509.CertificateBuilder()
+        _valid_now(x509.CertificateBuilder())
         .subject_name(ca_name)
         .issuer_name(ca_name)
         .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_key_usage(cert_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    ca_pem = _pem(ca_cert)
+    # clientAuth for the server too: the broker presents it to its own listeners, which require one.
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    server_key, server_cert = _leaf(ca_key, ca_name, "localhost", names, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
+    client_key, client_cert = _leaf(ca_key, ca_name, USER, [x509.DNSName(USER)], [ExtendedKeyUsageOID.CLIENT_AUTH])
+    return Issued(
+        ca=ca_pem,
+        server=_pem(server_key) + _pem(server_cert) + ca_pem,
+        client_cert=_pem(client_cert) + ca_pem,
+        client_key=_pem(client_key),
+    )
+
+
+def _leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    name: str,
+    alt_names: list[x509.GeneralName],
+    usages: list[x509.ObjectIdentifier],
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
+        _valid_now(x509.CertificateBuilder())
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(issuer)
         .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
-        # clientAuth too: the broker presents it to its own controller listener, which requires one.
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM).decode()
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()  # unencrypted PKCS#8: what Kafka's and Cassandra's PEM keystores read without a password
-    return ca_pem, key_pem + cert.public_bytes(serialization.Encoding.PEM).decode() + ca_pem
+    return key, cert
+
+
+def _valid_now(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (
+        builder.serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+    )
+
+
+def _pem(item: x509.Certificate | ec.EllipticCurvePrivateKey) -> str:
+    if isinstance(item, x509.Certificate):
+        return item.public_bytes(serialization.Encoding.PEM).decode()
+    return item.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
 
 
 def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
@@ -164,6 +204,8 @@ def client_settings(cfg: LocalInfraSettings) -> tuple[KafkaSettings, CassandraSe
         sasl_username=USER,
         sasl_password_file=str(m.kafka_password),
         ssl_ca=str(m.ca),
+        ssl_cert=str(m.client_cert),
+        ssl_key=str(m.client_key),
     )
     cassandra = CassandraSettings(
         hosts=cassandra.hosts,
@@ -172,6 +214,8 @@ def client_settings(cfg: LocalInfraSettings) -> tuple[KafkaSettings, CassandraSe
         password_file=str(m.cassandra_password),
         ssl=True,
         ssl_ca=str(m.ca),
+        ssl_cert=str(m.client_cert),
+        ssl_key=str(m.client_key),
     )
     return kafka, cassandra
 

@@ -1,7 +1,8 @@
 """Transport security on the real stack: a Kafka that speaks SASL_SSL (SCRAM-SHA-512) only and a Cassandra that
-wants a password over TLS refuse clients in the clear, without the password or without trust in the CA, and
-a whole chat turn runs through them with nothing but the PARLEY_* settings: every service of the topology
-joins its group, and the reply is streamed, stored and read back.
+wants a password over TLS, both also wanting a client certificate of the local CA, refuse clients in the
+clear, without the password, the certificate or trust in the CA; and a whole chat turn runs through them with
+nothing but the PARLEY_* settings: every service of the topology joins its group, and the reply is streamed,
+stored and read back.
 
 The module starts its OWN Kafka and Cassandra in infra/local's secure mode (free ports, a data dir under
 tmp; the shared ones stay plain for everyone else's tests), then a whole Parley on them (isolated.start).
@@ -117,7 +118,7 @@ def _kafka_refusal(config: dict[str, object]) -> set[int]:
     raise AssertionError(f"Kafka answered a client it should refuse: {sorted(k for k in config if 'password' not in k)}")
 
 
-def test_kafka_refuses_clients_in_the_clear_without_the_password_or_the_ca(secure_infra: LocalInfraSettings) -> None:
+def test_kafka_refuses_clients_in_the_clear_or_without_the_password_the_ca_or_a_certificate(secure_infra: LocalInfraSettings) -> None:
     kafka, _ = secure.client_settings(secure_infra)
     listener = kafka.bootstrap
     controller = f"127.0.0.1:{secure_infra.kafka_controller_port}"
@@ -125,6 +126,7 @@ def test_kafka_refuses_clients_in_the_clear_without_the_password_or_the_ca(secur
         "plaintext": kafka_config(KafkaSettings(bootstrap=listener)),
         "wrong password": kafka_config(replace(kafka, sasl_password="not-the-password", sasl_password_file="")),
         "no trust in the local CA": kafka_config(replace(kafka, ssl_ca="")),
+        "the password but no client certificate": kafka_config(replace(kafka, ssl_cert="", ssl_key="")),
         "controller in the clear": kafka_config(KafkaSettings(bootstrap=controller)),
         "controller without a client certificate": kafka_config(
             KafkaSettings(bootstrap=controller, security_protocol="SSL", ssl_ca=kafka.ssl_ca)
@@ -134,17 +136,21 @@ def test_kafka_refuses_clients_in_the_clear_without_the_password_or_the_ca(secur
         refused = dict(zip(attempts, pool.map(_kafka_refusal, attempts.values())))
     assert KafkaError._AUTHENTICATION in refused["wrong password"]
     assert KafkaError._SSL in refused["no trust in the local CA"]
+    assert KafkaError._TRANSPORT in refused["the password but no client certificate"]  # "alert bad certificate"
     # The settings themselves get through, at the same address.
     assert AdminClient(kafka_config(kafka)).list_topics(timeout=30).brokers
 
 
-def test_cassandra_refuses_clients_in_the_clear_without_a_login_or_with_the_default_superuser(
+def test_cassandra_refuses_clients_in_the_clear_without_a_login_a_certificate_or_as_the_default_superuser(
     secure_infra: LocalInfraSettings,
 ) -> None:
     _, cassandra = secure.client_settings(secure_infra)
     tls_only = replace(cassandra, username="", password_file="")
     attempts = {
-        "in the clear, with the password": (replace(cassandra, ssl=False, ssl_ca=""), "PARLEY_CASSANDRA_SSL=1"),
+        "in the clear, with the password": (
+            replace(cassandra, ssl=False, ssl_ca="", ssl_cert="", ssl_key=""),
+            "PARLEY_CASSANDRA_SSL=1",
+        ),
         "TLS, no login": (tls_only, "requires a login"),
         "TLS, the default superuser": (
             replace(cassandra, username=DEFAULT_ROLE, password=DEFAULT_ROLE, password_file=""),
@@ -152,6 +158,7 @@ def test_cassandra_refuses_clients_in_the_clear_without_a_login_or_with_the_defa
         ),
         "TLS, a wrong password": (replace(cassandra, password="not-the-password", password_file=""), "refused the login"),
         "no trust in the local CA": (replace(cassandra, ssl_ca=""), "TLS handshake failed"),
+        "the password but no client certificate": (replace(cassandra, ssl_cert="", ssl_key=""), "TLS handshake failed"),
     }
     for what, (settings, says) in attempts.items():
         with pytest.raises(StoreUnavailable, match=says):

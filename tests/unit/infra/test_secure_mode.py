@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from infra.local import cassandra, kafka, secure
 from infra.local.jvm import InfraError
@@ -27,7 +28,7 @@ def _mode(path: Path) -> int:
 def test_material_is_private_and_made_once(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     m = secure.ensure(cfg)
-    files = [m.ca, m.server, m.kafka_password, m.cassandra_password]
+    files = [m.ca, m.server, m.client_cert, m.client_key, m.kafka_password, m.cassandra_password]
     assert _mode(m.root) == 0o700 and all(_mode(f) == 0o600 for f in files)
     before = {f: f.read_text() for f in files}
     secure.ensure(cfg)
@@ -40,17 +41,23 @@ def test_material_is_private_and_made_once(tmp_path: Path) -> None:
     assert len(m.kafka_password.read_text().strip()) >= 32 and m.kafka_password.read_text() != m.cassandra_password.read_text()
 
 
-def test_the_server_certificate_is_for_127_0_0_1_signed_by_the_ca_with_an_unencrypted_key() -> None:
-    ca_pem, server_pem = secure.certificates()
-    ca = x509.load_pem_x509_certificate(ca_pem.encode())
-    cert, chain_ca = x509.load_pem_x509_certificates(server_pem.encode())
-    cert.verify_directly_issued_by(ca)
-    assert chain_ca == ca
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+def test_the_certificates_chain_to_the_ca_with_unencrypted_keys_for_what_each_side_does() -> None:
+    issued = secure.certificates()
+    ca = x509.load_pem_x509_certificate(issued.ca.encode())
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    key = load_pem_private_key(server_pem.encode(), password=None)  # Kafka's and Cassandra's PEM keystores: no password
-    assert key.public_key() == cert.public_key()
+    server, server_chain_ca = x509.load_pem_x509_certificates(issued.server.encode())
+    client, client_chain_ca = x509.load_pem_x509_certificates(issued.client_cert.encode())
+    for cert, chain_ca in ((server, server_chain_ca), (client, client_chain_ca)):
+        cert.verify_directly_issued_by(ca)
+        assert chain_ca == ca
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    usages = {c: set(c.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) for c in (server, client)}
+    assert usages[server] == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert usages[client] == {ExtendedKeyUsageOID.CLIENT_AUTH}
+    # Kafka's and Cassandra's PEM key stores, and the clients: keys without a password.
+    assert load_pem_private_key(issued.server.encode(), password=None).public_key() == server.public_key()
+    assert load_pem_private_key(issued.client_key.encode(), password=None).public_key() == client.public_key()
 
 
 def test_client_env_names_files_not_secrets_and_reads_back_as_the_settings(tmp_path: Path) -> None:
@@ -69,7 +76,7 @@ def test_client_env_names_files_not_secrets_and_reads_back_as_the_settings(tmp_p
     }
 
 
-def test_secure_kafka_listens_on_sasl_ssl_only_and_its_controller_wants_a_certificate(tmp_path: Path) -> None:
+def test_secure_kafka_listens_on_sasl_ssl_only_and_wants_client_certificates(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     m = secure.ensure(cfg)
     props = dict(
@@ -79,7 +86,7 @@ def test_secure_kafka_listens_on_sasl_ssl_only_and_its_controller_wants_a_certif
     assert props["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,CONTROLLER:SSL"
     assert props["inter.broker.listener.name"] == "SASL_SSL"
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
-    assert props["listener.name.controller.ssl.client.auth"] == "required"
+    assert props["ssl.client.auth"] == props["listener.name.sasl_ssl.ssl.client.auth"] == "required"
     assert (props["ssl.keystore.type"], props["ssl.keystore.location"]) == ("PEM", str(m.server))
     assert m.kafka_password.read_text().strip() in props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
 
@@ -102,6 +109,7 @@ def test_secure_cassandra_wants_a_password_and_tls_from_pem_files(tmp_path: Path
     assert conf["authenticator"] == "PasswordAuthenticator" and conf["authorizer"] == "CassandraAuthorizer"
     tls = conf["client_encryption_options"]
     assert tls["enabled"] and not tls["optional"] and tls["keystore"] == str(m.server)
+    assert tls["require_client_auth"] and tls["truststore"] == str(m.ca)
     assert tls["ssl_context_factory"]["class_name"].endswith("PEMBasedSslContextFactory")
 
 

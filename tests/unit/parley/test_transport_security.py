@@ -21,12 +21,18 @@ from parley.transport_security import cassandra_options, kafka_config, kafka_tls
 
 @pytest.fixture
 def pem(tmp_path: Path) -> dict[str, str]:
-    """The local CA's certificate and the services' key + chain, as files (generated: no fixture keys in git)."""
-    ca, server = secure.certificates()
-    (tmp_path / "ca.pem").write_text(ca)
-    (tmp_path / "server.pem").write_text(server)
-    (tmp_path / "password").write_text("s3cret-from-a-file\n")
-    return {name: str(tmp_path / name) for name in ("ca.pem", "server.pem", "password")}
+    """The local CA's certificates and keys, as files (generated: no fixture keys in git)."""
+    issued = secure.certificates()
+    files = {
+        "ca.pem": issued.ca,
+        "server.pem": issued.server,
+        "client-cert.pem": issued.client_cert,
+        "client-key.pem": issued.client_key,
+        "password": "s3cret-from-a-file\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return {name: str(tmp_path / name) for name in files}
 
 
 # ------------------------------------------------------------------ settings: bad combinations fail at start
@@ -97,8 +103,8 @@ def test_kafka_clients_get_scram_over_tls(pem: dict[str, str]) -> None:
         "PARLEY_KAFKA_SASL_USERNAME": "parley",
         "PARLEY_KAFKA_SASL_PASSWORD_FILE": pem["password"],
         "PARLEY_KAFKA_SSL_CA": pem["ca.pem"],
-        "PARLEY_KAFKA_SSL_CERT": pem["server.pem"],
-        "PARLEY_KAFKA_SSL_KEY": pem["server.pem"],
+        "PARLEY_KAFKA_SSL_CERT": pem["client-cert.pem"],
+        "PARLEY_KAFKA_SSL_KEY": pem["client-key.pem"],
     })  # fmt: skip
     assert kafka_config(kafka) == {
         "bootstrap.servers": "b1:9094,b2:9094",
@@ -107,8 +113,8 @@ def test_kafka_clients_get_scram_over_tls(pem: dict[str, str]) -> None:
         "sasl.username": "parley",
         "sasl.password": "s3cret-from-a-file",  # read from the file, newline dropped
         "ssl.ca.location": pem["ca.pem"],
-        "ssl.certificate.location": pem["server.pem"],
-        "ssl.key.location": pem["server.pem"],
+        "ssl.certificate.location": pem["client-cert.pem"],
+        "ssl.key.location": pem["client-key.pem"],
     }
     context = kafka_tls(kafka)
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
@@ -131,18 +137,23 @@ def test_cassandra_sessions_get_a_login_and_a_verifying_tls_context(pem: dict[st
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 
-def test_the_local_certificate_passes_a_verifying_handshake_on_127_0_0_1(pem: dict[str, str]) -> None:
-    """What Kafka's and Cassandra's clients check: the chain to the CA, and the address in the certificate."""
+def test_the_local_certificates_pass_a_mutual_handshake_on_127_0_0_1(pem: dict[str, str]) -> None:
+    """What the services and their clients check: each side's chain to the CA, the address in the server's
+    certificate, and (the services require it) a client certificate."""
     server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_side.load_cert_chain(pem["server.pem"])
+    server_side.load_verify_locations(pem["ca.pem"])
+    server_side.verify_mode = ssl.CERT_REQUIRED
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
+    clients: list[str] = []
 
     def serve() -> None:
-        for _ in range(2):  # the trusting client, then the one that refuses the certificate
+        for _ in range(2):  # the trusting client, then the one that refuses the server's certificate
             conn, _ = listener.accept()
             try:
                 with server_side.wrap_socket(conn, server_side=True) as tls:
+                    clients.append(dict(x[0] for x in tls.getpeercert()["subject"])["commonName"])
                     tls.sendall(b"ok")
             except (ssl.SSLError, OSError):
                 conn.close()
@@ -150,10 +161,11 @@ def test_the_local_certificate_passes_a_verifying_handshake_on_127_0_0_1(pem: di
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        client = tls_context(pem["ca.pem"], "", "")
+        client = tls_context(pem["ca.pem"], pem["client-cert.pem"], pem["client-key.pem"])
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
             with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
                 assert tls.recv(2) == b"ok"
+        assert clients == [secure.USER]
         with pytest.raises(ssl.SSLCertVerificationError):  # the system's CAs do not know the local one
             with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
                 tls_context("", "", "").wrap_socket(raw, server_hostname="127.0.0.1")
