@@ -92,7 +92,9 @@ def secure_stack(secure_infra: LocalInfraSettings, tmp_path_factory: pytest.Temp
     began = time.monotonic()
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings, env), from_env(CassandraSettings, env), "secure")
     log_dir = tmp_path_factory.mktemp("secure-stack-logs")
-    inner = isolated.start(kafka, cassandra, log_dir, {**env, **E2E_ENV})
+    # The run's shared keys keyspace (tests/conftest.py) lives on the shared Cassandra: here the data keys
+    # stay in the stack's own keyspace, which isolated.prepare migrated.
+    inner = isolated.start(kafka, cassandra, log_dir, {**env, **E2E_ENV, "PARLEY_KEYS_KEYSPACE": ""})
     print(f"\nParley on it (topics, migrations, every service) ready after {time.monotonic() - began:.1f}s")
     try:
         yield SecureStack(secure_infra, env, kafka, cassandra, inner, log_dir)
