@@ -48,9 +48,7 @@ REFUSAL_S = 4.0
 @dataclass
 class SecureStack:
     infra: LocalInfraSettings
-    env: dict[str, str]  # the PARLEY_* client settings of the secure infra (no secret in it)
-    kafka: KafkaSettings
-    cassandra: CassandraSettings
+    kafka: KafkaSettings  # the stack's: the secure infra's client settings, under its topic prefix
     inner: isolated.IsolatedStack
     log_dir: Path
 
@@ -97,7 +95,7 @@ def secure_stack(secure_infra: LocalInfraSettings, tmp_path_factory: pytest.Temp
     inner = isolated.start(kafka, cassandra, log_dir, {**env, **E2E_ENV, "PARLEY_KEYS_KEYSPACE": ""})
     print(f"\nParley on it (topics, migrations, every service) ready after {time.monotonic() - began:.1f}s")
     try:
-        yield SecureStack(secure_infra, env, kafka, cassandra, inner, log_dir)
+        yield SecureStack(secure_infra, kafka, inner, log_dir)
     finally:
         inner.stop()
 
@@ -147,13 +145,12 @@ def test_cassandra_refuses_clients_in_the_clear_without_a_login_a_certificate_or
     secure_infra: LocalInfraSettings,
 ) -> None:
     _, cassandra = secure.client_settings(secure_infra)
-    tls_only = replace(cassandra, username="", password_file="")
     attempts = {
         "in the clear, with the password": (
             replace(cassandra, ssl=False, ssl_ca="", ssl_cert="", ssl_key=""),
             "PARLEY_CASSANDRA_SSL=1",
         ),
-        "TLS, no login": (tls_only, "requires a login"),
+        "TLS, no login": (replace(cassandra, username="", password_file=""), "requires a login"),
         "TLS, the default superuser": (
             replace(cassandra, username=DEFAULT_ROLE, password=DEFAULT_ROLE, password_file=""),
             "refused the login",
