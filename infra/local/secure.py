@@ -1,13 +1,14 @@
 """The local stack's secure mode (``PARLEY_INFRA_SECURE=1``): its keys, passwords, and the client settings that use them.
 
 Generated once under ``PARLEY_DATA_DIR/secure`` (a 0700 directory, every file
-0600): a certificate authority of this machine, the services' key and
-certificate signed by it (for 127.0.0.1 and localhost), the clients' key and
+0600): a certificate authority of this machine; the services' key and
+certificate signed by it (for 127.0.0.1 and localhost); the clients' key and
 certificate (both services require one: TLS client authentication on top of
-the passwords; the CA's own key is dropped once it signed, so nothing else can
-be issued under it), and the passwords of the ``parley`` Kafka SCRAM user and Cassandra role. The passwords
-live as long as the data they guard (Kafka keeps the SCRAM user from the day
-its storage was formatted); the certificates may be deleted to be issued anew.
+the passwords); and the passwords of the ``parley`` Kafka SCRAM user and
+Cassandra role. The CA's own key is dropped once it has signed, so nothing
+else can be issued under it. The passwords live as long as the data they guard
+(Kafka keeps the SCRAM user from the day its storage was formatted); the
+certificates may be deleted to be issued anew.
 """
 
 from __future__ import annotations
