@@ -8,15 +8,17 @@ name the settings to check.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
-from cassandra import DriverException, RequestExecutionException
+from cassandra import AuthenticationFailed, DriverException, RequestExecutionException
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from parley.errors import StoreUnavailable
 from parley.settings import CassandraSettings
+from parley.transport_security import cassandra_options
 
 #: Longest pause between attempts to reach a node that went down.
 RECONNECT_MAX_S = 5.0
@@ -37,15 +39,36 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
         # The driver's default backs off to 10 minutes between reconnection attempts: after an
         # outage of a minute, clients would stay down for minutes more. Cap it at a few seconds.
         reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=RECONNECT_MAX_S),
+        **cassandra_options(settings),
     )
     try:
         return cluster.connect(keyspace)
     except NoHostAvailable as exc:
         cluster.shutdown()
-        raise StoreUnavailable(
-            f"cannot reach Cassandra at {settings.hosts}:{settings.port} "
-            "(PARLEY_CASSANDRA_HOSTS / PARLEY_CASSANDRA_PORT); is it running? `make run` starts a local one"
-        ) from exc
+        raise StoreUnavailable(f"cannot reach Cassandra at {settings.hosts}:{settings.port}: {_refusal(settings, exc)}") from exc
+
+
+def _refusal(settings: CassandraSettings, exc: NoHostAvailable) -> str:
+    """Why no node took the connection, in the words of the settings to check (the driver's own errors
+    per host say only "AuthenticationFailed", an OpenSSL code or "connection reset")."""
+    errors = list(exc.errors.values())
+    if any(isinstance(e, AuthenticationFailed) for e in errors):
+        if not settings.username:
+            return "it requires a login: set PARLEY_CASSANDRA_USERNAME and PARLEY_CASSANDRA_PASSWORD(_FILE)"
+        return (
+            f"it refused the login of PARLEY_CASSANDRA_USERNAME={settings.username!r}: "
+            "check PARLEY_CASSANDRA_PASSWORD / PARLEY_CASSANDRA_PASSWORD_FILE"
+        )
+    tls = [str(e) for e in errors if isinstance(e, ssl.SSLError) or "[SSL" in str(e)]  # the driver rewraps some
+    if tls:
+        return (
+            f"the TLS handshake failed; is the node's certificate issued for {settings.hosts} by a CA of "
+            "PARLEY_CASSANDRA_SSL_CA (empty: the system's), and does the node want a client certificate "
+            f"(PARLEY_CASSANDRA_SSL_CERT / PARLEY_CASSANDRA_SSL_KEY)? {tls[0]}"
+        )
+    if not settings.ssl and any(isinstance(e, ConnectionResetError) for e in errors):
+        return "it hung up on the first request; if the node speaks TLS only, set PARLEY_CASSANDRA_SSL=1"
+    return "is it running, at PARLEY_CASSANDRA_HOSTS / PARLEY_CASSANDRA_PORT? `make run` starts a local one"
 
 
 _ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)

@@ -28,6 +28,7 @@ from parley.errors import BrokerUnavailable
 from parley.metrics import DEAD_LETTERS
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
+from parley.transport_security import kafka_config
 from schemas import codec
 from schemas.catalog import dlq_name
 from schemas.events import DeadLetter, Event
@@ -94,8 +95,8 @@ def reader(kafka: KafkaSettings, purpose: str, **overrides: Any) -> Consumer:
     what every group-less reader starts from (the gateway's token streams, heartbeats, memory, cancels,
     recovery lookups, the router's recall, the audit, the analysts). ``overrides``: librdkafka
     settings with dots as underscores (``auto_offset_reset="latest"``)."""
-    config = {
-        "bootstrap.servers": kafka.bootstrap,
+    config = kafka_config(kafka)
+    config |= {
         # librdkafka insists on a group id; assign() never joins it and nothing is committed to it.
         "group.id": f"parley-{purpose}-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -217,8 +218,8 @@ class EventConsumer:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         **overrides: Any,
     ) -> None:
-        config: dict[str, Any] = {
-            "bootstrap.servers": settings.bootstrap,
+        config = kafka_config(settings)
+        config |= {
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": True,

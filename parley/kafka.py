@@ -19,13 +19,14 @@ from confluent_kafka.admin import AdminClient
 
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
+from parley.transport_security import kafka_config
 from schemas import catalog, codec
 from schemas.events import Event
 
 
 def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap,
+    config = kafka_config(settings)
+    config |= {
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 2,
@@ -41,7 +42,7 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
 
 
 def admin(settings: KafkaSettings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap})
+    return AdminClient(kafka_config(settings))
 
 
 @dataclass(frozen=True)

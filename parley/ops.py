@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY
 from parley import metrics
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
+from parley.transport_security import kafka_config
 from schemas.catalog import TOPICS
 
 #: Admin calls answer in milliseconds on a healthy broker; this bounds a sick one.
@@ -110,7 +111,7 @@ class Ops:
 
     def __init__(self, kafka: KafkaSettings) -> None:
         self.kafka = kafka
-        self._admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        self._admin = AdminClient(kafka_config(kafka))
 
     def _wait(self, fut, what: str):  # type: ignore[no-untyped-def]
         try:

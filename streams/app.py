@@ -22,11 +22,13 @@ import aiokafka
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+from faust.types.auth import CredentialsT
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
 from parley.logs import TRACE_ID
 from parley.metrics import DEAD_LETTERS
 from parley.settings import KafkaSettings
+from parley.transport_security import kafka_tls
 from schemas import codec
 from schemas.catalog import dlq_name, topic_name_for
 from schemas.events import Event, InferenceRouted
@@ -74,6 +76,7 @@ def make_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.Ap
     """A faust App for one processor; its consumer group is ``app_id``."""
     config: dict[str, Any] = {
         "broker": [f"kafka://{host}" for host in settings.bootstrap.split(",")],
+        "broker_credentials": broker_credentials(settings),
         "store": "memory://",
         "web_enabled": False,
         "topic_replication_factor": settings.replication,
@@ -85,6 +88,22 @@ def make_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.Ap
     }
     config.update(overrides)
     return _App(app_id, **config)
+
+
+def broker_credentials(settings: KafkaSettings) -> CredentialsT | None:
+    """faust's form of the settings' SASL/SCRAM and TLS (parley.transport_security); faust's aiokafka
+    driver hands them to every consumer and producer it makes. None: PLAINTEXT."""
+    context = kafka_tls(settings)
+    if settings.uses_sasl:  # SASL_SSL with a context, SASL_PLAINTEXT without
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=settings.sasl_secret,
+            ssl_context=context,
+            mechanism=settings.sasl_mechanism,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
 
 
 def raw_topic(app: faust.App, settings: KafkaSettings, name: str) -> faust.TopicT:

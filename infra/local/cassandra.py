@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+from cassandra import AuthenticationFailed
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.policies import RoundRobinPolicy
 
-from infra.local.jvm import HERE, JvmService, version_of
+from infra.local import secure
+from infra.local.jvm import HERE, InfraError, JvmService, version_of
 from infra.local.settings import LocalInfraSettings
+from parley.settings import CassandraSettings
+from parley.transport_security import cassandra_options
 
 POM = HERE / "cassandra.pom.xml"
 MAIN = "org.apache.cassandra.service.CassandraDaemon"
@@ -118,6 +124,24 @@ concurrent_compactors: 1
 memtable_heap_space: 128MiB
 memtable_offheap_space: 128MiB
 key_cache_size: 16MiB
+{_security_yaml(cfg) if cfg.secure else ""}"""
+
+
+def _security_yaml(cfg: LocalInfraSettings) -> str:
+    """Secure mode: a login and a client certificate of the local CA from every client, TLS only on the
+    native port (PEM files, no keystore)."""
+    m = secure.material(cfg)
+    return f"""authenticator: PasswordAuthenticator
+authorizer: CassandraAuthorizer
+role_manager: CassandraRoleManager
+client_encryption_options:
+  enabled: true
+  optional: false
+  require_client_auth: true
+  keystore: {m.server}
+  truststore: {m.ca}
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
 """
 
 
@@ -140,6 +164,8 @@ LOGBACK = """<configuration>
 
 def prepare(cfg: LocalInfraSettings, lib: Path) -> JvmService:
     svc = service(cfg)
+    if cfg.secure:
+        secure.ensure(cfg)
     conf = svc.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     (svc.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -149,22 +175,62 @@ def prepare(cfg: LocalInfraSettings, lib: Path) -> JvmService:
 
 
 def healthy(cfg: LocalInfraSettings) -> bool:
-    """True once CQL answers on the native port."""
+    """True once CQL answers on the native port. Secure mode: over TLS, where a refused login is an answer
+    too (the parley role exists only once ``ensure_role`` made it)."""
+    _, settings = secure.client_settings(cfg)
+    try:
+        _query(settings, "SELECT release_version FROM system.local")
+        return True
+    except NoHostAvailable as exc:
+        return any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
+    except Exception:  # the driver raises assorted errors while the node boots: "not yet"
+        return False
+
+
+#: The superuser a new Cassandra makes for itself, with its well-known password.
+DEFAULT_ROLE = "cassandra"
+
+
+def ensure_role(cfg: LocalInfraSettings) -> None:
+    """Secure mode: the parley role is the node's only superuser. At the first start it is created by
+    the default ``cassandra`` superuser, which it then drops (a node with a role never makes it again)."""
+    _, parley = secure.client_settings(cfg)
+    default = replace(parley, username=DEFAULT_ROLE, password=DEFAULT_ROLE, password_file="")
+    deadline = time.monotonic() + cfg.start_timeout_s
+    while True:
+        try:
+            _query(parley, f"DROP ROLE IF EXISTS {DEFAULT_ROLE}")
+            return
+        except NoHostAvailable as exc:
+            if not any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+                raise
+        try:  # no parley role yet: the default superuser makes it
+            create = f"CREATE ROLE IF NOT EXISTS {secure.USER} WITH PASSWORD = %s AND SUPERUSER = true AND LOGIN = true"
+            _query(default, create, (parley.secret,))
+        except NoHostAvailable as exc:  # the node sets its default role up a moment after it opens the port
+            if not any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+                raise
+            if time.monotonic() > deadline:
+                raise InfraError(
+                    f"Cassandra on 127.0.0.1:{cfg.cassandra_port} took neither the {secure.USER} role's password "
+                    f"({parley.password_file}) nor the default superuser's: was its data made by another secure setup?"
+                ) from exc
+            time.sleep(0.5)
+
+
+def _query(settings: CassandraSettings, cql: str, values: tuple[object, ...] = ()) -> None:
+    """One statement on a connection of its own, as ``settings`` log in (``NoHostAvailable`` when refused)."""
     cluster = Cluster(
-        ["127.0.0.1"],
-        port=cfg.cassandra_port,
+        settings.contact_points,
+        port=settings.port,
         connect_timeout=1,
         execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=RoundRobinPolicy())},
         protocol_version=5,
+        **cassandra_options(settings),
     )
     try:
-        session = cluster.connect()
-        session.execute("SELECT release_version FROM system.local", timeout=2)
-        return True
-    except (NoHostAvailable, OSError):
-        return False
-    except Exception:  # the driver raises assorted errors while the node boots: "not yet"
-        return False
+        session: Session = cluster.connect()
+        session.execute(cql, values, timeout=5)
     finally:
         cluster.shutdown()
 

@@ -11,8 +11,10 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from infra.local import secure
 from infra.local.jvm import HERE, InfraError, JvmService, version_of
 from infra.local.settings import LocalInfraSettings
+from parley.transport_security import kafka_config
 
 POM = HERE / "kafka.pom.xml"
 MAIN = "kafka.Kafka"
@@ -48,15 +50,18 @@ def service(cfg: LocalInfraSettings) -> JvmService:
 
 
 def server_properties(cfg: LocalInfraSettings, home: Path) -> str:
-    listeners = f"PLAINTEXT://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.kafka_controller_port}"
-    advertised = f"PLAINTEXT://127.0.0.1:{cfg.kafka_port}"
-    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    # Secure mode: the clients' listener is SASL_SSL (the broker logs in to itself there as the
+    # parley user), the controller's TLS; both take only clients with a certificate of the local CA.
+    client = "SASL_SSL" if cfg.secure else "PLAINTEXT"
+    listeners = f"{client}://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.kafka_controller_port}"
+    advertised = f"{client}://127.0.0.1:{cfg.kafka_port}"
+    protocols = f"{client}:{client},CONTROLLER:{'SSL' if cfg.secure else 'PLAINTEXT'}"
     if cfg.kafka_side_port:
         # Clients that bootstrap here are told the broker is at the advertised port: a test's proxy
         # in front of it carries all their traffic, and only theirs.
         listeners += f",SIDE://127.0.0.1:{cfg.kafka_side_port}"
         advertised += f",SIDE://127.0.0.1:{cfg.kafka_side_advertised_port or cfg.kafka_side_port}"
-        protocols += ",SIDE:PLAINTEXT"
+        protocols += f",SIDE:{client}"
     return f"""# Written by infra/local/kafka.py; edits are overwritten on start.
 process.roles=broker,controller
 node.id=1
@@ -64,9 +69,9 @@ controller.quorum.voters=1@127.0.0.1:{cfg.kafka_controller_port}
 listeners={listeners}
 advertised.listeners={advertised}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
+inter.broker.listener.name={client}
 listener.security.protocol.map={protocols}
-log.dirs={home / 'data'}
+{_security_properties(cfg) if cfg.secure else ""}log.dirs={home / 'data'}
 # One node: every internal topic has one replica.
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=12
@@ -85,6 +90,28 @@ num.network.threads=2
 num.io.threads=2
 num.recovery.threads.per.data.dir=1
 background.threads=2
+"""
+
+
+def _security_properties(cfg: LocalInfraSettings) -> str:
+    m = secure.material(cfg)
+    login = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+    password = m.kafka_password.read_text().strip()
+    side = (
+        f"listener.name.side.scram-sha-512.sasl.jaas.config={login};\nlistener.name.side.ssl.client.auth=required\n"
+        if cfg.kafka_side_port
+        else ""
+    )
+    return f"""sasl.enabled.mechanisms={secure.MECHANISM}
+sasl.mechanism.inter.broker.protocol={secure.MECHANISM}
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={login} username="{secure.USER}" password="{password}";
+{side}ssl.keystore.type=PEM
+ssl.keystore.location={m.server}
+ssl.truststore.type=PEM
+ssl.truststore.location={m.ca}
+# Unprefixed, it holds for the SSL (controller) listener only; a SASL_SSL listener wants its own (KIP-684).
+ssl.client.auth=required
+listener.name.sasl_ssl.ssl.client.auth=required
 """
 
 
@@ -110,11 +137,19 @@ logger.state.level = WARN
 
 
 def prepare(cfg: LocalInfraSettings, lib: Path) -> JvmService:
-    """Write configs and format the storage once (KRaft needs a cluster id)."""
+    """Write configs and format the storage once (KRaft needs a cluster id; secure mode: and its SCRAM user)."""
     svc = service(cfg)
     (svc.home / "logs").mkdir(parents=True, exist_ok=True)
-    (svc.home / "server.properties").write_text(server_properties(cfg, svc.home))
+    if cfg.secure:
+        secure.ensure(cfg)
+    secure.write_private(svc.home / "server.properties", server_properties(cfg, svc.home))  # a password in it
     (svc.home / "log4j2.properties").write_text(LOG4J2.format(logs=svc.home / "logs"))
+    formatted_secure = svc.home / "formatted-secure"  # the storage holds the SCRAM user
+    if cfg.secure and (svc.home / "data" / "meta.properties").exists() and not formatted_secure.exists():
+        raise InfraError(
+            f"Kafka's storage under {svc.home} was formatted without PARLEY_INFRA_SECURE, so it has no SCRAM "
+            "user to log in with: use another PARLEY_DATA_DIR for the secure mode (or delete that directory)"
+        )
     if not (svc.home / "data" / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         if cluster_id.startswith("-"):
@@ -132,20 +167,29 @@ def prepare(cfg: LocalInfraSettings, lib: Path) -> JvmService:
                 "-c",
                 str(svc.home / "server.properties"),
                 "--ignore-formatted",
+                *(_scram_user(cfg) if cfg.secure else ()),
             ],
             capture_output=True,
             text=True,
         )
         if result.returncode != 0:
             raise InfraError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
+        if cfg.secure:
+            formatted_secure.touch()
     return svc
 
 
+def _scram_user(cfg: LocalInfraSettings) -> tuple[str, ...]:
+    """KRaft keeps SCRAM users in its metadata log: the first one is written when the storage is formatted
+    (KIP-900), before any broker could take the request to create one."""
+    password = secure.material(cfg).kafka_password.read_text().strip()
+    return ("--add-scram", f"{secure.MECHANISM}=[name={secure.USER},password={password}]")
+
+
 def healthy(cfg: LocalInfraSettings) -> bool:
-    """True once the broker answers a metadata request."""
-    client = AdminClient(
-        {"bootstrap.servers": f"127.0.0.1:{cfg.kafka_port}", "logger": _QUIET, "socket.timeout.ms": 1000}
-    )
+    """True once the broker answers a metadata request (secure mode: over SASL_SSL, as the parley user)."""
+    settings, _ = secure.client_settings(cfg)
+    client = AdminClient({**kafka_config(settings), "logger": _QUIET, "socket.timeout.ms": 1000})
     try:
         return len(client.list_topics(timeout=1).brokers) > 0
     except KafkaException:

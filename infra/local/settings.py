@@ -33,3 +33,9 @@ class LocalInfraSettings:
     cassandra_storage_port: int = env("PARLEY_CASSANDRA_STORAGE_PORT", 7000, "Local Cassandra gossip port")
     cassandra_heap: str = env("PARLEY_CASSANDRA_HEAP", "1g", "Local Cassandra JVM heap")
     start_timeout_s: float = env("PARLEY_INFRA_TIMEOUT", 180.0, "Seconds to wait for a local service to be healthy")
+    secure: bool = env(
+        "PARLEY_INFRA_SECURE",
+        False,
+        "Kafka on SASL_SSL (SCRAM-SHA-512) and Cassandra with a password and TLS; generated keys and passwords "
+        "under PARLEY_DATA_DIR/secure (docs/transport-security.md)",
+    )

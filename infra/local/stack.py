@@ -2,7 +2,8 @@
 
 ``up`` is idempotent: services already running (by our pid file) are reused;
 a port held by a stranger is a clear error. Both JVMs start at once and are
-awaited together, which roughly halves a cold start on two cores.
+awaited together, which roughly halves a cold start on two cores. With
+``PARLEY_INFRA_SECURE=1`` both ask for a login over TLS (infra/local/secure.py).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def up(cfg: LocalInfraSettings, echo: Echo = jvm.echo_stderr, only: tuple[str, .
         for name, (svc, began) in started.items():
             mod = _MODULES[name]
             jvm.wait_healthy(svc, lambda m=mod: m.healthy(cfg), cfg.start_timeout_s, echo, mod.log_file(cfg))
+            if name == "cassandra" and cfg.secure:
+                cassandra.ensure_role(cfg)
             state = states[name]
             state.seconds_to_healthy = time.monotonic() - began
             state.rss_mib = jvm.rss_mib(state.pid) if state.pid else None
