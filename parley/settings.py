@@ -54,8 +54,9 @@ def from_env(cls: type[T], environ: dict[str, str] | None = None) -> T:
 
 
 def describe(cls: type) -> list[tuple[str, Any, str]]:
-    """(env var, default, doc) for every setting of ``cls``: for docs and `--help`."""
-    return [(f.metadata["env"], f.default, f.metadata["doc"]) for f in fields(cls)]
+    """(env var, default, doc) for every setting of ``cls``: for docs and `--help`. A secret's default
+    is never shown (it is empty; the marker says so even if one ever is not)."""
+    return [(f.metadata["env"], "(secret)" if f.metadata.get("secret") else f.default, f.metadata["doc"]) for f in fields(cls)]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from pathlib import Path
 from parley.cassandra import connect
 from parley.kafka import admin
 from parley.migrate import migrate
-from parley.settings import CassandraSettings, KafkaSettings
+from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.topics import ensure_topics
+from parley.keys import KeySettings
 from parley.users import create_user
 from tools.supervisor import Child, Supervisor, free_port
 from tools.topology import EDGE, ENGINE, GATEWAY, SERVICES, Service
@@ -49,6 +50,9 @@ def prepare(kafka: KafkaSettings, cassandra: CassandraSettings, name: str) -> tu
     session = connect(cassandra)
     try:
         migrate(session, cassandra.keyspace, cassandra.replication)
+        shared_keys = from_env(KeySettings).keyspace  # the run's one keys keyspace (tests/conftest.py), on this Cassandra too
+        if shared_keys:
+            migrate(session, shared_keys, cassandra.replication)
     finally:
         session.cluster.shutdown()
     return kafka, cassandra

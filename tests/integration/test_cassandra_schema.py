@@ -33,6 +33,11 @@ TABLES = {
     "user_memory",
     "usage_by_request",
     "requests_by_minute",
+    "orgs",
+    "org_policies",
+    "users_by_org",
+    "keys_by_user",
+    "data_keys",
 }
 
 
