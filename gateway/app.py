@@ -38,6 +38,10 @@ from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from gateway.tracing import TraceMiddleware
+from gateway import sessions
+from gateway.security_headers import SecurityHeadersMiddleware
+from gateway.session_store import SessionStore
+from gateway.settings import SessionSettings
 from parley import keys
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
@@ -185,8 +189,13 @@ ROUTES = [
     Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),
 ]
 
+# Web sign-in (gateway/sessions.py): password accounts → cookie sessions, CSRF-checked.
+ROUTES += sessions.ROUTES
+
 
 def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: CassandraSettings) -> Starlette:
+    session_settings = from_env(SessionSettings)  # web sign-in and the response headers (gateway/sessions.py)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = await asyncio.to_thread(connect, cassandra)
@@ -212,6 +221,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         app.state.draining = False
         app.state.moderations = moderations.Moderations()
         svc.spawn(watch_broker(svc))
+        # Web sign-in: the page's cookie sessions, which the authenticator accepts besides API keys.
+        app.state.web_sessions = auth.sessions = sessions.WebSessions(session_settings, SessionStore(cql))
         try:
             yield
         finally:
@@ -225,6 +236,9 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     return Starlette(
         routes=ROUTES,
         lifespan=lifespan,
-        middleware=[Middleware(TraceMiddleware, routes=ROUTES)],
+        middleware=[
+            Middleware(TraceMiddleware, routes=ROUTES),
+            Middleware(SecurityHeadersMiddleware, hsts_s=session_settings.hsts_s),
+        ],
         exception_handlers={HTTPException: _http_error, ApiError: _api_error, Unavailable: _unavailable, Exception: _internal},
     )

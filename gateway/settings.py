@@ -89,3 +89,54 @@ class QuotaSettings:
             value = getattr(self, f.name)
             if value < 0 or (f.name == "timeout_s" and value == 0):
                 raise ConfigError(f"{f.metadata['env']} must be {'positive' if f.name == 'timeout_s' else '>= 0'}, got {value}")
+
+
+# ------------------------------------------------------------------ web sign-in (gateway/sessions.py)
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """The web page's sessions, their sign-in limits and the response headers (docs/web-sign-in.md)."""
+
+    idle_s: float = env("PARLEY_SESSION_IDLE_S", 1800.0, "A web session unused this many seconds is signed out")
+    max_s: float = env(
+        "PARLEY_SESSION_MAX_S", 43200.0, "A web session ends this many seconds after sign-in, however much it is used"
+    )
+    cache_s: float = env(
+        "PARLEY_SESSION_CACHE_S",
+        5.0,
+        "Seconds a gateway trusts a session it looked up (a sign-out on another gateway takes this long to reach it)",
+    )
+    signin_window_s: float = env(
+        "PARLEY_SESSION_SIGNIN_WINDOW_S", 900.0, "The sliding window of the sign-in limits, in seconds"
+    )
+    signin_per_address: int = env(
+        "PARLEY_SESSION_SIGNIN_PER_ADDRESS", 30, "Failed sign-ins one client address may make per window (0: no limit)"
+    )
+    signin_per_email: int = env(
+        "PARLEY_SESSION_SIGNIN_PER_EMAIL", 10, "Failed sign-ins to one email per window (0: no limit)"
+    )
+    origins: str = env(
+        "PARLEY_SESSION_ORIGINS",
+        "",
+        "Origins besides the gateway's own (comma-separated, as `https://chat.example.com`) whose pages may make "
+        "cookie-authenticated writes",
+    )
+    hsts_s: int = env(
+        "PARLEY_GATEWAY_HSTS_S",
+        0,
+        "Strict-Transport-Security max-age sent on every response; set it only where clients reach Parley over "
+        "HTTPS (0: not sent)",
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (int, float)) and value < 0:
+                raise ConfigError(f"{f.metadata['env']} must be >= 0, got {value}")
+        if self.idle_s <= 0 or self.max_s <= 0:
+            raise ConfigError("PARLEY_SESSION_IDLE_S and PARLEY_SESSION_MAX_S must be positive")
+
+    @property
+    def allowed_origins(self) -> frozenset[str]:
+        return frozenset(o.strip().rstrip("/").lower() for o in self.origins.split(",") if o.strip())

@@ -1,0 +1,308 @@
+"""The web page's sign-in: password accounts → sessions in an HttpOnly cookie, with CSRF protection.
+
+``POST /v1/auth/sign-in {email, password}`` checks the password (parley/accounts.py) and opens a session:
+a random id in the cookie ``__Host-parley_session`` (``HttpOnly; Secure; SameSite=Strict; Path=/``), only
+its SHA-256 in Cassandra. A session ends after PARLEY_SESSION_IDLE_S unused or PARLEY_SESSION_MAX_S in
+all, at ``POST /v1/auth/sign-out``, or when its user is erased. ``GET /v1/auth/session`` says who is
+signed in and gives the page its CSRF token, which it keeps in memory only.
+
+A request with no ``Authorization`` header and the cookie is authenticated here (gateway/auth.py calls
+``WebSessions.authenticate``). A cookie-authenticated POST/PUT/PATCH/DELETE must carry the session's
+token in ``X-CSRF-Token`` (compared in constant time) and come from the gateway's own origin
+(``Sec-Fetch-Site``, ``Origin``), else 403 before anything happens: SameSite=Strict already keeps the
+cookie off other sites' requests, the token and the origin check hold where it does not (an old browser,
+a sibling subdomain). API clients send a key and are not subject to any of it.
+
+Failed sign-ins are limited per client address and per email over a sliding window shared by every
+gateway (429 with Retry-After, before the password is checked); a failure costs one argon2 hash whether
+or not the email has an account.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.errors import ApiError, Unauthorized
+from gateway.session_store import SessionStore, WebSession
+from gateway.settings import SessionSettings
+from gateway.validation import json_body, string
+from parley import accounts
+from parley.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+#: ``__Host-``: the browser takes it only with Secure, Path=/ and no Domain, so no subdomain can plant one.
+COOKIE = "__Host-parley_session"
+CSRF_HEADER = "x-csrf-token"
+UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: Sessions a gateway keeps looked up; past it the cache starts again.
+CACHE_ENTRIES = 10_000
+
+
+class Forbidden(ApiError):
+    status, code = 403, "csrf_failed"
+
+
+class TooManySignIns(ApiError):
+    status, code = 429, "too_many_sign_ins"
+
+
+# ------------------------------------------------------------------ pure
+
+
+def hash_session(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def cookie(session_id: str, max_age_s: int) -> str:
+    return f"{COOKIE}={session_id}; Max-Age={max_age_s}; Path=/; Secure; HttpOnly; SameSite=Strict"
+
+
+def cleared_cookie() -> str:
+    return f"{COOKIE}=; Max-Age=0; Path=/; Secure; HttpOnly; SameSite=Strict"
+
+
+def expired(session: WebSession, now: float, settings: SessionSettings) -> bool:
+    return now >= session.expires_at(settings.idle_s, settings.max_s)
+
+
+def origin_refusal(headers: Headers, allowed: frozenset[str]) -> str | None:
+    """Why a cookie-authenticated write does not come from the page's own origin, or None when it does.
+
+    ``Sec-Fetch-Site`` (every current browser sends it) must be ``same-origin`` unless ``Origin`` is one
+    of ``allowed``; ``Origin`` must name the host the request was sent to (``Host``), or be ``allowed``.
+    """
+    origin = headers.get("origin", "").rstrip("/").lower()
+    if origin and origin in allowed:
+        return None
+    site = headers.get("sec-fetch-site")
+    if site is not None and site != "same-origin":
+        return f"a {site} request may not use this session"
+    if not origin or origin == "null":
+        return "a write with a session cookie must say its Origin"
+    if urlsplit(origin).netloc != headers.get("host", "").lower():
+        return "the request comes from another origin"
+    return None
+
+
+def csrf_refusal(method: str, headers: Headers, session: WebSession, allowed: frozenset[str]) -> str | None:
+    """Why an unsafe request on ``session`` is refused (403), or None (a safe method, or it checks out)."""
+    if method.upper() not in UNSAFE:
+        return None
+    token = headers.get(CSRF_HEADER, "")
+    if not hmac.compare_digest(token.encode(), session.csrf_token.encode()):
+        return f"send the session's CSRF token in {CSRF_HEADER} (GET /v1/auth/session gives it)"
+    return origin_refusal(headers, allowed)
+
+
+def retry_after(times: list[float], now: float, limit: int, window_s: float) -> float | None:
+    """Seconds until one more failure fits in the sliding window (``times``: the failures in it, oldest
+    first), or None when it fits now. ``limit`` 0: no limit."""
+    if not limit or len(times) < limit:
+        return None
+    return max(0.0, times[len(times) - limit] + window_s - now)
+
+
+def scopes(address: str, email: str) -> tuple[str, str]:
+    """The keys of the two sign-in limits; hashed, so the table holds no address or email."""
+    try:
+        email = accounts.normal_email(email)
+    except ValueError:
+        email = email.strip().casefold()
+    return (
+        hashlib.sha256(f"address:{address}".encode()).hexdigest(),
+        hashlib.sha256(f"email:{email}".encode()).hexdigest(),
+    )
+
+
+# ------------------------------------------------------------------ sessions
+
+
+class SignInLimits:
+    """Failed sign-ins per client address and per email, over a sliding window every gateway shares."""
+
+    def __init__(self, settings: SessionSettings, store: SessionStore) -> None:
+        self.settings = settings
+        self.store = store
+
+    async def admit(self, address: str, email: str) -> None:
+        """429 when either limit is reached: nothing is checked, nothing recorded."""
+        s, now = self.settings, time.time()
+        by_address, by_email = scopes(address, email)
+        address_times, email_times = await asyncio.gather(
+            self.store.failures(by_address, now - s.signin_window_s), self.store.failures(by_email, now - s.signin_window_s)
+        )
+        waits = [
+            w
+            for w in (
+                retry_after(address_times, now, s.signin_per_address, s.signin_window_s),
+                retry_after(email_times, now, s.signin_per_email, s.signin_window_s),
+            )
+            if w is not None
+        ]
+        if waits:
+            raise TooManySignIns("too many failed sign-ins; wait before trying again", retry_after=max(1.0, max(waits)))
+
+    async def failed(self, address: str, email: str) -> None:
+        ttl = max(1, round(self.settings.signin_window_s))
+        now = time.time()
+        await asyncio.gather(*(self.store.record_failure(scope, now, ttl) for scope in scopes(address, email)))
+
+
+class WebSessions:
+    """Sessions of this gateway's users: opened, looked up (cached ``cache_s``), kept alive, closed."""
+
+    def __init__(self, settings: SessionSettings, store: SessionStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.limits = SignInLimits(settings, store)
+        #: The idle clock is written at most this often: often enough that the idle expiry is within a tenth.
+        self._touch_s = min(60.0, settings.idle_s / 10)
+        self._cache: dict[str, tuple[float, WebSession | None]] = {}
+
+    async def open(self, user_id: str) -> tuple[str, WebSession]:
+        """A new session of ``user_id``: (the id for the cookie, the session)."""
+        session_id = secrets.token_urlsafe(32)
+        now = time.time()
+        session = WebSession(hash_session(session_id), user_id, secrets.token_urlsafe(32), now, now)
+        await self.store.insert(session, session.ttl_s(now, self.settings.max_s))
+        self._remember(session.session_hash, session)
+        return session_id, session
+
+    async def current(self, request: Request) -> WebSession | None:
+        """The live session the request's cookie names, its idle clock moved; None without one."""
+        session_id = request.cookies.get(COOKIE)
+        if not session_id:
+            return None
+        session_hash = hash_session(session_id)
+        now = time.time()
+        session = await self._lookup(session_hash, now)
+        if session is not None and expired(session, now, self.settings):
+            session = await self._lookup(session_hash, now, fresh=True)  # another gateway may have moved its clock
+        if session is None or expired(session, now, self.settings):
+            self._remember(session_hash, None)
+            return None
+        if now - session.seen_at >= self._touch_s:
+            session = replace(session, seen_at=now)
+            try:
+                await self.store.touch(session, session.ttl_s(now, self.settings.max_s))
+            except Unavailable:
+                log.warning("a session's idle clock was not moved: Cassandra is unavailable")
+            self._remember(session_hash, session)
+        return session
+
+    async def authenticate(self, request: Request) -> WebSession:
+        """The request's session: 401 without a live one, 403 for a write that fails the CSRF check."""
+        session = await self.current(request)
+        if session is None:
+            raise Unauthorized("your session has ended; sign in again", code="session_expired")
+        refusal = csrf_refusal(request.method, request.headers, session, self.settings.allowed_origins)
+        if refusal is not None:
+            raise Forbidden(refusal)
+        return session
+
+    async def close(self, session: WebSession) -> None:
+        await self.store.delete(session)
+        self._remember(session.session_hash, None)
+
+    def public(self, session: WebSession) -> dict[str, object]:
+        """What the page learns of its session: who, its CSRF token, when it ends unless used."""
+        s = self.settings
+        return {
+            "user_id": session.user_id,
+            "csrf_token": session.csrf_token,
+            "idle_timeout_s": s.idle_s,
+            "expires_at": round(session.created_at + s.max_s, 3),
+        }
+
+    async def _lookup(self, session_hash: str, now: float, *, fresh: bool = False) -> WebSession | None:
+        hit = self._cache.get(session_hash)
+        if not fresh and hit is not None and time.monotonic() - hit[0] <= self.settings.cache_s:
+            return hit[1]
+        try:
+            session = await self.store.get(session_hash)
+        except Unavailable:
+            if hit is None or hit[1] is None:
+                raise
+            return hit[1]  # Cassandra down: a session this gateway knows goes on until it expires
+        self._remember(session_hash, session)
+        return session
+
+    def _remember(self, session_hash: str, session: WebSession | None) -> None:
+        if len(self._cache) >= CACHE_ENTRIES:
+            self._cache.clear()
+        self._cache[session_hash] = (time.monotonic(), session)
+
+
+# ------------------------------------------------------------------ routes
+
+
+def _sessions(request: Request) -> WebSessions:
+    return request.app.state.web_sessions
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+async def sign_in(request: Request) -> Response:
+    sessions = _sessions(request)
+    body = await json_body(request, 8192)
+    email = string(body, "email", max_chars=254)
+    password = string(body, "password", max_chars=accounts.MAX_PASSWORD, allow_empty=True)
+    refusal = origin_refusal(request.headers, sessions.settings.allowed_origins)
+    if refusal is not None:
+        raise Forbidden(refusal)  # no one else's page may sign a browser in (login CSRF)
+    address = _address(request)
+    await sessions.limits.admit(address, email)
+    user_id = await sessions.store.verify(email, password)
+    if user_id is None or await request.app.state.services.auth.of_user(user_id) is None:
+        await sessions.limits.failed(address, email)
+        raise Unauthorized("that email and password were not accepted", code="invalid_credentials")
+    session_id, session = await sessions.open(user_id)
+    response = JSONResponse(sessions.public(session))
+    response.headers["set-cookie"] = cookie(session_id, round(sessions.settings.max_s))
+    response.headers["cache-control"] = "no-store"
+    return response
+
+
+async def get_session(request: Request) -> Response:
+    sessions = _sessions(request)
+    session = await sessions.authenticate(request)
+    response = JSONResponse(sessions.public(session))
+    response.headers["cache-control"] = "no-store"
+    return response
+
+
+async def sign_out(request: Request) -> Response:
+    """Ends the cookie's session (a write: CSRF-checked) and clears the cookie; without a live session
+    there is nothing to end, and the answer is the same."""
+    sessions = _sessions(request)
+    session = await sessions.current(request)
+    if session is not None:
+        refusal = csrf_refusal(request.method, request.headers, session, sessions.settings.allowed_origins)
+        if refusal is not None:
+            raise Forbidden(refusal)
+        await sessions.close(session)
+    response = Response(status_code=204)
+    response.headers["set-cookie"] = cleared_cookie()
+    return response
+
+
+ROUTES = [
+    Route("/v1/auth/sign-in", sign_in, methods=["POST"]),
+    Route("/v1/auth/sign-out", sign_out, methods=["POST"]),
+    Route("/v1/auth/session", get_session, methods=["GET"]),
+]
