@@ -1,22 +1,57 @@
-// The HTTP API as the page uses it: the API key, JSON calls, streamed replies, uploads, errors.
+// The HTTP API as the page uses it: the web session, JSON calls, streamed replies, uploads, errors.
 //
-// Every call sends `Authorization: Bearer <key>`. A non-2xx answer becomes an
-// ApiError with the body's {error: {code, message, retry_after}} and, failing
-// that, the Retry-After header.
+// The page signs in with an email and password (POST /v1/auth/sign-in). The session itself is an
+// HttpOnly cookie that no script can read; what the page holds is the session's CSRF token, in this
+// module's memory only, sent as X-CSRF-Token on every write. Nothing of the session is in
+// localStorage or sessionStorage, so a script injected into the page cannot carry a credential away
+// for later. A non-2xx answer becomes an ApiError with the body's {error: {code, message,
+// retry_after}} and, failing that, the Retry-After header; a 401 means the session has ended.
 
-const KEY = "parley.apiKey";
+const UNSAFE = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+let session = null; // {user_id, csrf_token, idle_timeout_s, expires_at} while signed in
 
 export const auth = {
-  get key() {
-    return localStorage.getItem(KEY);
+  get signedIn() {
+    return session !== null;
   },
-  signIn(key) {
-    localStorage.setItem(KEY, key);
+  get userId() {
+    return session?.user_id ?? null;
   },
-  signOut() {
-    localStorage.removeItem(KEY);
+  /** The session the browser's cookie names, if it is still live (a reload, a second tab). */
+  async restore() {
+    try {
+      session = await json("GET", "/v1/auth/session");
+    } catch (err) {
+      if (err.status !== 401) throw err;
+      session = null;
+    }
+    return session;
+  },
+  async signIn(email, password) {
+    session = await json("POST", "/v1/auth/sign-in", { email, password });
+    return session;
+  },
+  /** Ends the session on the server too; signed out here whatever the server answers. */
+  async signOut() {
+    if (!session) return;
+    try {
+      await call("POST", "/v1/auth/sign-out");
+    } catch {
+      // the cookie expires on its own; nothing more the page can do
+    } finally {
+      session = null;
+    }
+  },
+  /** The server said the session has ended (a 401). */
+  ended() {
+    session = null;
   },
 };
+
+/** The headers of a request as the session needs them: its CSRF token on writes. */
+function sessionHeaders(method) {
+  return session && UNSAFE.has(method) ? { "X-CSRF-Token": session.csrf_token } : {};
+}
 
 export class ApiError extends Error {
   constructor(status, code, message, retryAfter) {
@@ -32,7 +67,7 @@ export class ApiError extends Error {
 }
 
 async function call(method, path, { body, headers = {}, signal } = {}) {
-  const init = { method, signal, headers: { Authorization: `Bearer ${auth.key}`, ...headers } };
+  const init = { method, signal, headers: { ...sessionHeaders(method), ...headers } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -125,7 +160,7 @@ export const api = {
     return new Promise((resolve, reject) => {
       const xhr = new XMLHttpRequest();
       xhr.open("POST", "/v1/documents");
-      xhr.setRequestHeader("Authorization", `Bearer ${auth.key}`);
+      for (const [name, value] of Object.entries(sessionHeaders("POST"))) xhr.setRequestHeader(name, value);
       xhr.responseType = "text";
       xhr.upload.onprogress = (e) => onProgress?.(e.loaded, e.lengthComputable ? e.total : file.size);
       xhr.onerror = () => reject(new ApiError(0, "network", "The server could not be reached.", null));

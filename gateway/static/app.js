@@ -1,4 +1,4 @@
-// The Parley web client: sign-in, the conversation list (rename, archive, delete),
+// The Parley web client: sign-in (signin.js), the conversation list (rename, archive, delete),
 // one conversation's selected branch, and the actions on it (send with the chosen
 // model, stop, regenerate, edit, switch branch, copy), each reply streamed as SSE
 // over fetch; the chat's documents (attach, their progress) and a reply's citations
@@ -12,6 +12,7 @@ import { statusText, Tray } from "./documents.js";
 import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { closePanel, openPage, setUpPanel } from "./panel.js";
 import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
+import { hideSignIn, setUpSignIn, showSignIn } from "./signin.js";
 import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
 import * as view from "./view.js";
 
@@ -54,47 +55,54 @@ function uuid() {
 
 // ------------------------------------------------------------------ sign-in
 
-function showSignIn(message = "") {
-  $("app").hidden = true;
-  $("signin").hidden = false;
-  $("signin-error").textContent = message;
-  $("key").value = "";
-  $("key").focus();
-}
+/** Where a session that ended left off: whose it was and the chat open; the draft stays in its box. */
+let interrupted = null;
 
-async function signIn(event) {
-  event.preventDefault();
-  const key = $("key").value.trim();
-  if (!key) return;
-  auth.signIn(key);
-  try {
-    state.conversations = await api.conversations();
-    state.archived = false;
-  } catch (err) {
-    auth.signOut();
-    $("signin-error").textContent = err.status === 401 ? "That API key was not accepted." : err.message;
-    return;
+/** The app for the signed-in user; after a session ended, back where they were if it is them again. */
+function enter(session) {
+  const resumed = interrupted?.userId === session.user_id;
+  if (interrupted && !resumed) {
+    $("input").value = ""; // someone else's draft
+    history.replaceState(null, "", location.pathname);
   }
-  $("signin").hidden = true;
-  $("app").hidden = false;
-  route();
+  interrupted = null;
+  hideSignIn();
+  render();
+  loadConversations();
   loadModels();
+  route();
   $("input").focus();
 }
 
-function signOut(message = "") {
+/** Back to a blank, signed-out page: what the last user saw is gone from it. */
+function reset() {
   state.active?.controller.abort();
-  auth.signOut();
   cursors.clear();
-  choice.clear();
   for (const timer of titleTimers) clearTimeout(timer);
   tray.reset();
   closePanel();
   Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
   Object.assign(state, { conv: null, active: null, error: null, editing: null });
-  history.replaceState(null, "", location.pathname);
   render();
-  showSignIn(message);
+}
+
+async function signOut() {
+  await auth.signOut();
+  interrupted = null;
+  choice.clear();
+  $("input").value = "";
+  history.replaceState(null, "", location.pathname);
+  reset();
+  showSignIn();
+}
+
+/** A 401: the session ended (idle, too old, signed out elsewhere). The draft and the open chat wait. */
+function sessionEnded() {
+  if (!auth.signedIn && interrupted) return; // another call already found out
+  interrupted = { userId: auth.userId };
+  auth.ended();
+  reset();
+  showSignIn("Your session has ended; sign in again to go on.");
 }
 
 // ------------------------------------------------------------------ loading
@@ -104,7 +112,7 @@ async function loadConversations({ quiet = false } = {}) {
   const archived = state.archived;
   try {
     const conversations = await api.conversations(archived);
-    if (!auth.key || state.archived !== archived) return; // signed out, or the other list asked for since
+    if (!auth.signedIn || state.archived !== archived) return; // signed out, or the other list asked for since
     state.conversations = conversations;
     const current = conversations.find((c) => c.id === state.conv?.id);
     if (current && current.title !== state.conv.title) state.conv.title = current.title;
@@ -405,7 +413,7 @@ function openCitation(button) {
 
 function fail(err, retry) {
   if (err instanceof ApiError && err.status === 401) {
-    signOut("Your API key was not accepted; sign in again.");
+    sessionEnded();
     return;
   }
   const retryable = !(err instanceof ApiError) || err.retryable;
@@ -762,9 +770,9 @@ function onComposerKey(event) {
   }
 }
 
-function boot() {
-  $("signin-form").addEventListener("submit", signIn);
-  $("signout").addEventListener("click", () => signOut());
+async function boot() {
+  setUpSignIn(enter);
+  $("signout").addEventListener("click", signOut);
   $("new-chat").addEventListener("click", () => {
     history.pushState(null, "", location.pathname);
     newChat();
@@ -791,13 +799,16 @@ function boot() {
   $("conversations").addEventListener("keydown", onListKey);
   $("archived-toggle").addEventListener("click", toggleArchived);
   document.addEventListener("click", onDocumentClick);
-  window.addEventListener("hashchange", route);
-  if (!auth.key) return showSignIn();
-  $("app").hidden = false;
-  render();
-  loadConversations();
-  loadModels();
-  route();
+  window.addEventListener("hashchange", () => auth.signedIn && route());
+  let session = null;
+  try {
+    session = await auth.restore();
+  } catch (err) {
+    showSignIn(err.message);
+    return;
+  }
+  if (session) enter(session);
+  else showSignIn();
 }
 
 boot();
