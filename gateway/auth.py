@@ -1,4 +1,5 @@
-"""Authentication: ``Authorization: Bearer <key>`` → the key's user, its organisation and role.
+"""Authentication: ``Authorization: Bearer <key>`` → the key's user, its organisation and role;
+without the header, the web page's session cookie (gateway/sessions.py, CSRF-checked on writes).
 
 A key, a user or an organisation that is revoked, disabled or erased stops
 working within ``cache_s`` (the cache's bound) on every gateway.
@@ -14,6 +15,7 @@ from starlette.requests import Request
 
 from gateway.directory import Directory
 from gateway.errors import Unauthorized
+from gateway.sessions import COOKIE, WebSessions
 from parley.errors import Unavailable
 from parley.users import hash_key
 
@@ -64,8 +66,15 @@ class Authenticator:
         self._directory = directory
         self._keys = _Cache(cache_s, stale_s)
         self._users = _Cache(cache_s, stale_s)
+        self.sessions: WebSessions | None = None  # the web page's sessions, set by the app
 
     async def __call__(self, request: Request) -> Principal:
+        if self.sessions is not None and "authorization" not in request.headers and request.cookies.get(COOKIE):
+            session = await self.sessions.authenticate(request)  # 401 ended, 403 a write failing the CSRF check
+            found = await self.of_user(session.user_id)
+            if found is None:
+                raise Unauthorized("this account can no longer sign in", code="session_expired")
+            return found
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():

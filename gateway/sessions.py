@@ -27,6 +27,7 @@ import logging
 import secrets
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -40,6 +41,9 @@ from gateway.settings import SessionSettings
 from gateway.validation import json_body, string
 from parley import accounts
 from parley.errors import Unavailable
+
+if TYPE_CHECKING:  # gateway/auth.py imports this module: its session branch calls WebSessions
+    from gateway.auth import Authenticator, Principal
 
 log = logging.getLogger(__name__)
 
@@ -217,11 +221,13 @@ class WebSessions:
         await self.store.delete(session)
         self._remember(session.session_hash, None)
 
-    def public(self, session: WebSession) -> dict[str, object]:
+    def public(self, session: WebSession, user: Principal) -> dict[str, object]:
         """What the page learns of its session: who, its CSRF token, when it ends unless used."""
         s = self.settings
         return {
-            "user_id": session.user_id,
+            "user_id": user.user_id,
+            "org_id": user.org_id,
+            "role": user.role,
             "csrf_token": session.csrf_token,
             "idle_timeout_s": s.idle_s,
             "expires_at": round(session.created_at + s.max_s, 3),
@@ -253,6 +259,10 @@ def _sessions(request: Request) -> WebSessions:
     return request.app.state.web_sessions
 
 
+def _authenticator(request: Request) -> Authenticator:
+    return request.app.state.services.auth
+
+
 def _address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
@@ -268,22 +278,23 @@ async def sign_in(request: Request) -> Response:
     address = _address(request)
     await sessions.limits.admit(address, email)
     user_id = await sessions.store.verify(email, password)
-    if user_id is None or await request.app.state.services.auth.of_user(user_id) is None:
+    user = None if user_id is None else await _authenticator(request).of_user(user_id)
+    if user is None:  # a wrong password, no such account, or a disabled user: one answer for all
         await sessions.limits.failed(address, email)
         raise Unauthorized("that email and password were not accepted", code="invalid_credentials")
-    session_id, session = await sessions.open(user_id)
-    response = JSONResponse(sessions.public(session))
+    session_id, session = await sessions.open(user.user_id)
+    response = JSONResponse(sessions.public(session, user), headers={"Cache-Control": "no-store"})
     response.headers["set-cookie"] = cookie(session_id, round(sessions.settings.max_s))
-    response.headers["cache-control"] = "no-store"
     return response
 
 
 async def get_session(request: Request) -> Response:
     sessions = _sessions(request)
     session = await sessions.authenticate(request)
-    response = JSONResponse(sessions.public(session))
-    response.headers["cache-control"] = "no-store"
-    return response
+    user = await _authenticator(request).of_user(session.user_id)
+    if user is None:
+        raise Unauthorized("this account can no longer sign in", code="session_expired")
+    return JSONResponse(sessions.public(session, user), headers={"Cache-Control": "no-store"})
 
 
 async def sign_out(request: Request) -> Response:
