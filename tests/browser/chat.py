@@ -7,7 +7,7 @@ from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
-from tests.browser.conftest import WAIT_MS
+from tests.browser.conftest import WAIT_MS, Account
 
 #: Records each reply's text at the moment the page first shows it finished, before the page
 #: re-reads the conversation from the server: what the stream itself produced.
@@ -37,9 +37,10 @@ class Chat:
         self.page.goto(self.url + "/")
         return self
 
-    def sign_in(self, key: str) -> Chat:
-        field = self.page.get_by_label("API key")
-        field.fill(key)
+    def sign_in(self, account: Account) -> Chat:
+        self.page.get_by_label("Email", exact=True).fill(account.email)
+        field = self.page.get_by_label("Password", exact=True)
+        field.fill(account.password)
         field.press("Enter")  # the keyboard is enough
         return self
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from parley.accounts import create_account
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
 from tools.topology import SERVICES, TITLER, WORKER_FRONTIER, WORKER_MEDIUM
@@ -57,6 +59,9 @@ BROWSER_ENV = {
     "PARLEY_ROUTER_CAPABILITIES": "small=chat+code+math,medium=chat+code+math",
     # A killed worker's partitions move within seconds (test_worker_restart.py).
     "PARLEY_WORKER_SESSION_TIMEOUT_MS": "6000",
+    # Every test signs in from 127.0.0.1, some with a wrong password on purpose: the address's limit is out of
+    # reach (test_sign_in.py reaches the email's).
+    "PARLEY_SESSION_SIGNIN_PER_ADDRESS": "10000",
 }
 #: The real model's engine, over BROWSER_ENV.
 REAL_ENGINE_ENV = {"PARLEY_ENGINE_BACKEND": "torch"}
@@ -68,15 +73,31 @@ STACK_SERVICES = tuple(s for s in SERVICES if s not in (WORKER_MEDIUM, WORKER_FR
 WAIT_MS = 90_000
 
 
+@dataclass(frozen=True)
+class Account:
+    """What a person types into the page's sign-in form."""
+
+    email: str
+    password: str
+
+
 class WebStack:
-    """The running stack, a user's API key, and an HTTP client of the API as that user."""
+    """The running stack, a user with a password account (what the page signs in with) and an API key (what
+    ``http``, the test's own client of the API as that user, sends)."""
 
     def __init__(self, inner: isolated.IsolatedStack, real_engine_url: str) -> None:
         self.inner = inner
         self.url = inner.url
         self.real_engine_url = real_engine_url
-        self.user_id, self.key = inner.create_user("browser-user", "plus")
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30)
+        self.user_id, self.api_key = inner.create_user("browser-user", "plus")
+        self.account = self.add_account(self.user_id, "browser-user@example.com")
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=30)
+
+    def add_account(self, user_id: str, email: str) -> Account:
+        """A password account for ``user_id``."""
+        password = f"the password of {user_id}"
+        create_account(self.inner.session, user_id, email, password)  # type: ignore[arg-type]
+        return Account(email, password)
 
     def conversation(self, conversation_id: str) -> dict[str, Any]:
         response = self.http.get(f"/v1/conversations/{conversation_id}")
