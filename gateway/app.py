@@ -38,10 +38,10 @@ from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from gateway.tracing import TraceMiddleware
-from gateway import sessions
+from gateway import oidc, sessions
 from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
-from gateway.settings import SessionSettings
+from gateway.settings import OidcSettings, SessionSettings
 from parley import keys
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
@@ -189,8 +189,9 @@ ROUTES = [
     Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),
 ]
 
-# Web sign-in (gateway/sessions.py): password accounts → cookie sessions, CSRF-checked.
-ROUTES += sessions.ROUTES
+# Web sign-in (gateway/sessions.py, gateway/oidc.py): password accounts or an organisation's OpenID provider →
+# cookie sessions, CSRF-checked.
+ROUTES += sessions.ROUTES + oidc.ROUTES
 
 
 def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: CassandraSettings) -> Starlette:
@@ -223,6 +224,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         svc.spawn(watch_broker(svc))
         # Web sign-in: the page's cookie sessions, which the authenticator accepts besides API keys.
         app.state.web_sessions = auth.sessions = sessions.WebSessions(session_settings, SessionStore(cql))
+        app.state.oidc = oidc.Oidc.configured(from_env(OidcSettings), cql)  # an organisation's OpenID provider, if set
         try:
             yield
         finally:

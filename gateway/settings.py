@@ -140,3 +140,39 @@ class SessionSettings:
     @property
     def allowed_origins(self) -> frozenset[str]:
         return frozenset(o.strip().rstrip("/").lower() for o in self.origins.split(",") if o.strip())
+
+
+@dataclass(frozen=True)
+class OidcSettings:
+    """Sign-in with an organisation's OpenID Connect provider (gateway/oidc.py); off while the issuer is empty."""
+
+    issuer: str = env(
+        "PARLEY_OIDC_ISSUER", "", "The provider's issuer URL, exactly as its discovery document says it (empty: no OIDC sign-in)"
+    )
+    client_id: str = env("PARLEY_OIDC_CLIENT_ID", "", "Parley's client id at the provider")
+    client_secret: str = env("PARLEY_OIDC_CLIENT_SECRET", "", "Parley's client secret at the provider (client_secret_basic)")
+    org: str = env(
+        "PARLEY_OIDC_ORG", "", "The organisation the provider's users sign in to; a first sign-in makes the user a member"
+    )
+    tier: str = env("PARLEY_OIDC_TIER", "free", "The tier of a user a first OIDC sign-in makes")
+    scopes: str = env("PARLEY_OIDC_SCOPES", "openid email profile", "The scopes asked for (must include openid)")
+    redirect_uri: str = env(
+        "PARLEY_OIDC_REDIRECT_URI",
+        "",
+        "The callback URL registered at the provider (empty: this gateway's own /v1/auth/oidc/callback as the request "
+        "reached it; set it behind a proxy that terminates TLS)",
+    )
+    timeout_s: float = env("PARLEY_OIDC_TIMEOUT_S", 10.0, "How long a call to the provider may take")
+
+    def __post_init__(self) -> None:
+        if not self.issuer:
+            return
+        missing = [f.metadata["env"] for f in fields(self) if f.name in ("client_id", "client_secret", "org") and not getattr(self, f.name)]
+        if missing:
+            raise ConfigError(f"PARLEY_OIDC_ISSUER is set: set {', '.join(missing)} too")
+        if "openid" not in self.scopes.split():
+            raise ConfigError(f"PARLEY_OIDC_SCOPES must include openid, got {self.scopes!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.issuer)

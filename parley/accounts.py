@@ -110,8 +110,8 @@ def verify(session: Session, email: str, password: str, *, keyspace: str | None 
 
 
 def erase_accounts(session: Session, user_id: str, *, keyspace: str | None = None) -> None:
-    """Remove the user's account and every web session of theirs (signed out everywhere at once).
-    Idempotent: a user without an account is a no-op."""
+    """Remove the user's account, its links to OpenID subjects and every web session of theirs (signed out
+    everywhere at once). Idempotent: a user without an account is a no-op."""
     run = functools.partial(_run, session, keyspace)
     for row in run("SELECT session_hash FROM {ks}.web_sessions_by_user WHERE user_id = %s", (user_id,)):
         run("DELETE FROM {ks}.web_sessions WHERE session_hash = %s", (row.session_hash,))
@@ -120,3 +120,6 @@ def erase_accounts(session: Session, user_id: str, *, keyspace: str | None = Non
     if account is not None:
         run("DELETE FROM {ks}.accounts_by_email WHERE email = %s", (account.email,))
     run("DELETE FROM {ks}.accounts_by_user WHERE user_id = %s", (user_id,))
+    for row in run("SELECT issuer, subject FROM {ks}.oidc_subjects_by_user WHERE user_id = %s", (user_id,)):
+        run("DELETE FROM {ks}.oidc_subjects WHERE issuer = %s AND subject = %s", (row.issuer, row.subject))
+    run("DELETE FROM {ks}.oidc_subjects_by_user WHERE user_id = %s", (user_id,))

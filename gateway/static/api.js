@@ -109,6 +109,8 @@ const json = async (method, path, body) => {
 const enc = encodeURIComponent;
 
 export const api = {
+  /** {password, oidc}: how this Parley signs people in. */
+  signInMethods: () => json("GET", "/v1/auth/methods"),
   /** The user's chats; `archived` lists only the archived ones. */
   conversations: async (archived = false) =>
     (await json("GET", archived ? "/v1/conversations?archived=true" : "/v1/conversations")).conversations,

@@ -771,7 +771,7 @@ function onComposerKey(event) {
 }
 
 async function boot() {
-  setUpSignIn(enter);
+  const landing = setUpSignIn(enter);
   $("signout").addEventListener("click", signOut);
   $("new-chat").addEventListener("click", () => {
     history.pushState(null, "", location.pathname);
@@ -808,7 +808,7 @@ async function boot() {
     return;
   }
   if (session) enter(session);
-  else showSignIn();
+  else showSignIn(landing);
 }
 
 boot();

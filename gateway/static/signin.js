@@ -1,8 +1,10 @@
-// The sign-in form: email and password in, a session (api.js `auth`) out, refusals shown in the form.
+// The sign-in form: email and password in, a session (api.js `auth`) out, refusals shown in the form;
+// and, where the gateway has an organisation's OpenID provider, the link that signs in there instead
+// (the server runs that flow and lands back on the page signed in, or with ?sign_in=failed).
 //
 // The password field is emptied once it has been sent, whatever the answer; the email stays for a retry.
 
-import { auth } from "./api.js";
+import { auth, api } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -27,8 +29,21 @@ export function hideSignIn() {
   $("app").hidden = false;
 }
 
-/** Wires the form: `signedIn(session)` runs once the server has opened a session. */
+/** What the page says on landing back from the organisation's provider without a session, if it did. */
+function landedFailed() {
+  const params = new URLSearchParams(location.search);
+  if (params.get("sign_in") !== "failed") return "";
+  history.replaceState(null, "", location.pathname + location.hash);
+  return "Signing in with your organisation did not work. Try again, or ask your administrator.";
+}
+
+/** Wires the form: `signedIn(session)` runs once the server has opened a session. Answers what the
+ * page should say when it shows the form first. */
 export function setUpSignIn(signedIn) {
+  api
+    .signInMethods()
+    .then((offered) => ($("signin-oidc").hidden = !offered.oidc))
+    .catch(() => {}); // the password form alone
   $("signin-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const email = $("email").value.trim();
@@ -49,4 +64,5 @@ export function setUpSignIn(signedIn) {
       button.disabled = false;
     }
   });
+  return landedFailed();
 }

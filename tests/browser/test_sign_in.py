@@ -1,11 +1,14 @@
 """Signing in to the web page in a real Chromium: an HttpOnly session cookie and nothing in storage, sign-out
 that ends the session on the server, a session that ends idle (the draft kept), CSRF attempts refused with
-nothing changed, and a page that works under its Content-Security-Policy, straight and through the edge."""
+nothing changed, a page that works under its Content-Security-Policy, straight and through the edge, and
+sign-in with an organisation's OpenID provider (a real one: oidc-provider on node)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -14,9 +17,14 @@ from playwright.sync_api import Page, expect
 
 from gateway.security_headers import CONTENT_SECURITY_POLICY
 from gateway.sessions import COOKIE
+from infra.local.settings import LocalInfraSettings
+from parley.settings import from_env
+from parley.users import create_org
 from tests.browser.chat import Chat
 from tests.browser.conftest import Account, WebStack
+from tests.fixtures import oidc_provider
 from tools import isolated
+from tools.supervisor import free_port
 
 #: The short-idle gateway's PARLEY_SESSION_IDLE_S.
 IDLE_S = 3
@@ -40,6 +48,31 @@ def edge_url(web_stack: WebStack) -> Iterator[str]:
     """The edge in front of the stack's gateway."""
     child, url = isolated.add_edge(web_stack.inner, [web_stack.url], name="edge-sign-in")
     yield url
+    web_stack.inner.supervisor.stop(child)
+
+
+@dataclass(frozen=True)
+class OidcGateway:
+    url: str  # a gateway of the stack that signs people in with the provider too
+    org_id: str  # PARLEY_OIDC_ORG: where the provider's people become members
+    issuer: str  # the provider's
+
+
+@pytest.fixture(scope="module")
+def oidc_gateway(web_stack: WebStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcGateway]:
+    home = oidc_provider.install(from_env(LocalInfraSettings).data_dir)
+    port, org_id = free_port(), create_org(web_stack.inner.session, "Acme")  # type: ignore[arg-type]
+    oidc_env = {
+        "PARLEY_OIDC_ISSUER": f"http://127.0.0.1:{port}",
+        "PARLEY_OIDC_CLIENT_ID": "parley-web",
+        "PARLEY_OIDC_CLIENT_SECRET": "a secret of the test's",
+        "PARLEY_OIDC_ORG": org_id,
+    }
+    child, url = isolated.add_gateway(web_stack.inner, "gateway-oidc", extra_env=oidc_env)
+    log = tmp_path_factory.mktemp("oidc") / "provider.log"
+    provider = oidc_provider.start(home, port, "parley-web", "a secret of the test's", f"{url}/v1/auth/oidc/callback", log)
+    yield OidcGateway(url, org_id, provider.issuer)
+    provider.stop()
     web_stack.inner.supervisor.stop(child)
 
 
@@ -162,3 +195,47 @@ def test_the_page_works_under_its_content_security_policy(page: Page, web_stack:
     page.wait_for_function("window.__violations.length > 0")
     assert page.evaluate("window.__ran") is None
     assert page.evaluate("window.__violations[0].directive").startswith("script-src")
+
+
+def whoami(page: Page) -> dict[str, Any]:
+    answer: Any = page.evaluate("async () => (await fetch('/v1/auth/session')).json()")
+    return dict(answer)
+
+
+def test_sign_in_with_the_organisations_provider(page: Page, web_stack: WebStack, oidc_gateway: OidcGateway) -> None:
+    chat = Chat(page, oidc_gateway.url).open()
+    expect(page.get_by_label("Email", exact=True)).to_be_visible()
+    with page.expect_request(lambda r: r.url.startswith(f"{oidc_gateway.url}/v1/auth/oidc/callback")) as back:
+        page.get_by_role("link", name="Sign in with your organisation").click()
+        page.get_by_placeholder("Enter any login").fill("alice")  # the provider's own pages from here
+        page.get_by_placeholder("and password").fill("anything")
+        page.get_by_role("button", name="Sign-in").click()
+        page.get_by_role("button", name="Continue").click()
+    assert "code=" in back.value.url and "state=" in back.value.url
+    chat.signed_in()
+    assert page.url.rstrip("/") == oidc_gateway.url  # landed on the page, no code or state left in the address
+    first = whoami(page)
+    assert first["org_id"] == oidc_gateway.org_id and first["role"] == "member"
+    user = web_stack.inner.session.execute("SELECT name, org_id FROM users WHERE user_id = %s", (first["user_id"],)).one()  # type: ignore[attr-defined]
+    assert user.name == "Person alice" and user.org_id == oidc_gateway.org_id
+    cookie = session_cookie(page)
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert not [c for c in page.context.cookies() if c["name"] == "__Host-parley_oidc"], "a flow's cookie is used once"
+
+    # A second sign-in of the same person is the same user.
+    page.get_by_role("button", name="Sign out", exact=True).click()
+    page.get_by_role("link", name="Sign in with your organisation").click()
+    # Signed in at the provider already: it may ask for consent again, or send the browser straight back.
+    page.wait_for_url(re.compile(f"^({re.escape(oidc_gateway.url)}/$|{re.escape(oidc_gateway.issuer)}/interaction/)"))
+    if page.url.startswith(oidc_gateway.issuer):
+        page.get_by_role("button", name="Continue").click()
+    chat.signed_in()
+    assert whoami(page)["user_id"] == first["user_id"]
+
+
+def test_an_answer_that_is_not_this_browsers_flow_signs_no_one_in(page: Page, oidc_gateway: OidcGateway) -> None:
+    Chat(page, oidc_gateway.url).open()
+    page.goto(f"{oidc_gateway.url}/v1/auth/oidc/callback?code=stolen&state=someone-elses")
+    expect(page.get_by_role("alert").filter(has_text="organisation did not work")).to_be_visible()
+    assert "sign_in=failed" not in page.url
+    assert not [c for c in page.context.cookies() if c["name"] == COOKIE]
