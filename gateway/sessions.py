@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.errors import ApiError, Unauthorized
+from gateway.errors import ApiError, BadRequest, Unauthorized
 from gateway.session_store import SessionStore, WebSession
 from gateway.settings import SessionSettings
 from gateway.validation import json_body, string
@@ -98,6 +98,18 @@ def origin_refusal(headers: Headers, allowed: frozenset[str]) -> str | None:
         return "a write with a session cookie must say its Origin"
     if urlsplit(origin).netloc != headers.get("host", "").lower():
         return "the request comes from another origin"
+    return None
+
+
+#: Hosts a browser keeps Secure cookies from over plain HTTP (potentially trustworthy origins).
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def insecure_page(headers: Headers) -> str | None:
+    """Why the browser would drop the session cookie (a page on plain HTTP, not local), or None."""
+    origin = urlsplit(headers.get("origin", ""))
+    if origin.scheme == "http" and origin.hostname not in LOCAL_HOSTS:
+        return f"the page is served over plain HTTP from {origin.hostname}: browsers keep the session cookie only over HTTPS"
     return None
 
 
@@ -275,6 +287,9 @@ async def sign_in(request: Request) -> Response:
     refusal = origin_refusal(request.headers, sessions.settings.allowed_origins)
     if refusal is not None:
         raise Forbidden(refusal)  # no one else's page may sign a browser in (login CSRF)
+    insecure = insecure_page(request.headers)
+    if insecure is not None:
+        raise BadRequest(insecure, code="insecure_origin")
     address = _address(request)
     await sessions.limits.admit(address, email)
     user_id = await sessions.store.verify(email, password)

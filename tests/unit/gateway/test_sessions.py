@@ -13,6 +13,7 @@ from gateway.sessions import (
     csrf_refusal,
     expired,
     hash_session,
+    insecure_page,
     origin_refusal,
     retry_after,
     scopes,
@@ -72,6 +73,13 @@ def test_configured_origins_may_write() -> None:
 def test_origin_is_compared_with_the_host_including_the_port() -> None:
     assert origin_refusal(headers(host="127.0.0.1:8000", origin="http://127.0.0.1:8000"), frozenset()) is None
     assert origin_refusal(headers(host="127.0.0.1:8000", origin="http://127.0.0.1:8001"), frozenset()) is not None
+
+
+def test_a_page_on_plain_http_is_told_the_cookie_would_not_stick() -> None:
+    for local in ("http://localhost:8000", "http://127.0.0.1:8000", "http://[::1]:8000", "https://chat.example.com"):
+        assert insecure_page(headers(origin=local)) is None
+    refusal = insecure_page(headers(origin="http://chat.example.com"))
+    assert refusal is not None and "HTTPS" in refusal
 
 
 def test_a_session_expires_when_idle_or_when_old() -> None:
