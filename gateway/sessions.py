@@ -204,9 +204,9 @@ class WebSessions:
             return None
         session_hash = hash_session(session_id)
         now = time.time()
-        session = await self._lookup(session_hash, now)
+        session = await self._lookup(session_hash)
         if session is not None and expired(session, now, self.settings):
-            session = await self._lookup(session_hash, now, fresh=True)  # another gateway may have moved its clock
+            session = await self._lookup(session_hash, fresh=True)  # another gateway may have moved its clock
         if session is None or expired(session, now, self.settings):
             self._remember(session_hash, None)
             return None
@@ -245,7 +245,7 @@ class WebSessions:
             "expires_at": round(session.created_at + s.max_s, 3),
         }
 
-    async def _lookup(self, session_hash: str, now: float, *, fresh: bool = False) -> WebSession | None:
+    async def _lookup(self, session_hash: str, *, fresh: bool = False) -> WebSession | None:
         hit = self._cache.get(session_hash)
         if not fresh and hit is not None and time.monotonic() - hit[0] <= self.settings.cache_s:
             return hit[1]
