@@ -94,6 +94,11 @@ class SessionStore:
         session = await self._cql.session()
         return await asyncio.to_thread(accounts.verify, session, email, password, keyspace=self._cql.settings.keyspace)
 
+    async def erase(self, user_id: str) -> None:
+        """``parley.accounts.erase_accounts`` off the event loop: the account, its OpenID links, every session."""
+        session = await self._cql.session()
+        await asyncio.to_thread(accounts.erase_accounts, session, user_id, keyspace=self._cql.settings.keyspace)
+
     async def failures(self, scope: str, since: float) -> list[float]:
         """When the failed sign-ins of ``scope`` after ``since`` happened, oldest first."""
         rows = await self._cql.run(

@@ -233,6 +233,14 @@ class WebSessions:
         await self.store.delete(session)
         self._remember(session.session_hash, None)
 
+    async def erase(self, user_id: str) -> None:
+        """The user's account and every session of theirs gone (the user's erasure): signed out here at once,
+        on other gateways within PARLEY_SESSION_CACHE_S."""
+        await self.store.erase(user_id)
+        for session_hash, (_, session) in list(self._cache.items()):
+            if session is not None and session.user_id == user_id:
+                self._remember(session_hash, None)
+
     def public(self, session: WebSession, user: Principal) -> dict[str, object]:
         """What the page learns of its session: who, its CSRF token, when it ends unless used."""
         s = self.settings
