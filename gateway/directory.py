@@ -63,7 +63,8 @@ class KeyRow:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+    """RFC 3339, as the OpenAPI document's date-time: the driver hands back naive UTC."""
+    return None if value is None else value.replace(tzinfo=None).isoformat() + "Z"
 
 
 def _user(r: Any) -> UserRow:

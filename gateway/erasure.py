@@ -42,6 +42,8 @@ async def erase(svc: Services, user: UserRow, by: str, trace_id: str = "") -> di
         ]
     )
     svc.auth.forget(uid, hashes)
+    if svc.auth.sessions is not None:
+        await svc.auth.sessions.erase(uid)  # the sign-in account, OpenID links and every web session
     conversations = await svc.store.conversation_ids_of(uid)
     for cid in conversations:
         event = ConversationDeleted(conversation_id=cid, user_id=uid, trace_id=trace_id)

@@ -33,6 +33,9 @@ from tools.users_cli import orgs_app, users_app  # noqa: E402
 
 app.add_typer(users_app, name="users")
 app.add_typer(orgs_app, name="orgs")
+from tools.accounts_cli import app as accounts_app  # noqa: E402
+
+app.add_typer(accounts_app, name="accounts")
 app.add_typer(analysts_app)  # no name: replay, report, counterfactual, archive, rebuild are top-level commands
 from tools.audit_cli import audit_app  # noqa: E402  (its module holds the rendering)
 
@@ -96,7 +99,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
     """Every typed settings object, under the service that reads it (imported here: the services are below)."""
     from documents.settings import DocumentSettings
     from edge.settings import EdgeSettings
-    from gateway.settings import GatewaySettings, QuotaSettings
+    from gateway.settings import GatewaySettings, OidcSettings, QuotaSettings, SessionSettings
     from moderation.settings import ModerationSettings
     from parley.keys import KeySettings
     from streams.settings import (
@@ -128,6 +131,8 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("documents (gateway uploads, document worker, context builder search)", DocumentSettings),
         ("gateway", GatewaySettings),
         ("gateway: quotas", QuotaSettings),
+        ("gateway: web sessions, sign-in limits, response headers", SessionSettings),
+        ("gateway: sign-in with an OpenID provider", OidcSettings),
         ("edge (in front of sharded gateways)", EdgeSettings),
     ]
 

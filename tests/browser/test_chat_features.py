@@ -17,7 +17,7 @@ from tests.browser.conftest import REAL_MODEL, SYNTHETIC_MODEL, WAIT_MS, served_
 
 
 def signed_in_chat(page, web_stack) -> Chat:
-    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.account)
     chat.signed_in()
     return chat
 
@@ -86,7 +86,7 @@ def test_without_a_model_list_the_picker_offers_auto_alone(page, web_stack) -> N
     page.route("**/v1/models", lambda route: route.fulfill(status=404, content_type="application/json", body=gone))
     chat = Chat(page, web_stack.url).open()
     with page.expect_response("**/v1/models"):
-        chat.sign_in(web_stack.key)
+        chat.sign_in(web_stack.account)
     chat.signed_in()
     expect(chat.model_picker).to_have_value("auto")
     assert chat.offered_models() == ["auto"]

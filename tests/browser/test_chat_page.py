@@ -10,20 +10,20 @@ import time
 from playwright.sync_api import Route, expect
 
 from tests.browser.chat import Chat, words
-from tests.browser.conftest import WAIT_MS
+from tests.browser.conftest import WAIT_MS, Account
 
 
 def signed_in_chat(page, web_stack) -> Chat:
-    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.account)
     chat.signed_in()
     return chat
 
 
 def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None:
     chat = Chat(page, web_stack.url).open()
-    chat.sign_in("not-a-key")
+    chat.sign_in(Account(web_stack.account.email, "not the password"))
     expect(page.get_by_role("alert").filter(has_text="not accepted")).to_be_visible()
-    chat.sign_in(web_stack.key)
+    chat.sign_in(web_stack.account)
     chat.signed_in()
 
     question = "Hello <b>there</b>, **friend**"
@@ -57,7 +57,7 @@ def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None
     assert re.search(r'^parley_client_ttft_seconds_count\{client="web"\} [1-9]', metrics, re.M), "no client TTFT"
 
     page.get_by_role("button", name="Sign out", exact=True).click()
-    expect(page.get_by_label("API key")).to_be_visible()
+    expect(page.get_by_label("Email", exact=True)).to_be_visible()
     assert page.evaluate("localStorage.getItem('parley.apiKey')") is None
 
 

@@ -58,7 +58,7 @@ window.fetch = async (input, init) => {
 def signed_in_chat(page: Page, web_stack) -> Chat:
     page.add_init_script(RECORD_CHIPS)
     page.add_init_script(RECORD_STREAMS)
-    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.account)
     chat.signed_in()
     return chat
 

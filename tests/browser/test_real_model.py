@@ -14,7 +14,7 @@ from tests.browser.conftest import REAL_MODEL, served_model
 
 
 def signed_in_chat(page, web_stack) -> Chat:
-    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.account)
     chat.signed_in()
     return chat
 

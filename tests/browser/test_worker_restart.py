@@ -36,7 +36,7 @@ def test_a_worker_killed_mid_reply_leaves_a_note_on_the_reply(page, web_stack, s
     workers = {f"{socket.gethostname()}-{own.process.pid}": own, "worker-small-spare": spare}
     wait_for_fleet(inner.kafka, {w: "small" for w in workers})
 
-    chat = Chat(page, web_stack.url).open().sign_in(web_stack.key)
+    chat = Chat(page, web_stack.url).open().sign_in(web_stack.account)
     chat.signed_in()
     chat.send("Tell me a long story about a lighthouse keeper")
     reply = chat.streaming_reply()

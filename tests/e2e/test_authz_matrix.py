@@ -8,7 +8,9 @@ organisation, a revoked key and no key. What each may get follows from the acces
 - user: any live key is served (on its own data); a revoked key or none is a 401;
 - owner: only the owner is served; everyone else gets a 404, as for an id that does not exist;
 - admin: the organisation's admin is served; its members get 403; another organisation's
-  admin acts on its own organisation (and gets a 404 for a user id of this one).
+  admin acts on its own organisation (and gets a 404 for a user id of this one);
+- session: the web page's sign-in flows (``/v1/auth/*``), which need a browser, a password or an
+  OpenID provider: tests/integration/test_web_sessions.py and tests/browser/test_sign_in.py.
 
 "Served" means past authentication and authorisation: no 401, 403 or 404 (a body a route does not
 like is a 4xx of its own). A route added to the document without ``x-access``, or with a required
@@ -29,7 +31,7 @@ import yaml
 from parley.users import create_key, create_org, create_user, hash_key, key_id_of, revoke
 
 DOC = yaml.safe_load((Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml").read_text())
-ACCESS = ("public", "user", "owner", "admin")
+ACCESS = ("public", "user", "owner", "admin", "session")
 CALLERS = ("no key", "revoked", "other org", "same org", "admin", "owner")  # the owner last: its calls may delete
 DENIED = {401, 403, 404}
 
@@ -128,6 +130,8 @@ async def test_every_route_answers_every_caller_as_its_access_says(stack, world)
     wrong: list[str] = []
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         for method, path, op in _operations():
+            if op["x-access"] == "session":
+                continue
             url = re.sub(r"\{(\w+)\}", lambda m: ids[m.group(1)], path)
             for caller in CALLERS:
                 status = await _call(http, method, url, keys[caller], bodies.get((method, path), {}))

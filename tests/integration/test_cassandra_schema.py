@@ -38,6 +38,13 @@ TABLES = {
     "users_by_org",
     "keys_by_user",
     "data_keys",
+    "accounts_by_email",
+    "accounts_by_user",
+    "web_sessions",
+    "web_sessions_by_user",
+    "sign_in_failures",
+    "oidc_subjects",
+    "oidc_subjects_by_user",
 }
 
 
