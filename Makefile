@@ -35,6 +35,7 @@ run: setup
 	@echo "Kafka     127.0.0.1:$${PARLEY_KAFKA_PORT:-9092}"
 	@echo "Cassandra 127.0.0.1:$${PARLEY_CASSANDRA_PORT:-9042}"
 	@echo "Demo API key (also in .data/demo.key): $$($(BIN)/parley users demo)"
+	@echo "Web sign-in (email password; also in .data/demo.password): $$($(BIN)/parley users demo --account)"
 	@echo "Web and API: http://127.0.0.1:$${PARLEY_GATEWAY_PORT:-8000}/   terminal: .venv/bin/parley chat"
 	$(BIN)/parley run
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -83,25 +84,50 @@ def users_revoke(user_id: str, key_id: str) -> None:
     err.print(f"revoked {key_id}")
 
 
+DEMO_EMAIL = "demo@parley.local"
+
+
 @users_app.command("demo")
-def users_demo() -> None:
-    """Ensure the demo user exists and print its API key (kept in .data/demo.key)."""
+def users_demo(
+    account: bool = typer.Option(False, "--account", help="Print the web page's sign-in (email and password) instead"),
+) -> None:
+    """Ensure the demo user exists and print its API key (kept in .data/demo.key), or with --account its
+    sign-in for the web page (the password kept in .data/demo.password, 0600)."""
+    import secrets
+
     from infra.local.settings import LocalInfraSettings
+    from parley.accounts import create_account, verify
     from parley.users import create_user, hash_key
 
-    path = from_env(LocalInfraSettings).data_dir / "demo.key"
+    data = from_env(LocalInfraSettings).data_dir
+    key_path, password_path = data / "demo.key", data / "demo.password"
     with _session() as session:
-        if path.exists():
-            key = path.read_text().strip()
-            row = session.execute("SELECT revoked FROM api_keys WHERE key_hash = %s", (hash_key(key),)).one()
+        user_id = None
+        if key_path.exists():
+            key = key_path.read_text().strip()
+            row = session.execute("SELECT user_id, revoked FROM api_keys WHERE key_hash = %s", (hash_key(key),)).one()
             if row is not None and not row.revoked:
-                print(key)
-                return
-        _, key = create_user(session, "demo", "plus")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(key + "\n")
-        path.chmod(0o600)
-        print(key)
+                user_id = row.user_id
+        if user_id is None:
+            user_id, key = create_user(session, "demo", "plus")
+            _secret(key_path, key)
+        if account:
+            password = password_path.read_text().strip() if password_path.exists() else ""
+            if not password or verify(session, DEMO_EMAIL, password) != user_id:
+                password = secrets.token_urlsafe(12)
+                session.execute("DELETE FROM accounts_by_email WHERE email = %s", (DEMO_EMAIL,))  # a former demo user's
+                session.execute("DELETE FROM accounts_by_user WHERE user_id = %s", (user_id,))
+                create_account(session, user_id, DEMO_EMAIL, password)
+                _secret(password_path, password)
+            print(f"{DEMO_EMAIL} {password}")
+        else:
+            print(key)
+
+
+def _secret(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    path.chmod(0o600)
 
 
 @orgs_app.command("create")
