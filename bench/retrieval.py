@@ -60,6 +60,9 @@ from documents.terms import terms
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings, from_env
 
+#: The documents' owner (this process installs no key service: text and terms are written plain).
+OWNER = "u_bench_retrieval"
+
 TOP = 5
 
 
@@ -92,7 +95,7 @@ async def ingest(index: DocumentIndex, embedder: MiniLM, documents: Sequence[Doc
             t1 = time.perf_counter()
             vectors = embedder.embed([c.full_text for c in chunks])
             t2 = time.perf_counter()
-            await index.write_page(doc, number, page.text, page.method, chunks, vectors)
+            await index.write_page(doc, number, page.text, page.method, chunks, vectors, OWNER)
             t3 = time.perf_counter()
             out.seconds["chunk"] += t1 - t0
             out.seconds["embed"] += t2 - t1
@@ -346,7 +349,7 @@ async def run(k: int) -> None:
         for line in await latency(retriever, cql, ing, questions, scopes):
             print(line)
     finally:
-        await asyncio.gather(*(index.purge(doc) for doc in ing.ids.values()))
+        await asyncio.gather(*(index.purge(doc, OWNER) for doc in ing.ids.values()))
         cql.close()
 
 

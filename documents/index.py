@@ -64,7 +64,7 @@ class DocumentIndex:
         method: str,
         chunks: Sequence[ChunkLike],
         vectors: Sequence[Sequence[float]] | None,
-        user_id: str = "",
+        user_id: str,
     ) -> None:
         """Index one page: its chunks (with their embeddings when given) and postings, then its stats and text.
 
@@ -120,7 +120,7 @@ class DocumentIndex:
                                 (doc, row.chunk_id)))
         await _bounded(self._cql.run(cql, values) for cql, values in deletes)
 
-    async def purge(self, document_id: str, user_id: str = "") -> None:
+    async def purge(self, document_id: str, user_id: str) -> None:
         """Delete every index row of the document (pages, stats, chunks, postings).
 
         Pages and stats go first, so nothing reads as written while the rest goes; the

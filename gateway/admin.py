@@ -74,7 +74,9 @@ async def _key(svc: Services, user_id: str, key_id: str) -> KeyRow:
 async def _new_key(svc: Services, user_id: str, body: dict[str, Any]) -> Response:
     only(body, {"label"}, "a key")
     label = string(body, "label", max_chars=MAX_LABEL, required=False)
-    key_id, key, statements = new_key(user_id, "default" if label in (MISSING, None) else label)
+    if label is None:
+        raise Unprocessable("`label` must be a string")
+    key_id, key, statements = new_key(user_id, "default" if label is MISSING else label)
     await svc.directory.apply(statements)
     created = next(k for k in await svc.directory.keys(user_id) if k.key_id == key_id)
     return JSONResponse({"key": created.public(), "api_key": key}, status_code=201)

@@ -71,7 +71,9 @@ def _refusal(settings: CassandraSettings, exc: NoHostAvailable) -> str:
     return "is it running, at PARLEY_CASSANDRA_HOSTS / PARLEY_CASSANDRA_PORT? `make run` starts a local one"
 
 
-_ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
+#: What the driver raises when Cassandra cannot answer (each caller turns it into StoreUnavailable).
+DRIVER_ERRORS = (NoHostAvailable, RequestExecutionException, DriverException, OSError)
+_ERRORS = DRIVER_ERRORS
 
 
 class AsyncCql:

@@ -8,7 +8,8 @@
   under it, in the log, archives, rows or replay files, can never be read again.
 - The **key service** (``KeyService``) is ``schemas.sealing.Keys``: it seals and
   opens text, keeping unwrapped keys for ``cache_s``: an erasure is complete on
-  every process within that bound.
+  every process within that bound (while Cassandra is down, a key a process holds
+  goes on working until it answers again).
 
 Sealing is AES-GCM with the owner and key version as associated data. A random
 nonce for events; for projected cells a nonce derived from the text (SIV-style:
@@ -33,6 +34,8 @@ from typing import Protocol
 from cassandra.cluster import Session
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from parley.cassandra import DRIVER_ERRORS
+from parley.errors import StoreUnavailable
 from parley.settings import env
 from schemas import sealing
 
@@ -158,17 +161,24 @@ class KeyService:
         return _data_key(row.version, self._kms.unwrap(user_id, row.kek_id, row.wrapped))
 
     def _key(self, user_id: str, *, create: bool) -> DataKey | None:
+        if not user_id:
+            raise ValueError("content without an owner cannot be sealed, blinded or opened")
         now = time.monotonic()
         hit = self._cache.get(user_id)
         if hit is not None and now - hit[0] <= self._cache_s and (hit[1] is not None or not create):
             return hit[1]
         with self._lock:
-            key = self._lookup(user_id)
-            if key is None and create and not self._erased(user_id):
-                raw = os.urandom(32)
-                kek_id, wrapped = self._kms.wrap(user_id, raw)
-                applied = self._session.execute(self._insert, (user_id, wrapped, kek_id, datetime.now(timezone.utc))).one()
-                key = _data_key(1, raw) if applied[0] else self._lookup(user_id)  # another process made it first
+            try:
+                key = self._lookup(user_id)
+                if key is None and create and not self._erased(user_id):
+                    raw = os.urandom(32)
+                    kek_id, wrapped = self._kms.wrap(user_id, raw)
+                    applied = self._session.execute(self._insert, (user_id, wrapped, kek_id, datetime.now(timezone.utc))).one()
+                    key = _data_key(1, raw) if applied[0] else self._lookup(user_id)  # another process made it first
+            except DRIVER_ERRORS as exc:
+                if hit is not None and hit[1] is not None:
+                    return hit[1]  # Cassandra is down: a key this process held goes on working; asked again next time
+                raise StoreUnavailable("the data keys cannot be read: Cassandra does not answer") from exc
             if len(self._cache) > 100_000:
                 self._cache.clear()
             self._cache[user_id] = (now, key)

@@ -15,6 +15,12 @@ from parley.cassandra import AsyncCql
 pytestmark = pytest.mark.integration
 
 DIMS = 384
+#: The documents' owner: its data key seals their text and keys their terms (DESIGN.md §12).
+OWNER = "u_index_owner"
+
+
+def scope(document_id: str, max_page: int, filename: str = "") -> Scope:
+    return Scope(document_id, max_page, filename, OWNER)
 
 
 def chunks_of(doc: str, page: int, *texts: str) -> list[Chunk]:
@@ -49,7 +55,7 @@ async def index(cassandra, cassandra_settings):
 async def write(idx: DocumentIndex, doc: str, pages=PAGES) -> None:
     for number, texts in pages.items():
         chunks = chunks_of(doc, number, *texts)
-        await idx.write_page(doc, number, "\n".join(texts), "text", chunks, [axis(number)] * len(chunks))
+        await idx.write_page(doc, number, "\n".join(texts), "text", chunks, [axis(number)] * len(chunks), OWNER)
 
 
 async def rows(cql: AsyncCql, doc: str) -> dict[str, list]:
@@ -72,11 +78,11 @@ async def test_keyword_search_finds_the_page_and_ranks_the_rare_term_first(index
     idx, _ = index
     doc = str(uuid.uuid4())
     await write(idx, doc)
-    hits = await idx.keyword([Scope(doc, 3, "r.pdf")], terms("ACME-7 sales in Q3"), k=5)
+    hits = await idx.keyword([scope(doc, 3, "r.pdf")], terms("ACME-7 sales in Q3"), k=5)
     assert hits[0].page == 1 and hits[0].ordinal == 0 and "ACME-7" in hits[0].text
     assert hits[0].filename == "r.pdf" and hits[0].section == "Section 1" and hits[0].score > 0
-    assert [h.page for h in await idx.keyword([Scope(doc, 3)], terms("solar warehouse"), k=5)] == [2]
-    assert await idx.keyword([Scope(doc, 3)], terms("kangaroo"), k=5) == []
+    assert [h.page for h in await idx.keyword([scope(doc, 3)], terms("solar warehouse"), k=5)] == [2]
+    assert await idx.keyword([scope(doc, 3)], terms("kangaroo"), k=5) == []
 
 
 async def test_keyword_scores_are_bm25_over_the_union_of_documents(index) -> None:
@@ -84,7 +90,7 @@ async def test_keyword_scores_are_bm25_over_the_union_of_documents(index) -> Non
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     await write(idx, a)
     await write(idx, b, {1: ("Solar panels, solar inverters and solar batteries.",)})
-    hits = await idx.keyword([Scope(a, 3), Scope(b, 1)], ["solar"], k=5)
+    hits = await idx.keyword([scope(a, 3), scope(b, 1)], ["solar"], k=5)
     assert {h.document_id for h in hits} == {a, b}
     # By hand: N = 7 chunks, df = 2, avgdl = (sum of the 7 chunks' lengths) / 7.
     lengths = [len(terms(t)) for texts in PAGES.values() for t in texts] + [len(terms(
@@ -99,7 +105,7 @@ async def test_vector_search_finds_the_nearest_page(index) -> None:
     idx, _ = index
     doc = str(uuid.uuid4())
     await write(idx, doc)
-    hits = await idx.vector([Scope(doc, 3)], axis(2), k=2)
+    hits = await idx.vector([scope(doc, 3)], axis(2), k=2)
     assert [h.page for h in hits] == [2, 2] and hits[0].score > 0.9
     assert {h.ordinal for h in hits} == {0, 1}
 
@@ -108,11 +114,11 @@ async def test_pages_past_the_ready_mark_are_never_served(index) -> None:
     idx, _ = index
     doc = str(uuid.uuid4())
     await write(idx, doc)
-    assert await idx.keyword([Scope(doc, 2)], terms("headcount merger"), k=5) == []
-    near = await idx.vector([Scope(doc, 2)], axis(3), k=10)
+    assert await idx.keyword([scope(doc, 2)], terms("headcount merger"), k=5) == []
+    near = await idx.vector([scope(doc, 2)], axis(3), k=10)
     assert near and all(h.page <= 2 for h in near)
-    assert await idx.keyword([Scope(doc, 0)], terms("revenue"), k=5) == []
-    assert await idx.vector([Scope(doc, 0)], axis(1), k=5) == []
+    assert await idx.keyword([scope(doc, 0)], terms("revenue"), k=5) == []
+    assert await idx.vector([scope(doc, 0)], axis(1), k=5) == []
 
 
 async def test_ready_mark_also_bounds_the_bm25_statistics(index) -> None:
@@ -121,8 +127,8 @@ async def test_ready_mark_also_bounds_the_bm25_statistics(index) -> None:
     full, short = str(uuid.uuid4()), str(uuid.uuid4())
     await write(idx, full)
     await write(idx, short, {n: PAGES[n] for n in (1, 2)})
-    assert [h.score for h in await idx.keyword([Scope(full, 2)], terms("energy costs"), k=5)] == pytest.approx(
-        [h.score for h in await idx.keyword([Scope(short, 2)], terms("energy costs"), k=5)]
+    assert [h.score for h in await idx.keyword([scope(full, 2)], terms("energy costs"), k=5)] == pytest.approx(
+        [h.score for h in await idx.keyword([scope(short, 2)], terms("energy costs"), k=5)]
     )
 
 
@@ -145,7 +151,7 @@ async def test_a_rewrite_with_fewer_chunks_removes_the_old_ones_and_their_postin
     got, want = await rows(cql, doc), await rows(cql, fresh)
     assert len(got["document_chunks"]) == 1
     assert [p[0] for p in got["document_postings"]] == [p[0] for p in want["document_postings"]]
-    assert await idx.keyword([Scope(doc, 1)], terms("energy"), k=5) == []
+    assert await idx.keyword([scope(doc, 1)], terms("energy"), k=5) == []
 
 
 async def test_pages_written_is_the_contiguous_prefix(index) -> None:
@@ -161,21 +167,21 @@ async def test_pages_written_is_the_contiguous_prefix(index) -> None:
 async def test_page_answers_its_text_and_method(index) -> None:
     idx, _ = index
     doc = str(uuid.uuid4())
-    await idx.write_page(doc, 1, "Scanned words", "ocr", chunks_of(doc, 1, "Scanned words"), None)
+    await idx.write_page(doc, 1, "Scanned words", "ocr", chunks_of(doc, 1, "Scanned words"), None, OWNER)
     assert await idx.page(doc, 1) == PageRow(1, "Scanned words", "ocr")
     assert await idx.page(doc, 2) is None
     # A page without embeddings is keyword-searchable and absent from vector search.
-    assert [h.page for h in await idx.keyword([Scope(doc, 1)], ["scan"], k=5)] == [1]
-    assert await idx.vector([Scope(doc, 1)], axis(1), k=5) == []
+    assert [h.page for h in await idx.keyword([scope(doc, 1)], ["scan"], k=5)] == [1]
+    assert await idx.vector([scope(doc, 1)], axis(1), k=5) == []
 
 
 async def test_purge_removes_every_row(index) -> None:
     idx, cql = index
     doc = str(uuid.uuid4())
     await write(idx, doc)
-    await idx.purge(doc)
+    await idx.purge(doc, OWNER)
     assert all(not found for found in (await rows(cql, doc)).values())
     assert await idx.pages_written(doc) == 0 and await idx.page(doc, 1) is None
-    assert await idx.keyword([Scope(doc, 3)], terms("revenue"), k=5) == []
-    assert await idx.vector([Scope(doc, 3)], axis(1), k=5) == []
+    assert await idx.keyword([scope(doc, 3)], terms("revenue"), k=5) == []
+    assert await idx.vector([scope(doc, 3)], axis(1), k=5) == []
 

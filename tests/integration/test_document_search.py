@@ -51,7 +51,7 @@ async def indexed(store: Store, user_id: str, embedder: MiniLM, *, ready: int) -
     for n, text in enumerate(PAGES, start=1):
         page = Page(n, (Block("paragraph", text),), "text")
         chunks, _ = chunk_page(doc, page)
-        await index.write_page(doc, n, page.text, page.method, chunks, embedder.embed([c.text for c in chunks]))
+        await index.write_page(doc, n, page.text, page.method, chunks, embedder.embed([c.text for c in chunks]), user_id)
     up = ev.DocumentUploaded(document_id=doc, user_id=user_id, filename="ferries.pdf", media_type="application/pdf",
                              size_bytes=1, sha256="x", storage_uri="file:///x")  # fmt: skip
     batch = ev.DocumentPagesExtracted(document_id=doc, user_id=user_id, pages=ready, first_page=1, last_page=ready,

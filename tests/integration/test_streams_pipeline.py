@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from schemas.sealing import open_text
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -258,10 +259,13 @@ def test_materializer_rows_and_replay_into_an_empty_keyspace_rebuilds_them(stack
     cid, events = convs[0]
     g1, g2, g2b = events[2], events[5], events[10]
     conv = session.execute(f"SELECT title, selected_leaf_id, user_id, model FROM {ks}.conversations WHERE conversation_id = %s", (uuid.UUID(cid),)).one()
-    assert (conv.title, str(conv.selected_leaf_id), conv.user_id, conv.model) == ("final title", g2.request_id, user, "small")
-    listed = [(r.title, r.conversation_id) for r in session.execute(f"SELECT title, conversation_id FROM {ks}.conversations_by_user WHERE user_id = %s", (user,))]
+    assert (open_text(conv.title), str(conv.selected_leaf_id), conv.user_id, conv.model) == ("final title", g2.request_id, user, "small")
+    listed = [(open_text(r.title), r.conversation_id) for r in session.execute(f"SELECT title, conversation_id FROM {ks}.conversations_by_user WHERE user_id = %s", (user,))]
     assert sorted(listed, key=repr) == sorted([("final title", c) for c in mine], key=repr)
-    msgs = {str(r.message_id): r for r in session.execute(f"SELECT * FROM {ks}.messages WHERE conversation_id = %s", (uuid.UUID(cid),))}
+    msgs = {
+        str(r.message_id): r._replace(content=open_text(r.content))  # sealed at rest (DESIGN.md §12)
+        for r in session.execute(f"SELECT * FROM {ks}.messages WHERE conversation_id = %s", (uuid.UUID(cid),))
+    }
     assert len(msgs) == 6
     r1 = msgs[g1.request_id]
     assert (r1.role, r1.content, r1.status, r1.finish_reason, r1.tokens, r1.pool, r1.replica) == ("assistant", "answer one", "complete", "stop", 3, "small", "w-1")
