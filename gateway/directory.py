@@ -111,7 +111,7 @@ class Directory:
 
     async def members(self, org_id: str) -> list[UserRow]:
         ids = await self._cql.run("SELECT user_id FROM {ks}.users_by_org WHERE org_id = ?", (org_id,))
-        users = [await self.user(r.user_id) for r in ids]
+        users = await asyncio.gather(*(self.user(r.user_id) for r in ids))
         return [u for u in users if u is not None and not u.erased]
 
     async def keys(self, user_id: str) -> list[KeyRow]:

@@ -14,7 +14,7 @@ import asyncio
 import time
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -69,10 +69,20 @@ class Ids:
     document_id: str = ""  # the caller's, indexed (page 1 is ready)
     foreign_document_id: str = ""
     user_id: str = ""  # the caller: an admin of a team organisation
+    kept: list[tuple[str, str]] = field(default_factory=list)  # the member PATCH and POST are aimed at
+
+    def member(self, *, fresh: bool) -> tuple[str, str]:
+        """(user id, key id) of a member of the caller's organisation: a new one for what may erase or revoke
+        (``fresh``), else the one kept for the rest, so the organisation stays a few people (its usage is read
+        per member)."""
+        if fresh or not self.kept:
+            made = self.throwaway_member()
+            if not fresh:
+                self.kept.append(made)
+            return made
+        return self.kept[0]
 
     def throwaway_member(self) -> tuple[str, str]:
-        """(user id, key id) of a new member of the caller's organisation: what a generated DELETE or PATCH
-        of a user may erase or disable, and whose key a DELETE may revoke."""
         response = httpx.post(f"{self.url}/v1/org/users", headers={"Authorization": f"Bearer {self.key}"}, json={"name": "m"})
         response.raise_for_status()
         return str(response.json()["user"]["id"]), str(response.json()["key_id"])
@@ -98,7 +108,7 @@ class Ids:
         params = case.path_parameters or {}
         writes = case.method.upper() in ("DELETE", "PATCH", "POST")
         if "user_id" in params and zlib.crc32(str(params["user_id"]).encode("utf-8", "surrogatepass")) % 4:
-            member, member_key = self.throwaway_member() if writes else (self.user_id, "")
+            member, member_key = self.member(fresh=case.method.upper() == "DELETE") if writes else (self.user_id, "")
             params["user_id"] = member
             if "key_id" in params:
                 params["key_id"] = member_key or params["key_id"]
