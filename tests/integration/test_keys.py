@@ -19,8 +19,8 @@ def kms(tmp_path: Path) -> LocalKms:
     return LocalKms(tmp_path / "kms" / "kek.json")
 
 
-def _service(cassandra, kms: LocalKms, **kwargs) -> KeyService:  # type: ignore[no-untyped-def]
-    return KeyService(cassandra, kms, cassandra.keyspace, **kwargs)
+def _service(cassandra, keyspace: str, kms: LocalKms, **kwargs) -> KeyService:  # type: ignore[no-untyped-def]
+    return KeyService(cassandra, kms, keyspace, **kwargs)  # the run's keyspace (the session's may be moved by other tests)
 
 
 def test_the_key_file_is_made_once_readable_by_its_owner_only(tmp_path: Path) -> None:
@@ -33,9 +33,10 @@ def test_the_key_file_is_made_once_readable_by_its_owner_only(tmp_path: Path) ->
         LocalKms(path).unwrap("u2", *wrapped)  # a wrapped key is bound to its user
 
 
-def test_what_one_process_seals_another_opens_and_an_erasure_ends_for_every_process(cassandra, kms: LocalKms) -> None:
+def test_what_one_process_seals_another_opens_and_an_erasure_ends_for_every_process(cassandra, cassandra_settings, kms: LocalKms) -> None:
+    ks = cassandra_settings.keyspace
     user = f"u_{uuid.uuid4().hex[:16]}"
-    writer, reader = _service(cassandra, kms), _service(cassandra, kms, cache_s=0.0)
+    writer, reader = _service(cassandra, ks, kms), _service(cassandra, ks, kms, cache_s=0.0)
     value = writer.seal(user, "the canary sentence")
     assert sealing.is_sealed(value) and "canary" not in value and sealing.owner_of(value) == user
     assert reader.open(value) == "the canary sentence"
@@ -47,12 +48,12 @@ def test_what_one_process_seals_another_opens_and_an_erasure_ends_for_every_proc
     assert reader.open(value) == sealing.ERASED  # within its cache bound (0 here) every process
     assert writer.open(value) == sealing.ERASED  # the eraser at once
     assert reader.seal(user, "after") == sealing.ERASED  # no new key is ever made for an erased user
-    rows = cassandra.execute(f"SELECT version, wrapped FROM {cassandra.keyspace}.data_keys WHERE user_id = %s", (user,)).all()
+    rows = cassandra.execute(f"SELECT version, wrapped FROM {ks}.data_keys WHERE user_id = %s", (user,)).all()
     assert [(r.version, r.wrapped) for r in rows] == [(0, None)]  # only the mark is left
 
 
-def test_a_tampered_value_is_refused_not_misread(cassandra, kms: LocalKms) -> None:
-    service = _service(cassandra, kms)
+def test_a_tampered_value_is_refused_not_misread(cassandra, cassandra_settings, kms: LocalKms) -> None:
+    service = _service(cassandra, cassandra_settings.keyspace, kms)
     user = f"u_{uuid.uuid4().hex[:16]}"
     value = service.seal(user, "hello")
     other = f"u_{uuid.uuid4().hex[:16]}"
