@@ -148,6 +148,7 @@ class KeyService:
         self._cache: dict[str, tuple[float, DataKey | None]] = {}  # None: erased (or never had one)
         self._lock = threading.Lock()
         self._select = session.prepare(f"SELECT version, wrapped, kek_id FROM {keyspace}.data_keys WHERE user_id = ? LIMIT 1")
+        self._mark = session.prepare(f"SELECT kek_id FROM {keyspace}.data_keys WHERE user_id = ? AND version = 0")
         self._insert = session.prepare(
             f"INSERT INTO {keyspace}.data_keys (user_id, version, wrapped, kek_id, created_at) VALUES (?, 1, ?, ?, ?) IF NOT EXISTS"
         )
@@ -185,9 +186,7 @@ class KeyService:
             return key
 
     def _erased(self, user_id: str) -> bool:
-        row = self._session.execute(
-            f"SELECT kek_id FROM {self.keyspace}.data_keys WHERE user_id = %s AND version = 0", (user_id,)
-        ).one()
+        row = self._session.execute(self._mark, (user_id,)).one()
         return row is not None and row.kek_id == ERASED_MARK
 
     def erase(self, user_id: str) -> None:

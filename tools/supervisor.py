@@ -127,6 +127,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` different free ports (a private Kafka and Cassandra need several at once)."""
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return sorted(ports)
+
+
 def pid_file(log_dir: Path, name: str) -> Path:
     return log_dir / f"{name}.pid"
 

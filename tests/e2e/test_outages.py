@@ -15,6 +15,8 @@ import shutil
 import signal
 import time
 import uuid
+from parley import keys
+from schemas import sealing
 from schemas.sealing import open_text
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -36,6 +38,7 @@ from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import Event, GenerationCompleted, MessagePosted
 from tools import isolated
+from tools.supervisor import free_ports
 from tools.client import ApiError, ParleyClient, SseEvent, parse_sse
 
 DEADLINE = 120.0
@@ -52,17 +55,10 @@ ENV = {
 LOCAL = {"kafka": local_kafka, "cassandra": local_cassandra}
 
 
-def _free_ports(n: int) -> list[int]:
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(isolated.free_port())
-    return sorted(ports)
-
-
 @pytest.fixture(scope="module")
 def private_infra() -> Iterator[LocalInfraSettings]:
     """A Kafka and a Cassandra of this module only; stopped and deleted at its end."""
-    kafka_port, controller_port, cassandra_port, storage_port = _free_ports(4)
+    kafka_port, controller_port, cassandra_port, storage_port = free_ports(4)
     cfg = replace(
         from_env(LocalInfraSettings),
         data_dir=REPO_ROOT / ".data" / f"outage-{uuid.uuid4().hex[:8]}",
@@ -126,9 +122,12 @@ def outage(private_infra: LocalInfraSettings, tmp_path_factory: pytest.TempPathF
     cassandra = replace(from_env(CassandraSettings), hosts="127.0.0.1", port=private_infra.cassandra_port)
     kafka, cassandra = isolated.prepare(kafka, cassandra, "outage")
     inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("outage-logs"), ENV)
+    held = sealing.installed()
+    keys.install_from_env(inner.session)  # the data keys are on this Cassandra: the log the tests read opens with them
     try:
         yield Outage(private_infra, inner, inner.create_user("outage-user", "plus")[1])
     finally:
+        sealing.install(held)
         inner.stop()
         inner.session.cluster.shutdown()  # type: ignore[attr-defined]
 

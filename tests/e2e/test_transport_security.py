@@ -38,6 +38,7 @@ from parley.transport_security import kafka_config
 from schemas.events import TokenChunk
 from tests.e2e.conftest import E2E_ENV
 from tools import isolated
+from tools.supervisor import free_ports
 from tools.client import ParleyClient
 from tools.topology import SERVICES
 
@@ -53,17 +54,10 @@ class SecureStack:
     log_dir: Path
 
 
-def _free_ports(n: int) -> list[int]:
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(isolated.free_port())
-    return sorted(ports)
-
-
 @pytest.fixture(scope="module")
 def secure_infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalInfraSettings]:
     """A secure Kafka and Cassandra of this module only; stopped and deleted at its end."""
-    kafka_port, controller_port, cassandra_port, storage_port = _free_ports(4)
+    kafka_port, controller_port, cassandra_port, storage_port = free_ports(4)
     cfg = replace(
         from_env(LocalInfraSettings),
         data_dir=tmp_path_factory.mktemp("secure-infra"),
