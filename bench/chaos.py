@@ -279,7 +279,7 @@ def start_stack(infra: LocalInfraSettings, log_dir: Path) -> tuple[isolated.Isol
         Component("gateway-1", GATEWAY, by_name["gateway"], ports={"gateway_port": port}),
     ]
     _, w2 = isolated.add_worker(inner, WORKER_SMALL, "w2")
-    components.append(Component("w2", WORKER_SMALL, w2, extra_env={"PARLEY_WORKER_ENGINE_URL": _env_of(w2, "PARLEY_WORKER_ENGINE_URL"), "PARLEY_WORKER_ID": "w2"}))
+    components.append(Component("w2", WORKER_SMALL, w2, extra_env={"PARLEY_WORKER_ENGINE_URLS": _env_of(w2, "PARLEY_WORKER_ENGINE_URLS"), "PARLEY_WORKER_ID": "w2"}))
     port2 = free_port()
     g2 = inner.supervisor.start(GATEWAY, name="gateway-2", extra_env={"PARLEY_GATEWAY_PORT": str(port2)}, ports={"gateway_port": port2})
     inner.supervisor.wait_ready(g2)

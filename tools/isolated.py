@@ -81,7 +81,7 @@ def start(
         "PARLEY_CASSANDRA_PORT": str(cassandra.port),
         "PARLEY_KEYSPACE": cassandra.keyspace,
         "PARLEY_ENGINE_PORT": str(engine_port),
-        "PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{engine_port}",
+        "PARLEY_WORKER_ENGINE_URLS": f"http://127.0.0.1:{engine_port}",
         # The small pool's engine also writes summaries and titles: this stack's own, never a neighbour's.
         "PARLEY_CONTEXT_SUMMARY_URL": f"http://127.0.0.1:{engine_port}",
         "PARLEY_TITLER_ENGINE_URL": f"http://127.0.0.1:{engine_port}",
@@ -136,22 +136,31 @@ def add_worker(
     worker_id: str,
     extra_env: dict[str, str] | None = None,
     engine_env: dict[str, str] | None = None,
+    engines: int = 1,
 ) -> tuple[Child, Child]:
-    """One more engine (on a free port) and a worker driving it: a replica of ``worker``'s pool.
+    """``engines`` more engines (free ports) and one worker fronting them: replicas of ``worker``'s pool.
 
-    ``engine_env`` is the engine's own settings over the stack's (another backend, say)."""
-    port = free_port()
-    engine = stack.supervisor.start(
-        ENGINE,
-        name=f"engine-{worker_id}",
-        extra_env={**(engine_env or {}), "PARLEY_ENGINE_PORT": str(port)},
-        ports={"engine_port": port},
-    )
-    stack.supervisor.wait_ready(engine)
-    env = {"PARLEY_WORKER_ENGINE_URL": f"http://127.0.0.1:{port}", "PARLEY_WORKER_ID": worker_id, **(extra_env or {})}
+    With several engines the worker runs one group member per engine, ``<worker_id>.<n>``.
+    ``engine_env`` is the engines' own settings over the stack's (another backend, say).
+    Returns the first engine and the worker."""
+    started: list[Child] = []
+    urls: list[str] = []
+    for n in range(engines):
+        port = free_port()
+        name = f"engine-{worker_id}" if engines == 1 else f"engine-{worker_id}.{n}"
+        started.append(
+            stack.supervisor.start(
+                ENGINE, name=name, extra_env={**(engine_env or {}), "PARLEY_ENGINE_PORT": str(port)},
+                ports={"engine_port": port},
+            )
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    for engine in started:
+        stack.supervisor.wait_ready(engine)
+    env = {"PARLEY_WORKER_ENGINE_URLS": ",".join(urls), "PARLEY_WORKER_ID": worker_id, **(extra_env or {})}
     child = stack.supervisor.start(worker, name=worker_id, extra_env=env)
     stack.supervisor.wait_ready(child)
-    return engine, child
+    return started[0], child
 
 
 def drop(kafka: KafkaSettings, cassandra: CassandraSettings) -> None:

@@ -33,7 +33,7 @@ ENGINE = Service(
     health_url="http://127.0.0.1:{engine_port}/health",
 )
 def _worker(pool: str) -> Service:
-    # Locally every pool's worker drives the one CPU engine (PARLEY_WORKER_ENGINE_URL); in production each pool
+    # Locally every pool's worker drives the one CPU engine (PARLEY_WORKER_ENGINE_URLS); in production each pool
     # has its own engines, and more workers of a pool join its group.
     return Service(
         f"worker-{pool}",

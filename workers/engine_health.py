@@ -49,7 +49,7 @@ class EngineHealth:
             log.info("engine is healthy; taking requests", extra={"engine_url": self._engine_url})
         else:
             log.warning(
-                "engine is not healthy; not taking requests (check the engine at PARLEY_WORKER_ENGINE_URL)",
+                "engine is not healthy; not taking requests (check the engine at PARLEY_WORKER_ENGINE_URLS)",
                 extra={"engine_url": self._engine_url},
             )
         return healthy

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parley.errors import ConfigError
 from parley.settings import env
@@ -18,7 +18,12 @@ from schemas.catalog import POOLS
 @dataclass(frozen=True)
 class WorkerSettings:
     pool: str = env("PARLEY_WORKER_POOL", "small", f"Pool this worker serves: {' | '.join(POOLS)}")
-    engine_url: str = env("PARLEY_WORKER_ENGINE_URL", "http://127.0.0.1:30000", "Base URL of the engine (SGLang API)")
+    engine_urls: str = env(
+        "PARLEY_WORKER_ENGINE_URLS",
+        "http://127.0.0.1:30000",
+        "Base URLs of the engines (SGLang API) this worker fronts, comma-separated: each engine is its own"
+        " consumer-group member with its own heartbeat, so the router places conversations per engine replica",
+    )
     max_concurrency: int = env(
         "PARLEY_WORKER_MAX_CONCURRENCY",
         32,
@@ -77,6 +82,14 @@ class WorkerSettings:
     )
 
     def __post_init__(self) -> None:
+        urls = self.engine_url_list
+        if not urls:
+            raise ConfigError("PARLEY_WORKER_ENGINE_URLS names no engine")
+        bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+        if bad:
+            raise ConfigError(f"PARLEY_WORKER_ENGINE_URLS: {bad[0]!r} is not an http(s) URL")
+        if len(set(urls)) != len(urls):
+            raise ConfigError("PARLEY_WORKER_ENGINE_URLS names an engine twice")
         if self.pool not in POOLS:
             raise ConfigError(f"PARLEY_WORKER_POOL={self.pool!r} is not a pool; pools are {', '.join(POOLS)}")
         if self.max_concurrency < 1:
@@ -98,6 +111,31 @@ class WorkerSettings:
         if not self.worker_id:
             # Resolved here, at start-up, not at import: the pid is the running process's.
             object.__setattr__(self, "worker_id", f"{socket.gethostname()}-{os.getpid()}")
+
+    @property
+    def engine_url_list(self) -> list[str]:
+        return [u.strip().rstrip("/") for u in self.engine_urls.split(",") if u.strip()]
+
+    @property
+    def engine_url(self) -> str:
+        """The one engine of a replica's settings (``replicas``)."""
+        urls = self.engine_url_list
+        if len(urls) != 1:
+            raise ValueError("settings of several engines: take engine_url of each of replicas()")
+        return urls[0]
+
+    def replicas(self) -> list[WorkerSettings]:
+        """One settings per engine, with ids ``<worker_id>.<n>`` when there are several.
+
+        Each runs as its own member of the pool's consumer group (own partitions,
+        heartbeat and transactional id), so the router's placement, admission and
+        the KV-cache affinity it keeps are per engine replica, whichever process
+        fronts it: one worker per engine, or one for several.
+        """
+        urls = self.engine_url_list
+        if len(urls) == 1:
+            return [self]
+        return [replace(self, engine_urls=url, worker_id=f"{self.worker_id}.{n}") for n, url in enumerate(urls)]
 
     @property
     def group(self) -> str:

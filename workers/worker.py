@@ -1,4 +1,4 @@
-"""The inference worker process: Kafka in, one engine, Kafka out (DESIGN.md §1, ``workers/<pool>``).
+"""The inference worker process: Kafka in, its engines, Kafka out (DESIGN.md §1, ``workers/<pool>``).
 
     chat.inference.<pool> ──Intake (group workers.<pool>)──▶ Scheduler ──engine──▶ chat.tokens
                                            └─ TransactionalCommitter: offsets + chat.events, chat.usage
@@ -7,7 +7,9 @@
     every heartbeat_s ──▶ fleet.heartbeats
 
 Five loops share one event loop: intake, control, heartbeats, the committer's
-transactions, and the wait for a stop signal. The pure parts (template, coalescing, watermarks, cancel
+transactions, and the wait for a stop signal. A process that fronts several
+engines (``PARLEY_WORKER_ENGINE_URLS``) runs one ``run_worker`` per engine, each
+its own group member: a replica to the router (``run_replicas``). The pure parts (template, coalescing, watermarks, cancel
 memory, closing events) live in their own modules; this one only wires them.
 """
 
@@ -17,9 +19,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from dataclasses import replace
 
+from parley.errors import ConfigError
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings, from_env
 from schemas.catalog import inference_topic
@@ -184,20 +188,25 @@ async def _model_of(engine: EngineClient, worker: WorkerSettings, quiet: bool = 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers", description="Run one inference worker.")
     parser.add_argument("--pool", help="pool to serve (PARLEY_WORKER_POOL)")
-    parser.add_argument("--engine-url", help="engine base URL (PARLEY_WORKER_ENGINE_URL)")
+    parser.add_argument(
+        "--engine-url", action="append", help="an engine's base URL; repeat for several (PARLEY_WORKER_ENGINE_URLS)"
+    )
     parser.add_argument("--worker-id", help="stable worker id (PARLEY_WORKER_ID)")
     parser.add_argument("--max-concurrency", type=int, help="generations at once (PARLEY_WORKER_MAX_CONCURRENCY)")
     return parser.parse_args(argv)
 
 
-def settings_from(args: argparse.Namespace) -> WorkerSettings:
+def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> WorkerSettings:
     """Environment first, then the command line on top."""
-    worker = from_env(WorkerSettings)
+    environ = dict(os.environ) if environ is None else environ
+    if "PARLEY_WORKER_ENGINE_URL" in environ:  # renamed when workers learned to front several engines
+        raise ConfigError("PARLEY_WORKER_ENGINE_URL is now PARLEY_WORKER_ENGINE_URLS (a comma-separated list)")
+    worker = from_env(WorkerSettings, environ)
     overrides = {
         name: value
         for name, value in (
             ("pool", args.pool),
-            ("engine_url", args.engine_url),
+            ("engine_urls", ",".join(args.engine_url) if args.engine_url else None),
             ("worker_id", args.worker_id),
             ("max_concurrency", args.max_concurrency),
         )
@@ -206,13 +215,29 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
     return replace(worker, **overrides) if overrides else worker
 
 
+async def run_replicas(worker: WorkerSettings, kafka: KafkaSettings, stop: asyncio.Event) -> None:
+    """``run_worker`` for each engine of ``worker`` until ``stop``; one failing stops (drains) them all, then raises."""
+    tasks = [
+        asyncio.create_task(run_worker(replica, kafka, stop=stop), name=replica.worker_id)
+        for replica in worker.replicas()
+    ]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        stop.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        raise failures[0]
+
+
 async def serve(worker: WorkerSettings, kafka: KafkaSettings) -> None:
-    """``run_worker`` until SIGTERM or SIGINT."""
+    """Every engine's ``run_worker`` until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await run_worker(worker, kafka, stop=stop)
+    await run_replicas(worker, kafka, stop)
 
 
 def main(argv: list[str] | None = None) -> None:

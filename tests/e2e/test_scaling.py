@@ -115,3 +115,23 @@ async def test_a_second_context_builder_shares_the_partitions_and_turns_still_co
     finally:
         assert scaled.inner.supervisor.stop(extra) == 0
     assert len(wait_members(scaled, group, 1)) == 1
+
+
+async def test_one_worker_fronting_two_engines_is_two_replicas_to_the_router(scaled: RoutingStack) -> None:
+    """PARLEY_WORKER_ENGINE_URLS with two engines: two group members with their own partitions and
+    heartbeats, and new conversations placed on each engine; SIGTERM drains both and the process exits 0."""
+    from tools import isolated
+
+    _, scaled.workers["wm"] = isolated.add_worker(scaled.inner, WORKER_SMALL, "wm", engines=2)
+    wait_for_fleet(scaled.inner.kafka, {"w0": "small", "wm.0": "small", "wm.1": "small"})
+    client = scaled.client()
+    try:
+        done = scaled.completed(set(await turns(client, 18, "multi")))
+        assert {"wm.0", "wm.1"} <= {c.replica for c in done.values()}, "each engine of the one worker serves"
+        assert all(c.finish_reason in ("stop", "length") for c in done.values())
+    finally:
+        await client.close()
+    process = scaled.workers.pop("wm").process
+    process.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(process.wait, 60) == 0, "both replicas drained and left"
+    wait_for_fleet(scaled.inner.kafka, {"w0": "small"})

@@ -361,7 +361,7 @@ def engine_url() -> Iterator[str]:
 
 
 async def test_end_to_end_with_the_cpu_engine_over_http(engine_url: str, kafka: KafkaSettings) -> None:
-    settings = WorkerSettings(pool="small", worker_id=f"it-http-{uuid.uuid4().hex[:6]}", engine_url=engine_url)
+    settings = WorkerSettings(pool="small", worker_id=f"it-http-{uuid.uuid4().hex[:6]}", engine_urls=engine_url)
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(settings, kafka, stop=stop))  # engine=None: SGLangClient(engine_url)
     producer = EventProducer(kafka)

@@ -45,3 +45,35 @@ def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
 def test_every_setting_is_documented_under_the_worker_prefix() -> None:
     for name, _, doc in describe(WorkerSettings):
         assert name.startswith("PARLEY_WORKER_") and doc
+
+
+def test_one_process_fronting_several_engines_runs_a_replica_per_engine() -> None:
+    s = from_env(
+        WorkerSettings,
+        {"PARLEY_WORKER_ENGINE_URLS": "http://gpu-0:30000/, http://gpu-1:30000", "PARLEY_WORKER_ID": "w"},
+    )
+    replicas = s.replicas()
+    assert [(r.worker_id, r.engine_url) for r in replicas] == [("w.0", "http://gpu-0:30000"), ("w.1", "http://gpu-1:30000")]
+    assert {r.group for r in replicas} == {"workers.small"}  # one group: each engine is a member
+    with pytest.raises(ValueError, match="replicas"):
+        s.engine_url
+    single = from_env(WorkerSettings, {"PARLEY_WORKER_ID": "w"})
+    assert single.replicas() == [single] and single.worker_id == "w"
+
+
+@pytest.mark.parametrize(
+    ("urls", "problem"),
+    [("", "names no engine"), ("gpu-0:30000", "not an http"), ("http://a:1,http://a:1/", "twice")],
+)
+def test_bad_engine_lists_are_refused(urls: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=f"PARLEY_WORKER_ENGINE_URLS.*{problem}"):
+        from_env(WorkerSettings, {"PARLEY_WORKER_ENGINE_URLS": urls})
+
+
+def test_the_old_single_url_setting_is_refused_by_name() -> None:
+    from workers.worker import parse_args, settings_from
+
+    with pytest.raises(ConfigError, match="PARLEY_WORKER_ENGINE_URL is now PARLEY_WORKER_ENGINE_URLS"):
+        settings_from(parse_args([]), {"PARLEY_WORKER_ENGINE_URL": "http://x:1"})
+    both = settings_from(parse_args(["--engine-url", "http://a:1", "--engine-url", "http://b:1"]), {})
+    assert both.engine_url_list == ["http://a:1", "http://b:1"]
