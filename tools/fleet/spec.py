@@ -37,8 +37,11 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "infra" / "fleet" / "example.yam
 TRANSFER_BACKENDS = ("mooncake", "nixl")
 #: EAGLE3: a separately trained draft head; EAGLE: a draft in the checkpoint (DeepSeek's MTP/NextN layer).
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
-#: lpm (longest prefix match) keeps a conversation's turns on its cached prefix; fcfs is the fallback.
+#: lpm (longest prefix match) serves first the waiting requests that share most of a cached prefix; fcfs in order
+#: of arrival, the one that priority scheduling works with.
 SCHEDULE_POLICIES = ("lpm", "fcfs")
+#: SGLang asserts it at start-up (ServerArgs.check_server_args): priorities order only fcfs (or lof) queues.
+PRIORITY_POLICIES = ("fcfs",)
 ROUTER_POLICIES = ("cache_aware", "power_of_two", "round_robin", "random")
 
 #: More SGLang flags, by name without the dashes: a value, or None for a bare switch (tests check each).
@@ -138,7 +141,9 @@ class PoolSpec:
     ep: int = 1
     enable_dp_attention: bool = False
     schedule_policy: str = "lpm"
-    priority_scheduling: bool = True  # interactive turns before document jobs
+    # Requests that send a higher ``priority`` first (interactive turns before titles, summaries, document
+    # jobs); needs schedule_policy fcfs, so a pool chooses between it and lpm.
+    priority_scheduling: bool = False
     speculative: Speculative | None = None
     disaggregation: Disaggregation | None = None
     engines_per_worker: int = 1  # engine replicas (or routers) one Parley worker process fronts
@@ -310,6 +315,12 @@ def _check_pool(pool: PoolSpec, path: str) -> None:
     _port(f"{path}.port", pool.port)
     if pool.schedule_policy not in SCHEDULE_POLICIES:
         raise ConfigError(f"{path}.schedule_policy: {pool.schedule_policy!r} is not one of {SCHEDULE_POLICIES}")
+    if pool.priority_scheduling and pool.schedule_policy not in PRIORITY_POLICIES:
+        raise ConfigError(
+            f"{path}.priority_scheduling: SGLang orders priorities only under schedule_policy"
+            f" {' or '.join(PRIORITY_POLICIES)}, not {pool.schedule_policy!r} (it refuses to start);"
+            " choose one of the two for this pool"
+        )
     # A disaggregated pool's own shape is only what its sides inherit: the sides are checked, not it.
     for phase in pool.engines:
         _check_phase(pool, phase, path if phase.role == "engine" else f"{path}.disaggregation.{phase.role}")
