@@ -203,10 +203,13 @@ def _router(spec: FleetSpec, pool: PoolSpec, launch: sglang.Launch) -> list[Doc]
         list(launch.argv),
         ROUTER_SIZING,
         ports=[k.port("http", launch.port), k.port("metrics", sglang.ROUTER_METRICS_PORT)],
+        mounts=[k.mount("tmp", "/tmp")],
         readinessProbe=k.tcp_probe("http", period_s=5, failures=3),
         livenessProbe=k.tcp_probe("http", period_s=15, failures=4),
     )
-    pod = k.pod_spec([main], service_account=name, grace_s=30, automountServiceAccountToken=True)
+    pod = k.pod_spec(
+        [main], service_account=name, grace_s=30, volumes=[k.empty_dir("tmp", size="1Gi")], automountServiceAccountToken=True
+    )
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
