@@ -31,15 +31,21 @@ def fleet() -> None:
 def plan(
     spec_path: Path = typer.Option(None, "--spec", help=f"Fleet spec (default: {EXAMPLE.relative_to(EXAMPLE.parents[2])})"),
     out: Path = typer.Option(None, "--out", help="Write the manifests as a kustomize directory here"),
-    commands_only: bool = typer.Option(False, "--commands-only", help="Only the SGLang commands, as shell"),
+    commands_only: bool = typer.Option(False, "--commands-only", help="Only the SGLang commands, as a shell script"),
+    pool: str = typer.Option(None, "--pool", help="Only this pool's commands (with --commands-only)"),
 ) -> None:
     """Print each pool's SGLang commands, then the manifests that run them."""
     try:
         spec = load(spec_path)
     except ConfigError as exc:
         _fail(str(exc))
-    prefix = "" if commands_only else "# "
-    typer.echo("\n".join(prefix + line if line else prefix.rstrip() for line in commands(spec)))
+    if pool is not None and not commands_only:
+        _fail("--pool picks commands: give --commands-only too (the manifests are the whole fleet's)")
+    pools = [p for p in spec.pools if pool in (None, p.name)]
+    if not pools:
+        _fail(f"no pool {pool!r} in the spec; it has {', '.join(p.name for p in spec.pools)}")
+    for comment, line in commands(spec, pools):
+        typer.echo(line if comment or commands_only else f"# {line}".rstrip())
     if commands_only:
         return
     docs = _render(spec)
@@ -53,19 +59,19 @@ def plan(
     typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
 
 
-def commands(spec: FleetSpec) -> list[str]:
-    """Every pool's launches as readable shell lines, a header per launch."""
-    lines = [f"fleet {spec.name}: SGLang {spec.sglang_release} ({spec.images.sglang}), namespace {spec.namespace}", ""]
-    for pool in spec.pools:
+def commands(spec: FleetSpec, pools: list[PoolSpec]) -> list[tuple[bool, str]]:
+    """The pools' launches as (is a comment, line): a shell script, a header comment per launch."""
+    lines = [(True, f"# fleet {spec.name}: SGLang {spec.sglang_release} ({spec.images.sglang}), namespace {spec.namespace}")]
+    for pool in pools:
         for launch in sglang.launches(pool, namespace=spec.namespace):
-            lines.append(f"pool {pool.name} · {launch.role} · {_shape(pool, launch)}")
-            lines += _wrapped(launch.argv)
-            lines.append("")
-    if any(p.nodes_per_replica > 1 or any(e.nodes_per_replica > 1 for e in p.engines) for p in spec.pools):
-        lines.append(
-            f"{sglang.NODE_RANK} and {sglang.LEADER_ADDRESS} are set by Kubernetes in a LeaderWorkerSet;"
-            " on other hosts write the node's rank (0 on the leader) and the leader's address."
-        )
+            lines += [(True, ""), (True, f"# pool {pool.name} · {launch.role} · {_shape(pool, launch)}")]
+            lines += [(False, line) for line in _wrapped(launch.argv)]
+    if any(e.nodes_per_replica > 1 for p in pools for e in p.engines):
+        lines += [
+            (True, ""),
+            (True, f"# {sglang.NODE_RANK} and {sglang.LEADER_ADDRESS} are set by Kubernetes in a LeaderWorkerSet;"),
+            (True, "# on other hosts write the node's rank (0 on the leader) and the leader's address."),
+        ]
     return lines
 
 

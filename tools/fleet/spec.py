@@ -72,10 +72,10 @@ class Range:
 @dataclass(frozen=True)
 class Speculative:
     algorithm: str  # SPECULATIVE_ALGORITHMS
-    draft_model: str | None  # None: the draft is in the model's own checkpoint (EAGLE on DeepSeek's MTP head)
     num_steps: int  # draft steps per verification (--speculative-num-steps)
     eagle_topk: int  # branches kept per draft step (--speculative-eagle-topk)
     num_draft_tokens: int  # tokens verified per step (--speculative-num-draft-tokens)
+    draft_model: str | None = None  # None: the draft is in the model's own checkpoint (EAGLE on DeepSeek's MTP head)
 
 
 @dataclass(frozen=True)
@@ -379,16 +379,16 @@ def _check_phase(pool: PoolSpec, phase: Phase, path: str) -> None:
 
 
 def _check_workers(pool: PoolSpec, path: str) -> None:
-    """Workers beyond the partitions of their pool's topic would sit idle, and their engines with them."""
-    fronted = pool.disaggregation.router.replicas if pool.disaggregation else pool.replicas.max
-    workers = -(-fronted // pool.engines_per_worker)
+    """Each engine a worker fronts is its own member of the pool's consumer group (PARLEY_WORKER_ENGINE_URLS):
+    members beyond the partitions of the pool's topic get none, and their GPUs sit idle."""
+    dis = pool.disaggregation
+    fronted, what = (dis.router.replicas, "disaggregation.router.replicas") if dis else (pool.replicas.max, "replicas.max")
     topic = inference_topic(pool.name)
     partitions = TOPICS[topic].partitions
-    if workers > partitions:
-        what = "router replicas" if pool.disaggregation else "replicas.max"
+    if fronted > partitions:
         raise ConfigError(
-            f"{path}.engines_per_worker: {fronted} {what} / {pool.engines_per_worker} per worker = {workers} workers,"
-            f" more than the {partitions} partitions of {topic}; raise engines_per_worker"
+            f"{path}.{what}: {fronted} engines would each join workers.{pool.name}, more than the {partitions}"
+            f" partitions of {topic} (schemas/catalog.py) that share them out; raise the partitions first"
         )
 
 
