@@ -100,7 +100,7 @@ def _co_located(spec: FleetSpec, pool: PoolSpec, launch: sglang.Launch) -> list[
     metrics = [("metrics", k.METRICS_PORT), *((f"sglang-{slot}", p) for slot, p in enumerate(ports))]
     return [
         k.service_account(name, ns, label),
-        k.deployment(name, ns, label, pod, replicas=scaling.min, **strategy),
+        k.deployment(name, ns, label, pod, replicas=None, **strategy),
         k.service(name, ns, label, metrics),
         k.disruption_budget(name, ns, label),
         _lag_scaled(name, ns, label, k.target("Deployment", name), scaling, service, per * launch_concurrency(pool)),
@@ -133,7 +133,7 @@ def _multi_node(spec: FleetSpec, pool: PoolSpec, launch: sglang.Launch, at: str)
     scaling = _worker_scaling(pool, 1, pool.replicas.min, pool.replicas.max)
     return [
         k.service_account(name, ns, label),
-        _leader_worker_set(name, ns, label, leader, follower, launch.nodes, scaling.min),
+        _leader_worker_set(name, ns, label, leader, follower, launch.nodes),
         k.service(name, ns, label, [("metrics", k.METRICS_PORT), ("sglang", pool.port)], pods=_leaders(name)),
         k.disruption_budget(name, ns, label),
         _lag_scaled(name, ns, label, k.target("LeaderWorkerSet", name, LWS_API), scaling, service, launch_concurrency(pool)),
@@ -182,7 +182,7 @@ def _phase(spec: FleetSpec, pool: PoolSpec, phase: Phase, launch: sglang.Launch)
     }
     return [
         k.service_account(name, ns, label),
-        _leader_worker_set(name, ns, label, leader, follower, launch.nodes, scaling.min, annotations),
+        _leader_worker_set(name, ns, label, leader, follower, launch.nodes, annotations),
         k.service(name, ns, label, [("sglang", pool.port)], pods=_leaders(name)),
         k.scaled_object(
             name, ns, label, k.target("LeaderWorkerSet", name, LWS_API), scaling, [trigger],
@@ -248,7 +248,7 @@ def _router_workers(spec: FleetSpec, pool: PoolSpec) -> list[Doc]:
     scaling = _worker_scaling(pool, 1, 1, cap)
     return [
         k.service_account(name, ns, label),
-        k.deployment(name, ns, label, pod, replicas=scaling.min),
+        k.deployment(name, ns, label, pod, replicas=None),
         k.service(name, ns, label, [("metrics", k.METRICS_PORT)]),
         k.disruption_budget(name, ns, label),
         _lag_scaled(name, ns, label, k.target("Deployment", name), scaling, service, concurrency),
@@ -363,9 +363,9 @@ def _leaders(name: str) -> dict[str, str]:
 
 
 def _leader_worker_set(
-    name: str, ns: str, label: dict[str, str], leader: Doc, follower: Doc, size: int, replicas: int,
-    annotations: dict[str, str] | None = None,
+    name: str, ns: str, label: dict[str, str], leader: Doc, follower: Doc, size: int, annotations: dict[str, str] | None = None
 ) -> Doc:
+    """Groups of ``size`` pods, one per replica; how many is KEDA's to set (its ScaledObject), so left out here."""
     def template(pod: Doc) -> Doc:
         meta: Doc = {"labels": dict(label)}
         if annotations:
@@ -377,7 +377,6 @@ def _leader_worker_set(
         "kind": "LeaderWorkerSet",
         "metadata": k.meta(name, ns, label),
         "spec": {
-            "replicas": replicas,
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {
                 "size": size,

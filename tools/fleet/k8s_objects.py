@@ -175,18 +175,13 @@ def mount(name: str, path: str, *, read_only: bool = False) -> Doc:
     return {"name": name, "mountPath": path, "readOnly": read_only}
 
 
-def deployment(name: str, namespace: str, label: dict[str, str], pod: Doc, *, replicas: int, **strategy: Any) -> Doc:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(name, namespace, label),
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector(name)},
-            "template": {"metadata": {"labels": dict(label)}, "spec": pod},
-            **strategy,
-        },
-    }
+def deployment(name: str, namespace: str, label: dict[str, str], pod: Doc, *, replicas: int | None, **strategy: Any) -> Doc:
+    """``replicas`` None: the autoscaler's to set (written here, every apply would reset it to the floor)."""
+    spec: Doc = {} if replicas is None else {"replicas": replicas}
+    spec.update(
+        selector={"matchLabels": selector(name)}, template={"metadata": {"labels": dict(label)}, "spec": pod}, **strategy
+    )
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(name, namespace, label), "spec": spec}
 
 
 def service(

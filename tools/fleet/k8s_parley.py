@@ -281,7 +281,7 @@ def gateway(spec: FleetSpec) -> list[Doc]:
     }
     return [
         k.service_account(name, ns, label),
-        k.deployment(name, ns, label, pod, replicas=GATEWAY_SCALING.min, **strategy),
+        k.deployment(name, ns, label, pod, replicas=None, **strategy),
         k.service(name, ns, label, [("http", 8000)]),
         k.disruption_budget(name, ns, label),
         k.scaled_object(
@@ -328,7 +328,7 @@ def consumer(spec: FleetSpec, service: Service) -> list[Doc]:
     scaling = Scaling(min=plan.min_replicas, max=group_cap(service))
     return [
         k.service_account(name, ns, label),
-        k.deployment(name, ns, label, pod, replicas=scaling.min),
+        k.deployment(name, ns, label, pod, replicas=None),
         k.service(name, ns, label, [("metrics", k.METRICS_PORT)]),
         k.disruption_budget(name, ns, label),
         k.scaled_object(

@@ -114,10 +114,10 @@ def test_the_cap_from_the_topology_is_the_cap_of_the_reads_the_wirings_make_in_t
 
 def test_every_scaled_target_is_rendered_and_floors_do_not_pass_ceilings(fleet) -> None:
     _, docs = fleet
-    workloads = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet")}
+    workloads = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet")}
     for so in _of(docs, "ScaledObject").values():
         ref, s = so["spec"]["scaleTargetRef"], so["spec"]
-        assert (ref["kind"], ref["name"]) in workloads
+        assert "replicas" not in workloads[ref["kind"], ref["name"]]["spec"]  # KEDA's to set: an apply must not reset it
         assert 1 <= s["minReplicaCount"] <= s["maxReplicaCount"]
 
 
@@ -214,11 +214,12 @@ def test_gateway_scales_on_the_open_streams_gauge() -> None:
 
 @pytest.mark.xfail(strict=True, reason="parley/metrics.py has no gauge of the gateway's open streams yet (the lead adds it)")
 def test_the_gateways_scaling_gauge_is_exported() -> None:
-    from prometheus_client import REGISTRY
+    from prometheus_client import Gauge
 
-    import parley.metrics  # noqa: F401  (registers every series)
+    from parley import metrics
 
-    assert REGISTRY.get_sample_value(k8s_parley.OPEN_STREAMS) is not None
+    gauges = {family.name for series in vars(metrics).values() if isinstance(series, Gauge) for family in series.describe()}
+    assert k8s_parley.OPEN_STREAMS in gauges
 
 
 # ------------------------------------------------------------------ wiring
