@@ -343,7 +343,10 @@ def p50(values: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from parley import keys
+
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    keys.install_from_env()  # the audit opens what the stack sealed (same PARLEY_KEYS_KEYSPACE as its processes)
     run = uuid.uuid4().hex[:6]
     infra = start_private_kafka(run)
     inner = None

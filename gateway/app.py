@@ -212,7 +212,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)
         pressure.start()
         directory = Directory(cql)
-        auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s)
+        auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`

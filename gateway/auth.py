@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from gateway.directory import Directory
-from gateway.errors import Unauthorized
+from gateway.errors import Misdirected, Unauthorized
 from gateway.sessions import COOKIE, WebSessions
 from parley.errors import Unavailable
 from parley.users import hash_key
@@ -27,6 +27,7 @@ class Principal:
     org_id: str = ""
     role: str = "member"  # member | admin (of org_id)
     key_id: str = ""  # the API key it signed in with ("" for a session)
+    residency: str | None = None  # the organisation's home region label, if it set one
 
     @property
     def admin(self) -> bool:
@@ -62,8 +63,9 @@ class _Cache:
 
 
 class Authenticator:
-    def __init__(self, directory: Directory, cache_s: float, stale_s: float = 0.0) -> None:
+    def __init__(self, directory: Directory, cache_s: float, stale_s: float = 0.0, *, region: str = "") -> None:
         self._directory = directory
+        self._region = region
         self._keys = _Cache(cache_s, stale_s)
         self._users = _Cache(cache_s, stale_s)
         self.sessions: WebSessions | None = None  # the web page's sessions, set by the app
@@ -74,7 +76,7 @@ class Authenticator:
             found = await self.of_user(session.user_id)
             if found is None:
                 raise Unauthorized("this account can no longer sign in", code="session_expired")
-            return found
+            return self._in_region(found)
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
@@ -83,6 +85,15 @@ class Authenticator:
         found = await self._keys.get(digest, lambda: self._key_principal(digest))
         if found is None:
             raise Unauthorized("this API key is not valid", code="invalid_api_key")
+        return self._in_region(found)
+
+    def _in_region(self, found: Principal) -> Principal:
+        """An organisation homed elsewhere is served only there: its rows and log live in that region."""
+        if self._region and found.residency and found.residency != self._region:
+            raise Misdirected(
+                f"this organisation's data lives in region {found.residency!r}; send requests to that region",
+                headers={"Parley-Home-Region": found.residency},
+            )
         return found
 
     def forget(self, user_id: str | None, key_hashes: list[str]) -> None:
@@ -108,4 +119,4 @@ class Authenticator:
         org = await self._directory.org(user.org_id)
         if org is not None and org.disabled:
             return None
-        return Principal(user.user_id, user.tier, user.org_id, user.role, key_id)
+        return Principal(user.user_id, user.tier, user.org_id, user.role, key_id, org.residency if org else None)

@@ -17,16 +17,20 @@ class ApiError(Exception):
     #: The request field at fault, where one is (only OpenAI's error shape says it: ``openai_response``).
     param: str | None = None
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, status: int | None = None, retry_after: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.code
         self.status = status or self.status
         self.retry_after = retry_after
+        self.headers = headers or {}
 
     def response(self) -> JSONResponse:
         body: dict = {"error": {"code": self.code, "message": self.message}}
-        headers = {}
+        headers = dict(self.headers)
         if self.retry_after is not None:
             body["error"]["retry_after"] = self.retry_after
             headers["Retry-After"] = str(max(1, round(self.retry_after)))
@@ -61,6 +65,12 @@ class PayloadTooLarge(ApiError):
 
 class UnsupportedMediaType(ApiError):
     status, code = 415, "unsupported_media_type"
+
+
+class Misdirected(ApiError):
+    """421: the caller's data lives in another region (``Parley-Home-Region`` says which)."""
+
+    status, code = 421, "wrong_region"
 
 
 class Unprocessable(ApiError):

@@ -33,6 +33,12 @@ class GatewaySettings:
     broker_probe_s: float = env(
         "PARLEY_GATEWAY_BROKER_PROBE_S", 2.0, "Seconds between checks that Kafka answers (readiness, fast 503s)"
     )
+    region: str = env(
+        "PARLEY_GATEWAY_REGION",
+        "",
+        "Region this gateway serves (docs/multi-region.md): an organisation whose residency names another"
+        " is answered 421 with its home region; empty: one region, no check",
+    )
     drain_s: float = env(
         "PARLEY_GATEWAY_DRAIN_S",
         20.0,

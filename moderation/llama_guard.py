@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from moderation.categories import LLAMA_GUARD_3
 from moderation.classifier import ClassifierUnavailable, Scores
 from workers.engine_api import EngineClient, EngineError, GenerateRequest
+from workers.priority import GUARD
 
 #: The hazards the prompt lists, as the model card names them. S14 (code interpreter abuse) is left out:
 #: it concerns tool calls, which Parley's texts are not (a verdict naming it still parses).
@@ -95,7 +96,8 @@ class LlamaGuard:
     async def verdict(self, text: str) -> tuple[str, ...]:
         """The hazard codes Llama Guard gives ``text`` (greedy, so the same text gets the same verdict)."""
         request = GenerateRequest(
-            rid=f"guard-{uuid.uuid4().hex}", text=prompt(text), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0
+            rid=f"guard-{uuid.uuid4().hex}", text=prompt(text), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0,
+            priority=GUARD,
         )
         parts = []
         try:

@@ -17,6 +17,7 @@ import uuid
 
 from workers.chat_template import STOP
 from workers.engine_api import EngineClient, EngineError, GenerateRequest
+from workers.priority import BACKGROUND
 
 
 class WriterUnavailable(Exception):
@@ -53,7 +54,7 @@ class EngineWriter:
         # Greedy: the text is written once and read on many turns; no reason to sample.
         request = GenerateRequest(
             rid=f"{self._purpose}-{uuid.uuid4().hex}", text=prompt, max_new_tokens=max_tokens, temperature=0.0,
-            stop=(*STOP, *stop),
+            stop=(*STOP, *stop), priority=BACKGROUND,
         )
         parts: list[str] = []
         async for delta in self._engine.generate(request):

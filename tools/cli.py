@@ -41,6 +41,9 @@ from tools.audit_cli import audit_app  # noqa: E402  (its module holds the rende
 
 app.add_typer(audit_app, name="audit")
 app.add_typer(ops_app, name="ops")
+from tools.fleet_cli import app as fleet_app  # noqa: E402
+
+app.add_typer(fleet_app, name="fleet")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)

@@ -40,6 +40,7 @@ class GenerateRequest:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     json_schema: str | None = None  # structured output: the reply must match this JSON Schema
+    priority: int | None = None  # SGLang's request priority (higher first under --enable-priority-scheduling)
 
 
 @dataclass(frozen=True)

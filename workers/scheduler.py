@@ -27,6 +27,7 @@ from parley.logs import trace_context
 from parley.retry import retrying
 from schemas.endings import ENGINE_UNAVAILABLE
 from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
+from workers import priority
 from workers.chat_template import STOP, render_prompt
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
@@ -320,6 +321,7 @@ class Scheduler:
             presence_penalty=asked.presence_penalty or 0.0,
             frequency_penalty=asked.frequency_penalty or 0.0,
             json_schema=asked.json_schema,
+            priority=priority.of_turn(req),
         )
         coalescer = Coalescer(
             self._settings.coalesce_ms / 1000, self._settings.coalesce_tokens, start_chars=len(req.resume_text)

@@ -207,7 +207,10 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
         sampling["frequency_penalty"] = request.frequency_penalty
     if request.json_schema is not None:
         sampling["json_schema"] = request.json_schema
-    return {"text": request.text, "sampling_params": sampling, "stream": True, "rid": request.rid}
+    body = {"text": request.text, "sampling_params": sampling, "stream": True, "rid": request.rid}
+    if request.priority is not None:
+        body["priority"] = request.priority
+    return body
 
 
 class SGLangClient:

@@ -4,7 +4,7 @@ The event loop thread only tokenizes, validates and hands requests over; the
 batcher thread owns the model and runs one loop, SGLang style::
 
     take new requests and aborts from the inbox
-    admit waiting requests while the batch and the token budget allow
+    admit waiting requests (higher ``priority`` first) while the batch and the token budget allow
     if some were admitted: one prefill pass over all of them (left-padded)
     else: one decode pass over every running request together
     publish each request's progress; drop finished rows from the batch cache
@@ -186,7 +186,7 @@ class TorchBackend:
         while True:
             kind, arg = item
             if kind == "add":
-                self._waiting.append(arg)
+                self._enqueue(arg)
             elif kind == "abort":
                 self._abort({arg})
             else:
@@ -195,6 +195,12 @@ class TorchBackend:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
+
+    def _enqueue(self, seq: _Seq) -> None:
+        """Behind every waiting request of its priority or higher: first come, first served within one."""
+        priority = seq.state.request.priority
+        at = next((i for i, s in enumerate(self._waiting) if s.state.request.priority < priority), len(self._waiting))
+        self._waiting.insert(at, seq)
 
     def _abort(self, rids: set[str] | None) -> None:
         for seq in [s for s in self._waiting if rids is None or s.state.rid in rids]:

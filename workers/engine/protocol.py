@@ -137,6 +137,7 @@ class GenerateInput:
     text: str
     sampling: Sampling
     stream: bool
+    priority: int = 0  # higher is admitted first, as SGLang under --enable-priority-scheduling
 
 
 def parse_generate(body: Any) -> GenerateInput:
@@ -158,7 +159,15 @@ def parse_generate(body: Any) -> GenerateInput:
         rid = uuid.uuid4().hex
     elif not isinstance(rid, str) or not rid:
         raise InvalidRequest("`rid` must be a non-empty string.")
-    return GenerateInput(rid=rid, text=text, sampling=parse_sampling(body.get("sampling_params")), stream=bool(body.get("stream", False)))
+    priority = body.get("priority")
+    if priority is None:
+        priority = 0
+    elif type(priority) is not int:
+        raise InvalidRequest("`priority` must be an integer.")
+    return GenerateInput(
+        rid=rid, text=text, sampling=parse_sampling(body.get("sampling_params")),
+        stream=bool(body.get("stream", False)), priority=priority,
+    )
 
 
 def unsupported_message(name: str) -> str:

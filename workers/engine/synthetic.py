@@ -33,6 +33,7 @@ from workers.engine.prefix_cache import PrefixCache
 from workers.engine.protocol import GenerateInput, Progress
 from workers.engine.request import LoadSnapshot, RequestState, Throughput
 from workers.engine.settings import EngineSettings
+from workers.engine.slots import PrioritySlots
 from workers.engine.tokenizer import WordTokenizer
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class SyntheticBackend:
         self.context_length = settings.context_length
         self._tok = WordTokenizer()
         self._cache = PrefixCache(settings.synthetic_cache_tokens)
-        self._slots = asyncio.Semaphore(settings.max_batch)
+        self._slots = PrioritySlots(settings.max_batch)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._running: dict[str, int] = {}  # rid -> tokens it holds (prompt + generated)
         self._waiting = 0
@@ -169,7 +170,7 @@ class SyntheticBackend:
         try:
             self._waiting += 1
             try:
-                await self._slots.acquire()
+                await self._slots.acquire(state.request.priority)
             finally:
                 self._waiting -= 1
             admitted = True

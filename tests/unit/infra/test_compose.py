@@ -59,3 +59,39 @@ def test_every_service_of_the_topology_runs_in_compose() -> None:
             continue  # pools beyond small share the image; compose runs the small pool's worker
         assert service.name in services, service.name
         assert services[service.name]["command"][2:] == list(service.module_args), service.name
+
+
+def _enabled(services: dict, active: set[str]) -> set[str]:
+    """The Compose spec's rule: a service without profiles always runs, one with profiles only when one is active."""
+    return {name for name, s in services.items() if not s.get("profiles") or active & set(s["profiles"])}
+
+
+def _default_profiles() -> set[str]:
+    env = dict(line.split("=", 1) for line in (COMPOSE.parent / ".env").read_text().splitlines() if line and not line.startswith("#"))
+    return set(env["COMPOSE_PROFILES"].split(","))
+
+
+def test_the_gpu_profile_swaps_the_small_pools_engine_behind_the_same_worker() -> None:
+    services = _compose()["services"]
+    serving = {}
+    for label, active in (("default", _default_profiles()), ("gpu", {"gpu"})):
+        enabled = _enabled(services, active)
+        small = [n for n in enabled if "engine-small" in services[n].get("networks", {}).get("default", {}).get("aliases", [])]
+        assert len(small) == 1, f"{label}: one engine answers as engine-small, not {small}"
+        assert {"worker-small", "titler", "gateway"} <= enabled
+        serving[label] = small[0]
+    assert serving == {"default": "engine", "gpu": "sglang-small"}
+    for name in ("worker-small", "titler"):
+        env = services[name]["environment"]
+        urls = env.get("PARLEY_WORKER_ENGINE_URLS") or env.get("PARLEY_TITLER_ENGINE_URL")
+        assert urls == "http://engine-small:30000", name
+    sglang = services["sglang-small"]
+    assert sglang["image"].startswith("lmsysorg/sglang:")
+    assert sglang["command"][:3] == ["python3", "-m", "sglang.launch_server"]
+    assert sglang["command"][sglang["command"].index("--port") + 1] == "30000"
+    assert sglang["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    from tests.unit.tools.test_fleet_flags import SERVER, problems
+    from tools.fleet.spec import load
+
+    assert problems(tuple(sglang["command"]), SERVER["flags"]) == [], "flags of the pinned SGLang release"
+    assert sglang["image"] == load().images.sglang, "the image of the fleet spec's release"
