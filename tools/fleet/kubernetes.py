@@ -50,9 +50,9 @@ def render(spec: FleetSpec) -> list[Doc]:
 
 def dashboard(namespace: str) -> Doc:
     """infra/grafana/parley.json as a ConfigMap the Grafana sidecar loads (label ``grafana_dashboard``)."""
-    body = json.dumps(json.loads(DASHBOARD.read_text()), indent=1)
     label = {**k.labels("dashboard", "dashboard"), "grafana_dashboard": "1"}
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": k.meta("parley-dashboard", namespace, label), "data": {"parley.json": body}}
+    meta = k.meta("parley-dashboard", namespace, label)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"parley.json": DASHBOARD.read_text()}}
 
 
 def file_name(doc: Doc) -> str:
