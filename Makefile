@@ -40,6 +40,7 @@ run: setup
 	$(BIN)/parley run
 
 test: setup
+	bash tools/fleet/install_kubeconform.sh
 	$(BIN)/python -m pytest -q
 
 test-unit: install

@@ -346,12 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     from parley import keys
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    keys.install_from_env()  # the audit opens what the stack sealed (same PARLEY_KEYS_KEYSPACE as its processes)
+    # One keys keyspace for this process and the stack's (they inherit the environment), as the tests do:
+    # the audit opens what the stack sealed.
+    os.environ.setdefault("PARLEY_KEYS_KEYSPACE", "bench_keys")
     run = uuid.uuid4().hex[:6]
     infra = start_private_kafka(run)
     inner = None
     try:
-        inner, components, urls = start_stack(infra, infra.data_dir / "logs")
+        inner, components, urls = start_stack(infra, infra.data_dir / "logs")  # migrates the keys keyspace
+        keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]
         chaos = Chaos(inner, infra, components)
         clients = Clients(urls, key)

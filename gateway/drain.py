@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway import replies
+from parley.metrics import OPEN_STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class Drain:
     def stream(self, on_cut: Callable[[], None]) -> Any:
         """Count a live stream for as long as the block runs; ``on_cut`` stops its source at the deadline."""
         self._live += 1
+        OPEN_STREAMS.inc()
         self._idle.clear()
         self._on_cut.add(on_cut)
         if self._cut.is_set():
@@ -61,6 +63,7 @@ class Drain:
         finally:
             self._on_cut.discard(on_cut)
             self._live -= 1
+            OPEN_STREAMS.dec()
             if self._live == 0:
                 self._idle.set()
 

@@ -71,6 +71,9 @@ CLIENT_TTFT = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 HTTP_REQUESTS = Counter("parley_http_requests", "Gateway responses", ["route", "method", "status"])
+OPEN_STREAMS = Gauge(
+    "parley_gateway_open_streams", "Reply streams (SSE) this gateway serves now: what its autoscaler targets per pod"
+)
 TOKEN_RECORDS_READ = Counter(
     "parley_gateway_token_records_read",
     "chat.tokens records the gateway's reader fetched and decoded, by whether the partition is this gateway's own "

@@ -39,9 +39,19 @@ def _coerce(raw: str, like: Any) -> Any:
     return raw
 
 
+#: Settings that were renamed or removed → what to set instead. Still set, they stop the process:
+#: a deployment's old name must not be silently ignored.
+RETIRED = {
+    "PARLEY_WORKER_ENGINE_URL": "PARLEY_WORKER_ENGINE_URLS (a comma-separated list of engines)",
+}
+
+
 def from_env(cls: type[T], environ: dict[str, str] | None = None) -> T:
-    """Build ``cls`` from the environment; unset variables keep their default."""
+    """Build ``cls`` from the environment; unset variables keep their default, retired ones are refused."""
     source = os.environ if environ is None else environ
+    for old, instead in RETIRED.items():
+        if old in source:
+            raise ConfigError(f"{old} is no longer read: set {instead}")
     values = {}
     for f in fields(cls):  # type: ignore[arg-type]
         name = f.metadata["env"]

@@ -45,7 +45,10 @@ def plan(
     if not pools:
         _fail(f"no pool {pool!r} in the spec; it has {', '.join(p.name for p in spec.pools)}")
     for comment, line in commands(spec, pools):
-        typer.echo(line if comment or commands_only else f"# {line}".rstrip())
+        if commands_only:
+            typer.echo(line)
+        else:  # before the manifests every line stays a YAML comment, blank ones too
+            typer.echo(line if comment and line else f"# {line}".rstrip())
     if commands_only:
         return
     docs = _render(spec)
@@ -103,11 +106,13 @@ def _wrapped(argv: tuple[str, ...]) -> list[str]:
 
 
 def _render(spec: FleetSpec) -> list[dict]:
+    from tools.fleet.kubernetes import render
+
     try:
-        from tools.fleet.kubernetes import render
-    except ImportError:
-        _fail("the manifests need tools/fleet/kubernetes.py, which is not in this checkout (--commands-only works)")
-    return render(spec)
+        return render(spec)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable: _fail exits
 
 
 def _fail(message: str) -> None:

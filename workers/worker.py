@@ -19,11 +19,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 from dataclasses import replace
 
-from parley.errors import ConfigError
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings, from_env
 from schemas.catalog import inference_topic
@@ -198,9 +196,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> WorkerSettings:
     """Environment first, then the command line on top."""
-    environ = dict(os.environ) if environ is None else environ
-    if "PARLEY_WORKER_ENGINE_URL" in environ:  # renamed when workers learned to front several engines
-        raise ConfigError("PARLEY_WORKER_ENGINE_URL is now PARLEY_WORKER_ENGINE_URLS (a comma-separated list)")
     worker = from_env(WorkerSettings, environ)
     overrides = {
         name: value

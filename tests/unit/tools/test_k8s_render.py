@@ -212,7 +212,6 @@ def test_gateway_scales_on_the_open_streams_gauge() -> None:
     assert so["minReplicaCount"] >= 2
 
 
-@pytest.mark.xfail(strict=True, reason="parley/metrics.py has no gauge of the gateway's open streams yet (the lead adds it)")
 def test_the_gateways_scaling_gauge_is_exported() -> None:
     from prometheus_client import Gauge
 

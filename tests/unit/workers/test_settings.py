@@ -73,7 +73,7 @@ def test_bad_engine_lists_are_refused(urls: str, problem: str) -> None:
 def test_the_old_single_url_setting_is_refused_by_name() -> None:
     from workers.worker import parse_args, settings_from
 
-    with pytest.raises(ConfigError, match="PARLEY_WORKER_ENGINE_URL is now PARLEY_WORKER_ENGINE_URLS"):
+    with pytest.raises(ConfigError, match="PARLEY_WORKER_ENGINE_URL is no longer read: set PARLEY_WORKER_ENGINE_URLS"):
         settings_from(parse_args([]), {"PARLEY_WORKER_ENGINE_URL": "http://x:1"})
     both = settings_from(parse_args(["--engine-url", "http://a:1", "--engine-url", "http://b:1"]), {})
     assert both.engine_url_list == ["http://a:1", "http://b:1"]
