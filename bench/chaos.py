@@ -40,6 +40,7 @@ import httpx
 from infra.local import jvm, kafka as local_kafka, stack as local_stack
 from infra.local.settings import LocalInfraSettings
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
+from schemas import sealing
 from tools import isolated
 from tools.audit_sources import run_audit
 from tools.client import SseEvent, parse_sse, reply_text
@@ -395,7 +396,7 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) ->
             "SELECT content FROM messages WHERE conversation_id = %s AND message_id = %s",
             (uuid.UUID(t.cid), uuid.UUID(t.reply_id)),
         ).one()
-        stored = "" if row is None or row.content is None else row.content
+        stored = "" if row is None or row.content is None else sealing.open_text(row.content)
         if stored == t.text:
             found["equal"] += 1
         elif stored.endswith(t.text):
