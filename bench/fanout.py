@@ -23,7 +23,8 @@ process's CPU (cores busy over the step; the gateway's also as µs per chunk),
 the load generator's (producer, readers, baseline) included: all of it shares
 the machine's cores.
 
-The knee (the largest N that met the bar, every smaller step meeting it too) goes
+The knee (the largest N that met the bar, every smaller step meeting it too or
+missing it with the baseline: the machine, not the gateway) goes
 to ``bench/results/fanout.json`` (bench/results.py): the streams per gateway
 process ``parley capacity`` sizes gateways by.
 
@@ -451,13 +452,15 @@ def passed(r: Result) -> bool:
 
 
 def knee(results: list[Result]) -> Result | None:
-    """The largest step that met the bar with every smaller step meeting it too (a lucky step above a failed one
-    is noise, not capacity)."""
+    """The largest step that met the bar with every smaller step meeting it too, or saying nothing: a step whose
+    baseline missed the bar as well is the machine stalling every reader, not the gateway. (A lucky step above
+    one the gateway failed is noise, not capacity.)"""
     best = None
     for r in sorted(results, key=lambda r: r.n):
-        if not passed(r):
+        if passed(r):
+            best = r
+        elif pct(r.baseline.tolist(), 0.99) < LAG_BAR_S:
             break
-        best = r
     return best
 
 
@@ -465,7 +468,7 @@ def record_knee(results: list[Result], rate: float) -> None:
     """bench/results/fanout.json: the streams per gateway process the capacity planner sizes gateways by."""
     k = knee(results)
     if k is None:
-        print("no step met the bar from the smallest up: bench/results/fanout.json not written", flush=True)
+        print("no step met the bar before the gateway missed it: bench/results/fanout.json not written", flush=True)
         return
     record(
         "fanout",

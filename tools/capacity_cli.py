@@ -191,16 +191,18 @@ def render(out: Console, inputs: Inputs, p: Plan, readings: measured_files.Readi
 
 
 def _from(readings: measured_files.Readings, *fields: str) -> str:
-    parts = []
+    """The measured figures behind a row, with the file and the day each was measured."""
+    by_file: dict[str, list[str]] = {}
     for s in measured_files.SOURCES:
         if s.field not in fields:
             continue
-        result = readings.results.get(s.bench)
         value = getattr(readings.measured, s.field)
-        if result is None or value is None:
+        if value is None:
             return f"not measured: bench.{s.bench} (below)"
-        parts.append(f"{_n(value)} {s.meaning} (bench/results/{s.bench}.json, {result.date[:10]})")
-    return "; ".join(parts)
+        by_file.setdefault(s.bench, []).append(f"{_n(value)} {s.meaning}")
+    return "; ".join(
+        f"{', '.join(parts)} (bench/results/{bench}.json, {readings.results[bench].date[:10]})" for bench, parts in by_file.items()
+    )
 
 
 def render_parley(out: Console, inputs: Inputs, p: Plan, readings: measured_files.Readings) -> None:
@@ -228,5 +230,6 @@ def render_parley(out: Console, inputs: Inputs, p: Plan, readings: measured_file
     for bench, problem in readings.problems.items():
         out.print(f"[yellow]bench.{bench}:[/] {problem}", highlight=False)
     for bench, result in readings.results.items():
-        out.print(f"bench/results/{bench}.json: {result.date}, {result.host_cores} cores, commit {result.git_commit[:12]}: "
-                  f"{result.command}", highlight=False)
+        commit = result.git_commit[:12] + (" with uncommitted changes" if result.git_commit.endswith("-dirty") else "")
+        out.print(f"bench/results/{bench}.json: {result.date}, {result.host_cores} cores, commit {commit}: {result.command}",
+                  highlight=False)

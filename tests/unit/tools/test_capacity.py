@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from bench import fanout
 from bench.results import record
 from moderation.settings import ModerationSettings
 from schemas.catalog import TOPICS
@@ -293,3 +295,14 @@ def test_a_recorded_result_reads_back_with_where_it_came_from(tmp_path: Path) ->
         "fanout", {"streams_per_gateway": 300.0}, {"lag_p99_ms": 20.0}, "python -m bench.fanout")
     assert result.host_cores >= 1 and result.date[:2] == "20" and result.git_commit
     assert measured.read(tmp_path).measured.streams_per_gateway == 300.0
+
+
+def test_the_gateways_knee_is_the_last_step_it_met_the_bar_at_before_failing_it_alone() -> None:
+    def step(n: int, gateway_ms: float, baseline_ms: float) -> fanout.Result:
+        return fanout.Result(n=n, lags=array("d", [gateway_ms / 1000]), baseline=array("d", [baseline_ms / 1000]))
+
+    assert fanout.knee([step(100, 20, 10), step(200, 90, 10), step(300, 150, 10)]).n == 200  # type: ignore[union-attr]
+    assert fanout.knee([step(100, 20, 10), step(200, 150, 10), step(300, 50, 10)]).n == 100  # type: ignore[union-attr]
+    # The machine stalled every reader at 100 (the baseline too): that step says nothing about the gateway.
+    assert fanout.knee([step(100, 500, 560), step(150, 50, 30), step(200, 400, 40)]).n == 150  # type: ignore[union-attr]
+    assert fanout.knee([step(100, 300, 10), step(200, 50, 10)]) is None
