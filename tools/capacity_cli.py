@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -124,7 +124,7 @@ def _n(x: float) -> str:
 
 def to_json(inputs: Inputs, p: Plan, readings: measured_files.Readings) -> dict:
     return {
-        "inputs": asdict(replace(inputs, measured=readings.measured)),
+        "inputs": asdict(inputs),
         "average_messages_per_s": p.average_messages_per_s,
         "peak_messages_per_s": p.peak_messages_per_s,
         "output_tokens_per_s": p.output_tokens_per_s,
@@ -135,7 +135,7 @@ def to_json(inputs: Inputs, p: Plan, readings: measured_files.Readings) -> dict:
         "gpus_after_redundancy": p.gpus_after,
         "gpu_hours_per_day": p.gpu_hours_per_day,
         "usd_per_day": p.usd_per_day,
-        "pools": [{**asdict(pool), "gpus_before": pool.gpus_before, "gpus_after": pool.gpus_after} for pool in p.pools],
+        "pools": [{**asdict(pool), "gpus_after": pool.gpus_after} for pool in p.pools],
         "topics": [asdict(t) for t in p.topics],
         "parley": {**asdict(p.parley), "cassandra_nodes": p.parley.cassandra_nodes},
         "measured_from": {

@@ -113,15 +113,12 @@ class PoolPlan:
     concurrent_generations: float  # at peak (Little's law)
     decode_gpus: float
     prefill_gpus: float
+    gpus_before: int  # whole GPUs before redundancy: per role when disaggregated, for both together when not
     decode_gpus_after: int  # disaggregated: the decode GPUs; colocated: every GPU of the pool
     prefill_gpus_after: int  # disaggregated: the prefill GPUs; colocated: 0 (they share the decode GPUs)
     streams_per_decode_gpu: float  # the batch each decode GPU holds at the SLO's tokens/s per stream
     one_prompt_prefill_s: float  # the uncached part of one prompt at one GPU's prefill rate (vs the TTFT SLO)
     replicas: int  # engine replicas (gpus_per_replica each), a worker each: chat.inference.<pool> partitions
-
-    @property
-    def gpus_before(self) -> int:
-        return math.ceil(self.decode_gpus) + math.ceil(self.prefill_gpus)
 
     @property
     def gpus_after(self) -> int:
@@ -192,17 +189,22 @@ class Plan:
         return self.gpu_hours_per_day * self.gpu_hour_usd
 
 
+def _whole(need: float) -> int:
+    """Whole units for ``need`` (a hair of float error above an integer is not another unit)."""
+    return math.ceil(need - 1e-9)
+
+
 def _with_redundancy(need: float, inputs: Inputs) -> int:
     """Whole GPUs for ``need``: the headroom on top, then N+1 replicas; none for no need."""
     if need <= 0:
         return 0
-    return math.ceil(need * (1 + inputs.headroom) - 1e-9) + inputs.spare_replicas * inputs.gpus_per_replica
+    return _whole(need * (1 + inputs.headroom)) + inputs.spare_replicas * inputs.gpus_per_replica
 
 
 def _instances(rate_per_s: float, per_instance_per_s: float | None, inputs: Inputs) -> int | None:
     if per_instance_per_s is None or per_instance_per_s <= 0:
         return None
-    return max(1, math.ceil(rate_per_s * (1 + inputs.headroom) / per_instance_per_s - 1e-9))
+    return max(1, _whole(rate_per_s * (1 + inputs.headroom) / per_instance_per_s))
 
 
 def pool_plan(pool: str, share: float, peak_per_s: float, inputs: Inputs) -> PoolPlan:
@@ -212,8 +214,10 @@ def pool_plan(pool: str, share: float, peak_per_s: float, inputs: Inputs) -> Poo
     decode_rate, prefill_rate = inputs.decode_tokens_per_gpu[pool], inputs.prefill_tokens_per_gpu[pool]
     decode_gpus, prefill_gpus = output / decode_rate, prefill / prefill_rate
     if inputs.disaggregated:
+        before = _whole(decode_gpus) + _whole(prefill_gpus)
         decode_after, prefill_after = _with_redundancy(decode_gpus, inputs), _with_redundancy(prefill_gpus, inputs)
     else:  # one GPU does both, its time shared between them
+        before = _whole(decode_gpus + prefill_gpus)
         decode_after, prefill_after = _with_redundancy(decode_gpus + prefill_gpus, inputs), 0
     return PoolPlan(
         pool=pool,
@@ -223,6 +227,7 @@ def pool_plan(pool: str, share: float, peak_per_s: float, inputs: Inputs) -> Poo
         concurrent_generations=messages * (inputs.ttft_s + inputs.output_tokens / inputs.stream_tokens_per_s),
         decode_gpus=decode_gpus,
         prefill_gpus=prefill_gpus,
+        gpus_before=before,
         decode_gpus_after=decode_after,
         prefill_gpus_after=prefill_after,
         streams_per_decode_gpu=decode_rate / inputs.stream_tokens_per_s,

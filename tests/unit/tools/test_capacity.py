@@ -200,9 +200,9 @@ def test_prefill_counts_only_what_the_cache_misses_and_disaggregation_rounds_eac
     colocated = plan(seed_004(**base)).pools[0]
     assert colocated.prefill_tokens_per_s == pytest.approx(10 * 2000 * 0.25)
     assert (colocated.decode_gpus, colocated.prefill_gpus) == (pytest.approx(1.5), pytest.approx(2.5))
-    assert (colocated.decode_gpus_after, colocated.prefill_gpus_after) == (4, 0)  # ceil(1.5 + 2.5): GPUs shared
+    assert (colocated.gpus_before, colocated.decode_gpus_after, colocated.prefill_gpus_after) == (4, 4, 0)  # GPUs shared
     split = plan(seed_004(**base, disaggregated=True)).pools[0]
-    assert (split.decode_gpus_after, split.prefill_gpus_after) == (2, 3)  # each role its own whole GPUs
+    assert (split.gpus_before, split.decode_gpus_after, split.prefill_gpus_after) == (5, 2, 3)  # each role whole GPUs
     assert colocated.one_prompt_prefill_s == pytest.approx(500 / 2000)
 
 
