@@ -23,6 +23,11 @@ process's CPU (cores busy over the step; the gateway's also as µs per chunk),
 the load generator's (producer, readers, baseline) included: all of it shares
 the machine's cores.
 
+The knee (the largest N that met the bar, every smaller step meeting it too or
+missing it with the baseline: the machine, not the gateway) goes
+to ``bench/results/fanout.json`` (bench/results.py): the streams per gateway
+process ``parley capacity`` sizes gateways by.
+
 Run: `python -m bench.fanout [--streams 100,500,1000,2000] [--rate 30] [--seconds S] [--readers R]`
 with Kafka and Cassandra up (`make infra`).
 """
@@ -50,6 +55,7 @@ import httpx
 from confluent_kafka import Producer, TopicPartition
 
 from bench.load import TICK, cpu_seconds, pct
+from bench.results import record, this_command
 from infra.local import stack as infra_stack
 from infra.local.settings import LocalInfraSettings
 from parley import ids
@@ -441,6 +447,46 @@ def report(r: Result) -> None:
 # ------------------------------------------------------------------ the run
 
 
+def passed(r: Result) -> bool:
+    return pct(r.lags.tolist(), 0.99) < LAG_BAR_S and not r.wrong_streams and not r.failed
+
+
+def knee(results: list[Result]) -> Result | None:
+    """The largest step that met the bar with every smaller step meeting it too, or saying nothing: a step whose
+    baseline missed the bar as well is the machine stalling every reader, not the gateway. (A lucky step above
+    one the gateway failed is noise, not capacity.)"""
+    best = None
+    for r in sorted(results, key=lambda r: r.n):
+        if passed(r):
+            best = r
+        elif pct(r.baseline.tolist(), 0.99) < LAG_BAR_S:
+            break
+    return best
+
+
+def record_knee(results: list[Result], rate: float) -> None:
+    """bench/results/fanout.json: the streams per gateway process the capacity planner sizes gateways by."""
+    k = knee(results)
+    if k is None:
+        print("no step met the bar before the gateway missed it: bench/results/fanout.json not written", flush=True)
+        return
+    record(
+        "fanout",
+        {
+            "streams_per_gateway": k.n,
+            "chunks_per_stream_per_s": rate,
+            "chunks_per_s": k.delivered / k.seconds,
+            "lag_p99_ms": pct(k.lags.tolist(), 0.99) * 1000,
+            "gateway_cores": k.cpu.get("gateway", 0.0),
+            "gateway_us_per_chunk": k.cpu.get("gateway", 0.0) * k.seconds / k.delivered * 1e6 if k.delivered else 0.0,
+            "gateway_waiting_for_a_core": k.gateway_waited,
+            "machine_cores_busy": k.cpu.get("machine", 0.0),
+        },
+        baseline={"lag_p99_ms": pct(k.baseline.tolist(), 0.99) * 1000, "lag_bar_ms": LAG_BAR_S * 1000},
+        command=this_command(),
+    )
+
+
 async def _conversations(url: str, key: str, n: int) -> list[str]:
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, limits=limits, timeout=60) as http:
@@ -493,9 +539,10 @@ def main() -> None:
                 result = run_step(stack, key, user_id, cids[:n], args.rate, args.seconds, args.readers, pids)
                 report(result)
                 results.append(result)
-            ok = [r.n for r in results if pct(r.lags.tolist(), 0.99) < LAG_BAR_S and not r.wrong_streams and not r.failed]
+            ok = [r.n for r in results if passed(r)]
             print(f"streams with lag p99 < {LAG_BAR_S * 1000:.0f} ms and every chunk delivered: "
                   f"{', '.join(map(str, ok)) or 'none of the steps'}")
+            record_knee(results, args.rate)
         finally:
             stack.stop()
             isolated.drop(kafka, cassandra)

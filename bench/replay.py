@@ -22,7 +22,9 @@ cancels, sheds, cache hits) to prefixed topics on the running Kafka, then:
 - replay of the same log written sealed (DESIGN.md §12: every content field encrypted under its
   user's data key) against it written plain, alternating: what opening the content costs a replay.
 
-Topics and keyspaces are dropped afterwards.
+Topics and keyspaces are dropped afterwards. The rebuild's writes/s and the projection's writes per
+posted message (and the share the gateway writes through as well) go to ``bench/results/replay.json``
+(bench/results.py), beside the driver's ceiling: ``parley capacity`` sizes Cassandra's writes by them.
 
 Run: `python -m bench.replay [--conversations N] [--turns T]` with Kafka and Cassandra up.
 """
@@ -41,6 +43,7 @@ from cassandra.concurrent import execute_concurrent, execute_concurrent_with_arg
 from cassandra.query import BatchStatement, BatchType
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from bench.results import record, this_command
 from parley.cassandra import connect
 from parley.consumer import poll_batch
 from parley.kafka import EventProducer
@@ -122,6 +125,16 @@ def projected(events: list[ev.Event]) -> list[Write]:
         out += writes_for(state, e)
         states[cid] = apply(state, e)
     return out
+
+
+#: The events the gateway appends and writes the rows of itself before the materializer does (gateway/store.py
+#: ``write_through``, from an empty state): those rows are written twice in production.
+WRITTEN_THROUGH = (ev.ConversationCreated, ev.MessagePosted, ev.GenerationRequested)
+
+
+def written_through(events: list[ev.Event]) -> int:
+    """Writes the gateway's write-through makes for ``events``."""
+    return sum(len(writes_for(empty(e.conversation_id), e)) for e in events if isinstance(e, WRITTEN_THROUGH))  # type: ignore[attr-defined]
 
 
 def ceiling(cassandra: CassandraSettings, writes: list[Write]) -> tuple[float, float]:
@@ -251,6 +264,21 @@ def main() -> None:
         print(f"rebuild / ceiling ratio: {written / batched:.2f} (batched)  {written / one_by_one:.2f} (one at a time)")
         live = live_rate(cassandra, min(LIVE_CONVERSATIONS, args.conversations), args.turns)
         print(f"materializer core, one event at a time (no faust): {live:,.0f} messages/s")
+        chat_events = [s.event for s in sent if s.topic == "chat.events"]
+        posted = sum(isinstance(e, ev.MessagePosted) for e in chat_events)
+        per_message, through = report.writes / posted, written_through(chat_events) / posted
+        print(f"per posted message: {per_message:.2f} projection writes, of which the gateway writes {through:.2f} too")
+        record(
+            "replay",
+            {
+                "rebuild_writes_per_s": written, "rebuild_events_per_s": report.events_per_s, "replay_events_per_s": rep,
+                "materializer_core_events_per_s": live,
+                "projection_writes_per_message": per_message, "write_through_writes_per_message": through,
+            },
+            baseline={"driver_batched_writes_per_s": batched, "driver_one_by_one_writes_per_s": one_by_one,
+                      "raw_consume_events_per_s": raw},
+            command=this_command(),
+        )
         encryption(sent, args.rounds)
     finally:
         isolated.drop(kafka, cassandra)
