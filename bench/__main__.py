@@ -2,19 +2,23 @@
 
 codec, router_sim and moderation are in-process; engine starts the CPU engine with its default model (no
 Kafka); pipeline, router_stack, load, gateways, fanout, ingest and moderation_stack start isolated stacks (fanout: the gateway
-alone) on the running Kafka and Cassandra; retrieval writes its labelled set into Cassandra (a few minutes in all).
+alone) on the running Kafka and Cassandra; retrieval writes its labelled set into Cassandra; processors starts one
+processor process at a time on an isolated namespace; storage rebuilds into scratch keyspaces and flushes them with
+nodetool (a few minutes in all). fanout, processors, replay and storage also rewrite their figures in bench/results/,
+which `parley capacity` reads.
 """
 
 import sys
 
 from bench import (
-    codec, engine, fanout, gateways, ingest, load, moderation, moderation_stack, pipeline, replay, retrieval, router_sim,
-    router_stack,
+    codec, engine, fanout, gateways, ingest, load, moderation, moderation_stack, pipeline, processors, replay, retrieval,
+    router_sim, router_stack, storage,
 )
 
 for name, module in (
     ("codec", codec), ("router_sim", router_sim), ("engine", engine), ("pipeline", pipeline),
-    ("router_stack", router_stack), ("replay", replay), ("load", load), ("gateways", gateways),
+    ("router_stack", router_stack), ("replay", replay), ("processors", processors), ("storage", storage),
+    ("load", load), ("gateways", gateways),
     ("fanout", fanout), ("retrieval", retrieval), ("ingest", ingest), ("moderation", moderation),
     ("moderation_stack", moderation_stack),
 ):

@@ -44,6 +44,9 @@ app.add_typer(ops_app, name="ops")
 from tools.fleet_cli import app as fleet_app  # noqa: E402
 
 app.add_typer(fleet_app, name="fleet")
+from tools.capacity_cli import capacity  # noqa: E402
+
+app.command("capacity")(capacity)
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
