@@ -8,12 +8,13 @@
 #   infra/terraform/check.sh checkov   checkov over infra/terraform: exit 1 on any failed check
 #   infra/terraform/check.sh           all three, in that order
 #
-# PARLEY_CHECKOV_VENV moves the venv (default .data/tools/checkov); PYTHON picks the interpreter that makes it.
+# PARLEY_CHECKOV_VENV moves the venv (default .data/tools/checkov); PYTHON picks the interpreter that makes it;
+# PARLEY_TERRAFORM_DIR checks another tree (the tests point it at trees that must fail).
 set -euo pipefail
 
 CHECKOV_VERSION="3.3.30"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-TF_DIR="$ROOT/infra/terraform"
+TF_DIR="${PARLEY_TERRAFORM_DIR:-$ROOT/infra/terraform}"
 CHECKOV_VENV="${PARLEY_CHECKOV_VENV:-$ROOT/.data/tools/checkov}"
 CHECKOV="$CHECKOV_VENV/bin/checkov"
 PYTHON="${PYTHON:-python3}"

@@ -23,6 +23,7 @@ locals {
         labels         = { "parley.dev/role" = "general" }
         taints         = []
         efa_interfaces = 0
+        autoscaled     = true
       }
     },
     {
@@ -38,6 +39,7 @@ locals {
         labels         = { "parley.dev/role" = "cassandra" }
         taints         = [local.cassandra]
         efa_interfaces = 0
+        autoscaled     = false
       }
     },
     {
@@ -59,6 +61,7 @@ locals {
         }
         taints         = [local.gpu_taint]
         efa_interfaces = g.efa_interfaces
+        autoscaled     = true
       }
     },
   )
@@ -195,7 +198,7 @@ resource "aws_launch_template" "node" {
 }
 
 resource "aws_eks_node_group" "this" {
-  for_each = local.node_groups
+  for_each = { for name, g in local.node_groups : name => g if g.autoscaled }
 
   cluster_name    = aws_eks_cluster.this.name
   node_group_name = each.key
@@ -234,6 +237,48 @@ resource "aws_eks_node_group" "this" {
   # The cluster autoscaler owns desired_size once the group exists.
   lifecycle {
     ignore_changes = [scaling_config[0].desired_size]
+  }
+
+  depends_on = [aws_iam_role_policy_attachment.node]
+}
+
+# Cassandra's groups are fixed in size (each node is a replica holding data): no autoscaler, so Terraform
+# keeps owning desired_size and a change of var.cassandra_node_group.nodes resizes them.
+resource "aws_eks_node_group" "cassandra" {
+  for_each = { for name, g in local.node_groups : name => g if !g.autoscaled }
+
+  cluster_name    = aws_eks_cluster.this.name
+  node_group_name = each.key
+  node_role_arn   = aws_iam_role.node.arn
+  subnet_ids      = each.value.subnet_ids
+  ami_type        = each.value.ami_type
+  instance_types  = each.value.instance_types
+  capacity_type   = each.value.capacity_type
+  labels          = each.value.labels
+
+  scaling_config {
+    min_size     = each.value.min_size
+    desired_size = each.value.desired_size
+    max_size     = each.value.max_size
+  }
+
+  update_config {
+    max_unavailable = 1
+  }
+
+  launch_template {
+    id      = aws_launch_template.node[each.key].id
+    version = aws_launch_template.node[each.key].latest_version
+  }
+
+  dynamic "taint" {
+    for_each = each.value.taints
+
+    content {
+      key    = taint.value.key
+      value  = taint.value.value
+      effect = taint.value.effect
+    }
   }
 
   depends_on = [aws_iam_role_policy_attachment.node]
@@ -291,7 +336,7 @@ resource "aws_eks_addon" "core" {
   resolve_conflicts_on_update = "OVERWRITE"
 
   # CoreDNS needs nodes to become healthy.
-  depends_on = [aws_eks_node_group.this]
+  depends_on = [aws_eks_node_group.this, aws_eks_node_group.cassandra]
 }
 
 resource "aws_eks_addon" "ebs_csi" {
@@ -305,7 +350,7 @@ resource "aws_eks_addon" "ebs_csi" {
     service_account = "ebs-csi-controller-sa"
   }
 
-  depends_on = [aws_eks_node_group.this, aws_eks_addon.pod_identity_agent]
+  depends_on = [aws_eks_node_group.this, aws_eks_node_group.cassandra, aws_eks_addon.pod_identity_agent]
 }
 
 resource "aws_eks_pod_identity_association" "cluster_autoscaler" {

@@ -21,7 +21,8 @@ locals {
 }
 
 resource "aws_msk_configuration" "this" {
-  name              = var.name
+  # A new Kafka version needs a new configuration; the version in the name lets both exist during the switch.
+  name              = "${var.name}-${replace(var.kafka_version, ".", "-")}"
   kafka_versions    = [var.kafka_version]
   description       = "Parley broker defaults: RF 3, min ISR 2, no auto-created topics, no unclean elections"
   server_properties = join("\n", [for k, v in local.server_properties : "${k}=${v}"])
