@@ -1,4 +1,5 @@
-"""infra/terraform passes the static tools that run without providers: `terraform fmt` and checkov.
+"""infra/terraform passes the static tools that run without providers: `terraform fmt`, checkov, and
+`terraform console` type-checking each stack's variables against its tfvars example.
 
 Both through infra/terraform/check.sh, the script `make` runs: it installs checkov (pinned, in a venv of its
 own under .data/tools) when it is missing. The terraform CLI must be on PATH; without it these tests fail,
@@ -70,6 +71,40 @@ def test_terraform_fmt_fails_on_a_misformatted_file(tmp_path: Path) -> None:
     ran = check("fmt", tree=tmp_path)
     assert ran.returncode != 0
     assert "main.tf" in ran.stdout
+
+
+def console_errors(directory: Path) -> str:
+    """What `terraform console` refuses in a directory of variables and a terraform.tfvars: it converts every
+    value to its variable's type and runs every validation block, with no provider. It exits 0 even then, so
+    the errors are read from what it prints."""
+    ran = subprocess.run(
+        ["terraform", "console", "-no-color"], input='"ok"\n', capture_output=True, text=True, cwd=directory, timeout=60
+    )
+    return ran.stderr if "Error:" in ran.stderr or '"ok"' not in ran.stdout else ""
+
+
+def scratch_stack(stack: Path, tfvars: str, into: Path) -> Path:
+    shutil.copy(stack / "variables.tf", into / "variables.tf")
+    (into / "terraform.tfvars").write_text(tfvars)
+    return into
+
+
+@pytest.mark.parametrize("stack", sorted(p.parent.name for p in TERRAFORM.glob("envs/production/*/variables.tf")))
+def test_each_stacks_tfvars_example_fits_its_variables(stack: str, tmp_path: Path) -> None:
+    require_terraform()
+    directory = TERRAFORM / "envs" / "production" / stack
+    errors = console_errors(scratch_stack(directory, (directory / "terraform.tfvars.example").read_text(), tmp_path))
+    assert errors == "", f"{stack}/terraform.tfvars.example does not fit its variables:\n{errors}"
+
+
+def test_a_tfvars_value_of_the_wrong_type_or_out_of_range_is_refused(tmp_path: Path) -> None:
+    require_terraform()
+    platform = TERRAFORM / "envs" / "production" / "platform"
+    for tfvars, expected in (
+        ('cassandra_nodes = "six"\n', "Invalid value for input variable"),
+        ('environment = "Production!"\n', "Invalid value for variable"),
+    ):
+        assert expected in console_errors(scratch_stack(platform, tfvars, tmp_path))
 
 
 def test_checkov_finds_no_failed_check(report: dict) -> None:

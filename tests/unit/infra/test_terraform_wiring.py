@@ -182,7 +182,13 @@ def test_the_terraform_tree_is_wired_and_documented() -> None:
 def test_every_stack_and_module_is_read() -> None:
     read = {str(p.relative_to(TERRAFORM)) for p in directories(TERRAFORM)}
     stacks = {"envs/production/platform", "envs/production/addons", "envs/production/datastores"}
-    modules = {f"modules/{m}" for m in ("kms", "network", "eks", "kafka", "object-storage", "workload-identity")}
+    modules = {
+        f"modules/{m}"
+        for m in (
+            "kms", "network", "eks", "kafka", "object-storage", "object-storage/bucket", "registry",
+            "workload-identity", "cluster-addons", "cassandra", "parley-connection",
+        )
+    }
     assert stacks | modules <= read
 
 

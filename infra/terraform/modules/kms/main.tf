@@ -16,6 +16,7 @@ locals {
     eks     = "EKS: envelope encryption of Kubernetes Secrets"
     logs    = "CloudWatch Logs: VPC flow logs, EKS control plane and MSK broker logs"
     secrets = "Secrets Manager: Kafka SCRAM, Cassandra and interim KEK secrets"
+    ecr     = "ECR: Parley's container images at rest"
   }
 }
 

@@ -1,5 +1,5 @@
 output "key_arns" {
-  description = "ARN of each key by purpose: tenancy, s3, kafka, eks, logs, secrets"
+  description = "ARN of each key by purpose: tenancy, s3, kafka, eks, logs, secrets, ecr"
   value       = { for name, key in aws_kms_key.this : name => key.arn }
 }
 

@@ -1,5 +1,5 @@
-# Everything AWS-side: keys, network, the EKS cluster and its node groups, MSK, the buckets, and the IAM
-# roles of Parley's pods. The addons and datastores stacks read this stack's outputs (terraform_remote_state).
+# Everything AWS-side: keys, network, the EKS cluster and its node groups, MSK, the buckets, the image
+# registry, and the IAM roles of Parley's pods. The addons and datastores stacks read this stack's outputs (terraform_remote_state).
 
 locals {
   name = "parley-${var.environment}"
@@ -71,6 +71,13 @@ module "object_storage" {
 
   name_prefix = local.name
   kms_key_arn = module.kms.key_arns["s3"]
+}
+
+module "registry" {
+  source = "../../../modules/registry"
+
+  name_prefix = local.name
+  kms_key_arn = module.kms.key_arns["ecr"]
 }
 
 module "workload_identity" {

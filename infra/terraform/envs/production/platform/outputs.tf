@@ -82,3 +82,8 @@ output "service_account_role_arns" {
   description = "IAM role of each Parley service account (bound by EKS Pod Identity; no annotation needed)"
   value       = module.workload_identity.role_arns
 }
+
+output "image_repository_urls" {
+  description = "ECR repository URL of each image (push the Dockerfile's build to parley)"
+  value       = module.registry.repository_urls
+}
