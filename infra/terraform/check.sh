@@ -7,6 +7,8 @@
 #   infra/terraform/check.sh fmt       terraform fmt -check -recursive -diff
 #   infra/terraform/check.sh checkov   checkov over infra/terraform: exit 1 on any failed check
 #   infra/terraform/check.sh           all three, in that order
+#   infra/terraform/check.sh schemas   every resource/data block against its provider's schema (not in `all`:
+#                                      it downloads ~80 MB of schemas once; see provider_schemas.py)
 #
 # PARLEY_CHECKOV_VENV moves the venv (default .data/tools/checkov); PYTHON picks the interpreter that makes it;
 # PARLEY_TERRAFORM_DIR checks another tree (the tests point it at trees that must fail).
@@ -49,10 +51,15 @@ run_checkov() {
     "$CHECKOV" --directory "$TF_DIR" --framework terraform --skip-download "$@"
 }
 
+schemas() {
+    "$ROOT/.venv/bin/python" "$ROOT/infra/terraform/provider_schemas.py" "$TF_DIR" "$ROOT/.data/tools/provider-schemas"
+}
+
 case "${1:-all}" in
     install) install ;;
     fmt) fmt ;;
     checkov) shift; run_checkov "$@" ;;
+    schemas) schemas ;;
     all) install && fmt && run_checkov ;;
-    *) echo "usage: $0 [install|fmt|checkov [checkov options]|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [install|fmt|checkov [checkov options]|schemas|all]" >&2; exit 2 ;;
 esac
