@@ -7,8 +7,8 @@
 #   infra/terraform/check.sh fmt       terraform fmt -check -recursive -diff
 #   infra/terraform/check.sh checkov   checkov over infra/terraform: exit 1 on any failed check
 #   infra/terraform/check.sh           all three, in that order
-#   infra/terraform/check.sh schemas   every resource/data block against its provider's schema (not in `all`:
-#                                      it downloads ~80 MB of schemas once; see provider_schemas.py)
+#   infra/terraform/check.sh schemas   every resource/data block against its provider's schema
+#                                      (provider_schemas.py; downloads ~80 MB of schemas once)
 #
 # PARLEY_CHECKOV_VENV moves the venv (default .data/tools/checkov); PYTHON picks the interpreter that makes it;
 # PARLEY_TERRAFORM_DIR checks another tree (the tests point it at trees that must fail).

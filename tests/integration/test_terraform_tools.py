@@ -1,5 +1,6 @@
-"""infra/terraform passes the static tools that run without providers: `terraform fmt`, checkov, and
-`terraform console` type-checking each stack's variables against its tfvars example.
+"""infra/terraform passes the static checks that run without providers: `terraform fmt`, checkov,
+`terraform console` type-checking each stack's variables against its tfvars example, and every resource
+and data block against its provider's schema (infra/terraform/provider_schemas.py).
 
 Both through infra/terraform/check.sh, the script `make` runs: it installs checkov (pinned, in a venv of its
 own under .data/tools) when it is missing. The terraform CLI must be on PATH; without it these tests fail,
@@ -17,6 +18,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from infra.terraform import provider_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 TERRAFORM = REPO / "infra" / "terraform"
@@ -154,3 +157,28 @@ def test_checkov_fails_a_public_unencrypted_bucket(tmp_path: Path) -> None:
     )
     failed = {c["check_id"] for c in checkov_results(tmp_path)["results"]["failed_checks"]}
     assert {"CKV_AWS_145", "CKV_AWS_21", "CKV_AWS_53"} <= failed
+
+
+@pytest.fixture(scope="module")
+def schemas() -> provider_schemas.Schemas:
+    """The provider schemas, downloaded once into .data/tools (~80 MB of PyPI wheels)."""
+    return provider_schemas.load(provider_schemas.assemblies(REPO / ".data" / "tools" / "provider-schemas"))
+
+
+def test_every_block_fits_its_providers_schema(schemas: provider_schemas.Schemas) -> None:
+    assert provider_schemas.problems(schemas, TERRAFORM) == []
+
+
+def test_a_block_the_provider_would_refuse_is_found(schemas: provider_schemas.Schemas, tmp_path: Path) -> None:
+    (tmp_path / "main.tf").write_text(
+        'resource "aws_s3_bucket_versioning" "v" {\n'
+        '  bucket = "b"\n'
+        "  versioning_configuration {\n"
+        '    state = "Enabled"\n'
+        "  }\n"
+        "}\n"
+    )
+    assert provider_schemas.problems(schemas, tmp_path) == [
+        "main.tf: aws_s3_bucket_versioning.v.versioning_configuration: no argument state",
+        "main.tf: aws_s3_bucket_versioning.v.versioning_configuration: missing required status",
+    ]
