@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Static checks of infra/terraform that need neither cloud credentials nor provider downloads:
-# terraform fmt (the terraform CLI must be on PATH) and checkov, installed into a venv of its own
-# (pinned; its many exact dependency pins never touch the project's .venv).
+# terraform fmt (the terraform CLI must be on PATH), checkov (installed into a venv of its own, pinned, so
+# its many exact dependency pins never touch the project's .venv) and the provider-schema check.
 #
-#   infra/terraform/check.sh install   create the checkov venv if missing or another version (idempotent)
+#   infra/terraform/check.sh install   create the checkov venv if missing or another version, and fetch the
+#                                      provider schemas (~80 MB) if missing: idempotent, what `make` runs
 #   infra/terraform/check.sh fmt       terraform fmt -check -recursive -diff
 #   infra/terraform/check.sh checkov   checkov over infra/terraform: exit 1 on any failed check
-#   infra/terraform/check.sh           all three, in that order
-#   infra/terraform/check.sh schemas   every resource/data block against its provider's schema
-#                                      (provider_schemas.py; downloads ~80 MB of schemas once)
+#   infra/terraform/check.sh schemas   every resource/data block against its provider's schema (provider_schemas.py)
+#   infra/terraform/check.sh           install, then the three checks
 #
 # PARLEY_CHECKOV_VENV moves the venv (default .data/tools/checkov); PYTHON picks the interpreter that makes it;
 # PARLEY_TERRAFORM_DIR checks another tree (the tests point it at trees that must fail).
@@ -20,8 +20,11 @@ TF_DIR="${PARLEY_TERRAFORM_DIR:-$ROOT/infra/terraform}"
 CHECKOV_VENV="${PARLEY_CHECKOV_VENV:-$ROOT/.data/tools/checkov}"
 CHECKOV="$CHECKOV_VENV/bin/checkov"
 PYTHON="${PYTHON:-python3}"
+# The project's venv (python-hcl2) runs provider_schemas.py; the schemas are cached under .data/tools.
+SCHEMAS=("$ROOT/.venv/bin/python" "$ROOT/infra/terraform/provider_schemas.py")
+SCHEMA_DIR="$ROOT/.data/tools/provider-schemas"
 
-install() {
+install_checkov() {
     if [[ -x "$CHECKOV" ]] && [[ "$("$CHECKOV" --version 2>/dev/null)" == "$CHECKOV_VERSION" ]]; then
         return 0
     fi
@@ -30,6 +33,11 @@ install() {
     "$PYTHON" -m venv "$CHECKOV_VENV"
     "$CHECKOV_VENV/bin/python" -m pip install --quiet --upgrade pip
     "$CHECKOV_VENV/bin/python" -m pip install --quiet "checkov==$CHECKOV_VERSION"
+}
+
+install() {
+    install_checkov
+    "${SCHEMAS[@]}" fetch "$SCHEMA_DIR"
 }
 
 fmt() {
@@ -44,7 +52,7 @@ fmt() {
 # Every suppression is an inline #checkov:skip=<id>:<reason> beside the resource it excuses.
 # With no options: only the failures, briefly; `check.sh checkov -o json` gives every result.
 run_checkov() {
-    install
+    install_checkov
     if [[ $# -eq 0 ]]; then
         set -- --quiet --compact
     fi
@@ -52,7 +60,7 @@ run_checkov() {
 }
 
 schemas() {
-    "$ROOT/.venv/bin/python" "$ROOT/infra/terraform/provider_schemas.py" "$TF_DIR" "$ROOT/.data/tools/provider-schemas"
+    "${SCHEMAS[@]}" check "$TF_DIR" "$SCHEMA_DIR"
 }
 
 case "${1:-all}" in
@@ -60,6 +68,6 @@ case "${1:-all}" in
     fmt) fmt ;;
     checkov) shift; run_checkov "$@" ;;
     schemas) schemas ;;
-    all) install && fmt && run_checkov ;;
+    all) install && fmt && run_checkov && schemas ;;
     *) echo "usage: $0 [install|fmt|checkov [checkov options]|schemas|all]" >&2; exit 2 ;;
 esac

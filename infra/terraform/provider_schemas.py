@@ -167,7 +167,14 @@ def assemblies(wheels: Path) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    root, wheels = Path(argv[0]), Path(argv[1])
+    """``fetch WHEELS_DIR``: download and extract the schemas; ``check TF_DIR WHEELS_DIR``: check a tree."""
+    if argv[:1] == ["fetch"] and len(argv) == 2:
+        assemblies(Path(argv[1]))
+        return 0
+    if argv[:1] != ["check"] or len(argv) != 3:
+        print("usage: provider_schemas.py fetch WHEELS_DIR | check TF_DIR WHEELS_DIR", file=sys.stderr)
+        return 2
+    root, wheels = Path(argv[1]), Path(argv[2])
     found = problems(load(assemblies(wheels)), root)
     print("\n".join(found) if found else f"every resource and data block of {root} fits its provider's schema")
     return 1 if found else 0
