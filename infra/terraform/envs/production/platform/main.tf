@@ -63,6 +63,7 @@ module "kafka" {
   secrets_kms_key_arn            = module.kms.key_arns["secrets"]
   logs_kms_key_arn               = module.kms.key_arns["logs"]
   log_retention_days             = var.log_retention_days
+  acl_deny_by_default            = var.kafka_acl_deny_by_default
   tls_certificate_authority_arns = var.kafka_tls_certificate_authority_arns
 }
 

@@ -197,6 +197,12 @@ variable "kafka_broker_volume_max_gib" {
   default     = 16000
 }
 
+variable "kafka_acl_deny_by_default" {
+  description = "Brokers refuse a SCRAM user what no ACL grants (allow.everyone.if.no.acl.found=false); false until the README's ACLs exist, if they cannot be set first"
+  type        = bool
+  default     = true
+}
+
 variable "kafka_tls_certificate_authority_arns" {
   description = "ACM Private CA ARNs for mutual TLS clients (empty: SCRAM-SHA-512 and IAM only)"
   type        = list(string)
