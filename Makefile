@@ -41,6 +41,7 @@ run: setup
 
 test: setup
 	bash tools/fleet/install_kubeconform.sh
+	bash infra/terraform/check.sh install
 	$(BIN)/python -m pytest -q
 
 test-unit: install
