@@ -46,16 +46,15 @@ class Mounted:
 
     name: str
     path: str
-    keys: tuple[str, ...]
     config_map: bool = False  # a ConfigMap (a CA is no secret), else a Secret
 
 
-KAFKA_SECRET = Mounted("parley-kafka", "/run/secrets/parley/kafka", ("password",))
-CASSANDRA_SECRET = Mounted("parley-cassandra", "/run/secrets/parley/cassandra", ("password",))
-#: The local KMS's key file (parley/keys.py): every process that seals or opens content reads it.
-KEK_SECRET = Mounted("parley-kek", "/run/secrets/parley/kek", ("kek.json",))
-#: MSK's brokers chain to Amazon's public CAs (the system's): only Cassandra has a CA file.
-CASSANDRA_CA = Mounted("parley-cassandra-ca", "/etc/parley/cassandra-ca", ("ca.crt",), config_map=True)
+KAFKA_SECRET = Mounted("parley-kafka", "/run/secrets/parley/kafka")  # password
+CASSANDRA_SECRET = Mounted("parley-cassandra", "/run/secrets/parley/cassandra")  # password
+#: kek.json, the local KMS's key file (parley/keys.py): every process that seals or opens content reads it.
+KEK_SECRET = Mounted("parley-kek", "/run/secrets/parley/kek")
+#: ca.crt. MSK's brokers chain to Amazon's public CAs (the system's): only Cassandra has a CA file.
+CASSANDRA_CA = Mounted("parley-cassandra-ca", "/etc/parley/cassandra-ca", config_map=True)
 MOUNTED = (KAFKA_SECRET, CASSANDRA_SECRET, KEK_SECRET, CASSANDRA_CA)
 
 #: The service account of each kind of Parley process (a Service's first module argument): the names
