@@ -23,6 +23,12 @@ replica (and the worker refuses one URL twice). So:
 Engines drain after their worker: an engine's preStop waits out the worker's
 drain (``PARLEY_WORKER_DRAIN_TIMEOUT_S``), so replies in flight finish or are
 handed back before the engine under them stops.
+
+Engines that talk to other nodes (every rank of a replica across nodes, both
+sides of a disaggregated pool) take the nodes' EFA interfaces, ``EFA_PER_GPU``
+for each GPU they hold: infra/terraform gives those node groups EFA in one
+placement group. GPU pods select their pool's nodes by the labels Terraform
+sets (``nvidia.com/gpu.product``, ``parley.dev/pool``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,9 @@ PHASE_TARGET_LOAD = 0.8
 ROUTER_SIZING = Sizing(cpu="1", memory="1Gi", cpu_limit="4", memory_limit="2Gi")
 #: The Secret with a Hugging Face token for gated models (optional: public models need none).
 HF_SECRET = "parley-hf"
+#: EFA interfaces per GPU on the nodes infra/terraform gives EFA: p5.48xlarge's 32 for its 8 H100s (each GPU's
+#: share of the RDMA bandwidth). Instances with another ratio (p5en: 16 for 8) need this changed or an overlay.
+EFA_PER_GPU = 4
 
 
 def pool_docs(spec: FleetSpec, pool: PoolSpec, at: str) -> list[Doc]:
@@ -93,17 +102,19 @@ def _co_located(spec: FleetSpec, pool: PoolSpec, launch: sglang.Launch) -> list[
         _engine_container(f"sglang-{slot}", spec, pool, launch, port=p, after_worker=True) for slot, p in enumerate(ports)
     ]
     worker = _worker_container(spec, pool, service, [f"http://127.0.0.1:{p}" for p in ports])
-    pod = _gpu_pod(spec, pool, [worker, *engines], name, grace_s=parley.worker_grace_s(), gpus=launch.gpus_per_node * per)
+    gpus = launch.gpus_per_node * per
+    pod = _gpu_pod(pool, [worker, *engines], parley.account(service), grace_s=parley.worker_grace_s(), gpus=gpus)
     scaling = _worker_scaling(pool, per, pool.replicas.min, pool.replicas.max)
     # One pod at a time, none added: a surge pod would wait for GPUs that the old one holds.
     strategy = {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}
     metrics = [("metrics", k.METRICS_PORT), *((f"sglang-{slot}", p) for slot, p in enumerate(ports))]
     return [
-        k.service_account(name, ns, label),
         k.deployment(name, ns, label, pod, replicas=None, **strategy),
         k.service(name, ns, label, metrics),
         k.disruption_budget(name, ns, label),
-        _lag_scaled(name, ns, label, k.target("Deployment", name), scaling, service, per * launch_concurrency(pool)),
+        _lag_scaled(
+            name, ns, label, k.target("Deployment", name, env_from="worker"), scaling, service, per * launch_concurrency(pool)
+        ),
         k.service_monitor(name, ns, label, [p for p, _ in metrics]),
     ]
 
@@ -125,18 +136,23 @@ def _multi_node(spec: FleetSpec, pool: PoolSpec, launch: sglang.Launch, at: str)
     service = worker_service(pool)
     ns, name = spec.namespace, service.name
     label = k.labels(name, "worker", pool.name)
-    engine = _engine_container("sglang", spec, pool, launch, port=pool.port, after_worker=True)
+    engine = _engine_container("sglang", spec, pool, launch, port=pool.port, after_worker=True, efa=True)
     worker = _worker_container(spec, pool, service, [f"http://127.0.0.1:{pool.port}"])
-    grace = parley.worker_grace_s()
-    leader = _gpu_pod(spec, pool, [worker, engine], name, grace_s=grace, gpus=launch.gpus_per_node)
-    follower = _gpu_pod(spec, pool, [_rank(engine)], name, grace_s=grace, gpus=launch.gpus_per_node)
+    grace, account = parley.worker_grace_s(), parley.account(service)
+    leader = _gpu_pod(pool, [worker, engine], account, grace_s=grace, gpus=launch.gpus_per_node)
+    follower = _gpu_pod(pool, [_rank(engine)], account, grace_s=grace, gpus=launch.gpus_per_node)
     scaling = _worker_scaling(pool, 1, pool.replicas.min, pool.replicas.max)
+    assert service.group is not None
+    # KEDA finds no containers in a LeaderWorkerSet, so no PARLEY_KAFKA_BOOTSTRAP: the lag its members export.
+    trigger = parley.exported_lag_trigger(ns, service.group, launch_concurrency(pool))
     return [
-        k.service_account(name, ns, label),
         _leader_worker_set(name, ns, label, leader, follower, launch.nodes),
         k.service(name, ns, label, [("metrics", k.METRICS_PORT), ("sglang", pool.port)], pods=_leaders(name)),
         k.disruption_budget(name, ns, label),
-        _lag_scaled(name, ns, label, k.target("LeaderWorkerSet", name, LWS_API), scaling, service, launch_concurrency(pool)),
+        k.scaled_object(
+            name, ns, label, k.target("LeaderWorkerSet", name, LWS_API), scaling, [trigger],
+            fallback=parley.hold_on_failure(scaling),
+        ),
         k.service_monitor(name, ns, label, ["metrics", "sglang"]),
     ]
 
@@ -162,13 +178,14 @@ def _disaggregated(spec: FleetSpec, pool: PoolSpec, launches: dict[str, sglang.L
 def _phase(spec: FleetSpec, pool: PoolSpec, phase: Phase, launch: sglang.Launch) -> list[Doc]:
     ns, name = spec.namespace, f"{pool.name}-{phase.role}"
     label = {**k.labels(name, "engine", pool.name), **sglang.pod_labels(pool, phase.role)}
-    engine = _engine_container("sglang", spec, pool, launch, port=pool.port, after_worker=False, rdma=True)
+    engine = _engine_container("sglang", spec, pool, launch, port=pool.port, after_worker=False, efa=True, ipc_lock=True)
     annotations = {}
     if phase.role == "prefill":
         assert pool.disaggregation is not None
         annotations[sglang.BOOTSTRAP_PORT_ANNOTATION] = str(pool.disaggregation.bootstrap_port)
-    leader = _gpu_pod(spec, pool, [engine], name, grace_s=30, gpus=launch.gpus_per_node, root=True)
-    follower = _gpu_pod(spec, pool, [_rank(engine)], name, grace_s=30, gpus=launch.gpus_per_node, root=True)
+    # SGLang only, no AWS calls: an account of its own that Terraform binds to nothing
+    leader = _gpu_pod(pool, [engine], name, grace_s=30, gpus=launch.gpus_per_node, root=True)
+    follower = _gpu_pod(pool, [_rank(engine)], name, grace_s=30, gpus=launch.gpus_per_node, root=True)
     scaling = Scaling(min=phase.replicas.min, max=phase.replicas.max, scale_down_window_s=900, scale_down_period_s=600)
     # Running + waiting requests of this side's leaders (each replica's /metrics counts all its ranks).
     series = '{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", namespace="%s", service="%s"}' % (ns, name)
@@ -244,14 +261,15 @@ def _router_workers(spec: FleetSpec, pool: PoolSpec) -> list[Doc]:
     # At most, the workers together hold what the decode side runs at its most.
     concurrency = math.ceil(decode.max_running_requests * decode.replicas.max / cap)
     worker = _worker_container(spec, pool, service, [engine_url(spec, pool)], concurrency=concurrency)
-    pod = k.pod_spec([worker], service_account=name, grace_s=parley.worker_grace_s(), volumes=parley.parley_volumes())
+    pod = k.pod_spec(
+        [worker], service_account=parley.account(service), grace_s=parley.worker_grace_s(), volumes=parley.parley_volumes()
+    )
     scaling = _worker_scaling(pool, 1, 1, cap)
     return [
-        k.service_account(name, ns, label),
         k.deployment(name, ns, label, pod, replicas=None),
         k.service(name, ns, label, [("metrics", k.METRICS_PORT)]),
         k.disruption_budget(name, ns, label),
-        _lag_scaled(name, ns, label, k.target("Deployment", name), scaling, service, concurrency),
+        _lag_scaled(name, ns, label, k.target("Deployment", name, env_from="worker"), scaling, service, concurrency),
         k.service_monitor(name, ns, label, ["metrics"]),
     ]
 
@@ -291,13 +309,22 @@ def _worker_container(
 
 
 def _engine_container(
-    name: str, spec: FleetSpec, pool: PoolSpec, launch: sglang.Launch, *, port: int, after_worker: bool, rdma: bool = False
+    name: str,
+    spec: FleetSpec,
+    pool: PoolSpec,
+    launch: sglang.Launch,
+    *,
+    port: int,
+    after_worker: bool,
+    efa: bool = False,
+    ipc_lock: bool = False,
 ) -> Doc:
+    """``efa``: it talks to other nodes (``EFA_PER_GPU`` interfaces a GPU); ``ipc_lock``: it pins RDMA buffers."""
     gpus = launch.gpus_per_node
     memory_gib = math.ceil(pool.gpu.memory_gib * gpus) + _shm_gib(gpus)
     sizing = Sizing(
         cpu=str(CPU_PER_GPU * gpus), memory=f"{memory_gib}Gi", cpu_limit=str(CPU_PER_GPU * gpus),
-        memory_limit=f"{memory_gib}Gi", gpus=gpus,
+        memory_limit=f"{memory_gib}Gi", gpus=gpus, efa=EFA_PER_GPU * gpus if efa else 0,
     )
     period = 10
     more: dict[str, Any] = {
@@ -323,7 +350,7 @@ def _engine_container(
         read_only_root=False,
         **more,
     )
-    if rdma:  # Mooncake registers its KV buffers with the NIC: pinned memory, so root with IPC_LOCK
+    if ipc_lock:  # Mooncake registers its KV buffers with the NIC: pinned memory, so root with IPC_LOCK
         out["securityContext"]["capabilities"] = {"drop": ["ALL"], "add": ["IPC_LOCK"]}
     return out
 
@@ -346,7 +373,7 @@ def _shm_gib(gpus: int) -> int:
     return max(8, SHM_PER_GPU_GIB * gpus)
 
 
-def _gpu_pod(spec: FleetSpec, pool: PoolSpec, containers: list[Doc], account: str, *, grace_s: int, gpus: int, root: bool = False) -> Doc:
+def _gpu_pod(pool: PoolSpec, containers: list[Doc], account: str, *, grace_s: int, gpus: int, root: bool = False) -> Doc:
     volumes = [
         k.empty_dir("dshm", memory=True, size=f"{_shm_gib(gpus)}Gi"),
         # Weights download here at start; overlay a PersistentVolumeClaim or a node-local cache to keep them.
@@ -355,7 +382,8 @@ def _gpu_pod(spec: FleetSpec, pool: PoolSpec, containers: list[Doc], account: st
     ]
     if any(c["name"] == "worker" for c in containers):
         volumes = parley.parley_volumes(*volumes)
-    return k.pod_spec(containers, service_account=account, grace_s=grace_s, volumes=volumes, gpu_type=pool.gpu.type, root=root)
+    nodes = {k.GPU_PRODUCT_LABEL: pool.gpu.type, k.POOL: pool.name}  # the pool's node groups (infra/terraform)
+    return k.pod_spec(containers, service_account=account, grace_s=grace_s, volumes=volumes, gpu_nodes=nodes, root=root)
 
 
 def _leaders(name: str) -> dict[str, str]:

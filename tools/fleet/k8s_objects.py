@@ -20,10 +20,14 @@ PART_OF = "parley"
 COMPONENT = "app.kubernetes.io/name"
 #: What kind of component it is (gateway, processor, worker, engine, router): ServiceMonitors select on it.
 ROLE = "app.kubernetes.io/component"
+#: A pool's objects, and the GPU nodes of its node groups (infra/terraform/modules/eks labels them so).
 POOL = "parley.dev/pool"
-#: The node label and taint of GPU nodes (infra/terraform labels and taints them so).
-GPU_NODE_LABEL = "parley.dev/gpu"
+#: GPU nodes' model label (the NVIDIA device plugin's, which infra/terraform sets from ``gpu_product``).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: The GPU nodes' resource and taint key (tainted ``nvidia.com/gpu=present:NoSchedule`` by infra/terraform).
 GPU_RESOURCE = "nvidia.com/gpu"
+#: EFA interfaces, the AWS EFA device plugin's resource on the nodes of groups with ``efa_interfaces``.
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
 #: Every Parley process serves /metrics here in the cluster (the gateway on its own HTTP port).
 METRICS_PORT = 9100
 #: uid/gid of Parley's processes: the image has no user of its own, so the pod names one.
@@ -39,12 +43,14 @@ class Sizing:
     cpu_limit: str
     memory_limit: str
     gpus: int = 0
+    efa: int = 0  # EFA interfaces (RDMA to other nodes)
 
     def resources(self) -> Doc:
         requests: Doc = {"cpu": self.cpu, "memory": self.memory}
         limits: Doc = {"cpu": self.cpu_limit, "memory": self.memory_limit}
-        if self.gpus:  # extended resources: the request must equal the limit
-            requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = self.gpus
+        for resource, count in ((GPU_RESOURCE, self.gpus), (EFA_RESOURCE, self.efa)):
+            if count:  # extended resources: the request must equal the limit
+                requests[resource] = limits[resource] = count
         return {"requests": requests, "limits": limits}
 
 
@@ -130,12 +136,12 @@ def pod_spec(
     service_account: str,
     grace_s: int,
     volumes: Sequence[Doc] = (),
-    gpu_type: str | None = None,
+    gpu_nodes: dict[str, str] | None = None,
     root: bool = False,
     **more: Any,
 ) -> Doc:
-    """A pod: its own service account without an API token, non-root unless ``root``, on GPU nodes when
-    ``gpu_type`` (their label selected, their taint tolerated)."""
+    """A pod: its service account without an API token, non-root unless ``root``, on GPU nodes when
+    ``gpu_nodes`` (the labels selected; their taint tolerated)."""
     uid = 0 if root else PARLEY_UID
     security: Doc = {
         "runAsNonRoot": not root,
@@ -153,8 +159,8 @@ def pod_spec(
     }
     if volumes:
         out["volumes"] = list(volumes)
-    if gpu_type is not None:
-        out["nodeSelector"] = {GPU_NODE_LABEL: gpu_type}
+    if gpu_nodes is not None:
+        out["nodeSelector"] = dict(gpu_nodes)
         out["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     out.update(more)
     return out
@@ -169,6 +175,10 @@ def empty_dir(name: str, *, memory: bool = False, size: str | None = None) -> Do
 
 def secret_volume(name: str, secret: str, *, optional: bool = False) -> Doc:
     return {"name": name, "secret": {"secretName": secret, "defaultMode": 0o440, "optional": optional}}
+
+
+def config_map_volume(name: str, config_map: str) -> Doc:
+    return {"name": name, "configMap": {"name": config_map, "defaultMode": 0o444}}
 
 
 def mount(name: str, path: str, *, read_only: bool = False) -> Doc:
@@ -275,5 +285,9 @@ def scaled_object(
     }
 
 
-def target(kind: str, name: str, api_version: str = "apps/v1") -> Doc:
-    return {"apiVersion": api_version, "kind": kind, "name": name}
+def target(kind: str, name: str, api_version: str = "apps/v1", *, env_from: str | None = None) -> Doc:
+    """A ScaledObject's target; ``env_from``: the container whose environment KEDA resolves ``…FromEnv`` in."""
+    out = {"apiVersion": api_version, "kind": kind, "name": name}
+    if env_from is not None:
+        out["envSourceContainerName"] = env_from
+    return out

@@ -7,10 +7,14 @@ consumer-group member is scaled by KEDA's Kafka scaler on its group's lag and
 never past the partitions its group can use (a member beyond them idles); the
 gateway, which is in no group, by KEDA's Prometheus scaler on its open streams.
 
-Connection and transport-security settings are one ConfigMap (``parley-config``)
-plus the Secrets the operator creates (``SECRETS``), mounted as files where the
-settings take a file (``PARLEY_*_PASSWORD_FILE``, the CA) and read as variables
-where they take a value (the user names).
+Two ConfigMaps configure every Parley container (``envFrom``): ``parley-infra``,
+which infra/terraform makes (modules/parley-connection) with every connection
+setting of the environment (brokers, users, keyspace, TLS, the KMS file, the
+buckets), and ``parley-config``, rendered here with only what the fleet spec
+decides (engine URLs, pools, metrics, logging). No setting is in both. The
+Secrets and the CA that ``parley-infra``'s file settings point at are mounted
+at Terraform's paths (``MOUNTED``). Pods run as the service accounts Terraform
+binds to IAM roles by EKS Pod Identity (``ACCOUNTS``).
 """
 
 from __future__ import annotations
@@ -28,29 +32,43 @@ from tools.topology import GATEWAY, SERVICES, Service
 from workers.settings import WorkerSettings
 
 CONFIG = "parley-config"
-KAFKA_AUTH = "parley-kafka"  # the KEDA TriggerAuthentication: same name as the Secret it reads
+#: infra/terraform's ConfigMap of every connection setting (modules/parley-connection): referenced, never rendered.
+INFRA_CONFIG = "parley-infra"
+#: Terraform's Secret of KEDA's own Kafka login (sasl, username, password, tls); the TriggerAuthentication
+#: that reads it has its name.
+KEDA_KAFKA = "parley-keda-kafka"
 
 
 @dataclass(frozen=True)
-class SecretFiles:
-    """A Secret the operator creates, mounted read-only at ``path`` (its keys are files there)."""
+class Mounted:
+    """A Secret or ConfigMap Terraform makes, mounted read-only at ``path``: each key a file there, where
+    ``parley-infra``'s ``*_FILE`` and ``*_CA`` settings point."""
 
     name: str
     path: str
-    keys: tuple[str, ...]
+    config_map: bool = False  # a ConfigMap (a CA is no secret), else a Secret
 
 
-KAFKA_SECRET = SecretFiles("parley-kafka", "/var/run/secrets/parley/kafka", ("username", "password", "ca.crt"))
-CASSANDRA_SECRET = SecretFiles("parley-cassandra", "/var/run/secrets/parley/cassandra", ("username", "password", "ca.crt"))
-#: The local KMS's key file (parley/keys.py): every process that seals or opens content reads it.
-KMS_SECRET = SecretFiles("parley-kms", "/var/run/secrets/parley/kms", ("kek.json",))
-SECRETS = (KAFKA_SECRET, CASSANDRA_SECRET, KMS_SECRET)
+KAFKA_SECRET = Mounted("parley-kafka", "/run/secrets/parley/kafka")  # password
+CASSANDRA_SECRET = Mounted("parley-cassandra", "/run/secrets/parley/cassandra")  # password
+#: kek.json, the local KMS's key file (parley/keys.py): every process that seals or opens content reads it.
+KEK_SECRET = Mounted("parley-kek", "/run/secrets/parley/kek")
+#: ca.crt. MSK's brokers chain to Amazon's public CAs (the system's): only Cassandra has a CA file.
+CASSANDRA_CA = Mounted("parley-cassandra-ca", "/etc/parley/cassandra-ca", config_map=True)
+MOUNTED = (KAFKA_SECRET, CASSANDRA_SECRET, KEK_SECRET, CASSANDRA_CA)
 
-#: Production transport: SASL/SCRAM over TLS to Kafka, login + TLS to Cassandra (docs/transport-security.md).
-KAFKA_SECURITY_PROTOCOL = "SASL_SSL"
-KAFKA_SASL_MECHANISM = "SCRAM-SHA-512"
-#: KEDA's names for the same (its Kafka scaler speaks to the brokers as Parley does).
-KEDA_SASL = {"SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512"}
+#: The service account of each kind of Parley process (a Service's first module argument): the names
+#: infra/terraform's workload-identity module binds to IAM roles (envs/production/platform,
+#: ``parley_service_accounts``). Terraform makes only the bindings, so the accounts are rendered here.
+ACCOUNTS = {
+    "gateway": "parley-gateway",
+    "streams": "parley-streams",
+    "documents": "parley-documents",
+    "workers": "parley-workers",
+}
+#: Bound too, for the operators' one-off pods (``parley archive``, replay; the Kafka ACLs): rendered so a Job can
+#: run as them; no Deployment does.
+JOB_ACCOUNTS = ("parley-archive", "parley-kafka-admin")
 
 #: Where KEDA asks Prometheus for the gateway's open streams: the prometheus-operator's governing Service.
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
@@ -118,24 +136,9 @@ def worker_grace_s() -> int:
 
 
 def config_map(spec: FleetSpec, engine_urls: dict[str, str]) -> Doc:
-    """Every setting the cluster changes from the local defaults; ``engine_urls``: each pool's SGLang API."""
+    """What the fleet spec decides, beside ``parley-infra``; ``engine_urls``: each pool's SGLang API."""
     small = engine_urls.get("small", "")  # titles and summaries are the small pool's work; none: both off
     data = {
-        "PARLEY_KAFKA_BOOTSTRAP": "parley-kafka-bootstrap.kafka.svc:9093",
-        "PARLEY_KAFKA_REPLICATION": "3",
-        "PARLEY_KAFKA_SECURITY_PROTOCOL": KAFKA_SECURITY_PROTOCOL,
-        "PARLEY_KAFKA_SASL_MECHANISM": KAFKA_SASL_MECHANISM,
-        "PARLEY_KAFKA_SASL_PASSWORD_FILE": f"{KAFKA_SECRET.path}/password",
-        "PARLEY_KAFKA_SSL_CA": f"{KAFKA_SECRET.path}/ca.crt",
-        "PARLEY_CASSANDRA_HOSTS": "parley-dc1-service.cassandra.svc",
-        "PARLEY_CASSANDRA_DC": "dc1",
-        "PARLEY_CASSANDRA_REPLICATION": "{'class': 'NetworkTopologyStrategy', 'dc1': 3}",
-        "PARLEY_CASSANDRA_PASSWORD_FILE": f"{CASSANDRA_SECRET.path}/password",
-        "PARLEY_CASSANDRA_SSL": "true",
-        "PARLEY_CASSANDRA_SSL_CA": f"{CASSANDRA_SECRET.path}/ca.crt",
-        "PARLEY_KMS": "local",
-        "PARLEY_KMS_KEY_FILE": f"{KMS_SECRET.path}/kek.json",
-        "PARLEY_DOCUMENTS_BLOB_URL": "s3://parley-documents/originals",
         "PARLEY_LOG_LEVEL": "INFO",
         "PARLEY_METRICS_HOST": "0.0.0.0",
         "PARLEY_METRICS_PORT": str(k.METRICS_PORT),
@@ -154,13 +157,13 @@ def config_map(spec: FleetSpec, engine_urls: dict[str, str]) -> Doc:
 
 
 def kafka_trigger_auth(namespace: str) -> Doc:
-    """KEDA's credentials for reading group offsets: the Parley user's, from the same Secret."""
-    refs = [("username", "username"), ("password", "password"), ("ca", "ca.crt")]
+    """KEDA's login for reading group offsets: its own SCRAM user, every parameter from Terraform's Secret."""
+    params = ("sasl", "username", "password", "tls")
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "TriggerAuthentication",
-        "metadata": k.meta(KAFKA_AUTH, namespace, k.labels("config", "config")),
-        "spec": {"secretTargetRef": [{"parameter": p, "name": KAFKA_SECRET.name, "key": key} for p, key in refs]},
+        "metadata": k.meta(KEDA_KAFKA, namespace, k.labels("config", "config")),
+        "spec": {"secretTargetRef": [{"parameter": p, "name": KEDA_KAFKA, "key": p} for p in params]},
     }
 
 
@@ -168,7 +171,9 @@ def kafka_lag_trigger(group: str, lag_threshold: int) -> Doc:
     """KEDA's Kafka scaler on ``group``'s lag over every topic the group commits (its own reads, no others).
 
     The target's pods are the group's members: KEDA wants no more of them than the partitions
-    (``allowIdleConsumers: false``), and ``maxReplicaCount`` (``group_cap``) says the same.
+    (``allowIdleConsumers: false``), and ``maxReplicaCount`` (``group_cap``) says the same. The brokers are
+    ``parley-infra``'s, read from the target container's environment (ScaledObject metadata cannot name a
+    ConfigMap), so the target must be one whose pod template KEDA finds (``spec.template``).
     """
     return {
         "type": "kafka",
@@ -178,10 +183,25 @@ def kafka_lag_trigger(group: str, lag_threshold: int) -> Doc:
             "lagThreshold": str(lag_threshold),
             "offsetResetPolicy": "earliest",  # never committed: the whole partition is work, as `parley ops lag` says
             "allowIdleConsumers": "false",
-            "sasl": KEDA_SASL[KAFKA_SASL_MECHANISM],
-            "tls": "enable",
         },
-        "authenticationRef": {"name": KAFKA_AUTH},
+        "authenticationRef": {"name": KEDA_KAFKA},
+    }
+
+
+def exported_lag_trigger(namespace: str, group: str, lag_threshold: int) -> Doc:
+    """The same lag, from what the group's members export (``parley_consumer_lag``, each partition once).
+
+    For targets KEDA v2.21 finds no containers in (a LeaderWorkerSet: it reads a pod template at
+    ``spec.template`` only), so no environment to take the brokers from.
+    """
+    series = f'parley_consumer_lag{{namespace="{namespace}", group="{group}"}}'
+    return {
+        "type": "prometheus",
+        "metadata": {
+            "serverAddress": PROMETHEUS_URL,
+            "query": f"sum(max by (topic, partition) ({series}))",
+            "threshold": str(lag_threshold),
+        },
     }
 
 
@@ -195,36 +215,38 @@ def group_cap(service: Service) -> int:
     return max(TOPICS[t].partitions for t in service.consumes)
 
 
-def parley_env() -> list[Doc]:
-    """Variables every Parley container sets beside ``parley-config``: the user names, from their Secrets."""
-    return [
-        {"name": "PARLEY_KAFKA_SASL_USERNAME", "valueFrom": {"secretKeyRef": {"name": KAFKA_SECRET.name, "key": "username"}}},
-        {
-            "name": "PARLEY_CASSANDRA_USERNAME",
-            "valueFrom": {"secretKeyRef": {"name": CASSANDRA_SECRET.name, "key": "username"}},
-        },
-    ]
-
-
 def parley_volumes(*extra: Doc) -> list[Doc]:
-    return [*(k.secret_volume(s.name, s.name) for s in SECRETS), k.empty_dir("tmp", size="1Gi"), *extra]
+    mounted = [k.config_map_volume(m.name, m.name) if m.config_map else k.secret_volume(m.name, m.name) for m in MOUNTED]
+    return [*mounted, k.empty_dir("tmp", size="1Gi"), *extra]
 
 
 def parley_mounts(*extra: Doc) -> list[Doc]:
-    return [*(k.mount(s.name, s.path, read_only=True) for s in SECRETS), k.mount("tmp", "/tmp"), *extra]
+    return [*(k.mount(m.name, m.path, read_only=True) for m in MOUNTED), k.mount("tmp", "/tmp"), *extra]
+
+
+def account(service: Service) -> str:
+    """The Terraform-bound service account ``service``'s pods run as."""
+    return ACCOUNTS[service.module_args[0]]
+
+
+def service_accounts(namespace: str) -> list[Doc]:
+    """Every account Terraform binds: the processes' and the Jobs'."""
+    label = k.labels("service-accounts", "identity")
+    return [k.service_account(name, namespace, label) for name in (*ACCOUNTS.values(), *JOB_ACCOUNTS)]
 
 
 def parley_container(name: str, spec: FleetSpec, service: Service, sizing: Sizing, *, env: list[Doc], **more: Any) -> Doc:
-    """A Parley process as the topology starts it, configured from ``parley-config`` and its Secrets."""
+    """A Parley process as the topology starts it, configured from ``parley-infra``, ``parley-config`` and the
+    files Terraform's settings point at."""
     extra_mounts = more.pop("mounts", [])
     return k.container(
         name,
         spec.images.parley,
         ["python", "-m", *service.module_args],
         sizing,
-        env=[*parley_env(), *env],
+        env=env,
         mounts=parley_mounts(*extra_mounts),
-        envFrom=[{"configMapRef": {"name": CONFIG}}],
+        envFrom=[{"configMapRef": {"name": INFRA_CONFIG}}, {"configMapRef": {"name": CONFIG}}],
         **more,
     )
 
@@ -260,7 +282,7 @@ def gateway(spec: FleetSpec) -> list[Doc]:
     )
     pod = k.pod_spec(
         [main],
-        service_account=name,
+        service_account=account(GATEWAY),
         grace_s=gateway_grace_s(),
         volumes=parley_volumes(),
         topologySpreadConstraints=[
@@ -280,7 +302,6 @@ def gateway(spec: FleetSpec) -> list[Doc]:
         "metadata": {"serverAddress": PROMETHEUS_URL, "query": query, "threshold": str(STREAMS_PER_GATEWAY)},
     }
     return [
-        k.service_account(name, ns, label),
         k.deployment(name, ns, label, pod, replicas=None, **strategy),
         k.service(name, ns, label, [("http", 8000)]),
         k.disruption_budget(name, ns, label),
@@ -324,15 +345,19 @@ def consumer(spec: FleetSpec, service: Service) -> list[Doc]:
         mounts=[k.mount("state", "/var/lib/parley")] if faust else [],
     )
     volumes = parley_volumes(k.empty_dir("state", size="2Gi")) if faust else parley_volumes()
-    pod = k.pod_spec([main], service_account=name, grace_s=plan.grace_s, volumes=volumes)
+    pod = k.pod_spec([main], service_account=account(service), grace_s=plan.grace_s, volumes=volumes)
     scaling = Scaling(min=plan.min_replicas, max=group_cap(service))
     return [
-        k.service_account(name, ns, label),
         k.deployment(name, ns, label, pod, replicas=None),
         k.service(name, ns, label, [("metrics", k.METRICS_PORT)]),
         k.disruption_budget(name, ns, label),
         k.scaled_object(
-            name, ns, label, k.target("Deployment", name), scaling, [kafka_lag_trigger(service.group, plan.lag_threshold)]
+            name,
+            ns,
+            label,
+            k.target("Deployment", name, env_from=name),
+            scaling,
+            [kafka_lag_trigger(service.group, plan.lag_threshold)],
         ),
         k.service_monitor(name, ns, label, ["metrics"]),
     ]

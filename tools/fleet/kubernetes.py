@@ -8,7 +8,11 @@ it (``kubectl apply -k``, Argo CD, Flux) the way Strimzi and Confluent users
 already manage their Kafka resources. docs/kubernetes.md says what is rendered
 and why; tests/integration/test_k8s_manifests.py validates it with kubeconform.
 
-    render(spec) ── namespace, parley-config, KEDA's Kafka credentials
+What infra/terraform makes is referenced, never rendered (two owners of one
+object would undo each other): the namespace, ``parley-infra`` and the Secrets
+(docs/kubernetes.md, "What Terraform provides").
+
+    render(spec) ── parley-config, KEDA's Kafka credentials, the service accounts
                  ├─ k8s_parley: the gateway; each consumer group of tools/topology.py
                  ├─ k8s_engines: each pool's engines, router and workers
                  └─ the Grafana dashboard (infra/grafana/parley.json) for the Grafana sidecar
@@ -31,13 +35,13 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "parley.
 
 
 def render(spec: FleetSpec) -> list[Doc]:
-    """Every manifest of the fleet, in apply order (namespace and configuration first)."""
+    """Every manifest of the fleet, in apply order (configuration and service accounts first)."""
     ns = spec.namespace
     urls = {pool.name: engines.engine_url(spec, pool) for pool in spec.pools}
     docs: list[Doc] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": k.labels("namespace", "namespace")}},
         parley.config_map(spec, urls),
         parley.kafka_trigger_auth(ns),
+        *parley.service_accounts(ns),
         *parley.gateway(spec),
     ]
     for service in parley.group_services():

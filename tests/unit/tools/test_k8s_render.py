@@ -1,4 +1,6 @@
-"""The rendered manifests, checked for what kubeconform cannot see: caps, sizes, drains, GPU placement, wiring.
+"""The rendered manifests, checked for what kubeconform cannot see: caps, sizes, drains, GPU placement, wiring,
+and the contract with infra/terraform (the ConfigMaps, Secrets, mount paths, service accounts, node labels and
+EFA it provides), read from its HCL so the two cannot drift apart.
 
 tests/integration/test_k8s_manifests.py validates the same output against the API's schemas.
 """
@@ -7,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import yaml
 from parley.errors import ConfigError
 from parley.settings import describe
 from schemas.catalog import TOPICS, inference_topic
-from tools.fleet import k8s_parley, sglang
+from tests.unit.infra.test_terraform_wiring import PARSER_KEYS, TERRAFORM, unquote
+from tests.unit.infra.test_terraform_wiring import parse as parse_terraform
+from tools.fleet import k8s_engines, k8s_objects, k8s_parley, sglang
 from tools.fleet.kubernetes import DASHBOARD, render, write
 from tools.fleet.spec import EXAMPLE, FleetSpec, load, parse
 from tools.topology import ENGINE, GATEWAY, SERVICES
@@ -166,11 +171,12 @@ def test_every_container_drops_all_capabilities_and_runs_non_root_but_the_rdma_e
 
 def test_gpu_pods_select_and_tolerate_gpu_nodes_and_others_stay_off_them(fleet) -> None:
     spec, docs = fleet
-    gpu_types = {p.gpu.type for p in spec.pools}
+    gpu_types = {p.name: p.gpu.type for p in spec.pools}
     for name, pod in _pods(docs):
         gpus = sum(c["resources"]["limits"].get("nvidia.com/gpu", 0) for c in pod["containers"])
         if gpus:
-            assert pod["nodeSelector"]["parley.dev/gpu"] in gpu_types, name
+            pool = pod["nodeSelector"]["parley.dev/pool"]
+            assert pod["nodeSelector"] == {"nvidia.com/gpu.product": gpu_types[pool], "parley.dev/pool": pool}, name
             assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
             assert any(v["name"] == "dshm" and v["emptyDir"]["medium"] == "Memory" for v in pod["volumes"])
             for c in pod["containers"]:
@@ -272,30 +278,208 @@ def test_every_metrics_port_is_scraped(fleet) -> None:
         assert ports - scraped <= {"http"} or name == "gateway", name  # what is not scraped is only traffic
 
 
-def test_settings_are_real_and_secrets_are_the_documented_ones(fleet) -> None:
+def test_the_settings_rendered_are_real_ones(fleet) -> None:
     from tools.cli import _settings_by_service
 
     known = {name for _, cls in _settings_by_service() for name, _, _ in describe(cls)}
     _, docs = fleet
-    config = _of(docs, "ConfigMap")[k8s_parley.CONFIG]["data"]
-    set_here = {k for k in config if k.startswith("PARLEY_")}
-    secrets = set()
+    set_here = {k for k in _of(docs, "ConfigMap")[k8s_parley.CONFIG]["data"] if k.startswith("PARLEY_")}
     for _, pod in _pods(docs):
         for c in pod["containers"]:
             set_here |= {e["name"] for e in c.get("env", []) if e["name"].startswith("PARLEY_")}
-            secrets |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
-        secrets |= {v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
     assert set_here <= known, set_here - known
-    assert secrets == {s.name for s in k8s_parley.SECRETS} | {"parley-hf"}
-    assert config["PARLEY_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and config["PARLEY_CASSANDRA_SSL"] == "true"
 
 
 def test_everything_is_in_the_specs_namespace_and_labelled_for_its_file(fleet) -> None:
     spec, docs = fleet
     for d in docs:
-        if d["kind"] != "Namespace":
-            assert d["metadata"]["namespace"] == spec.namespace, d["metadata"]["name"]
+        assert d["metadata"]["namespace"] == spec.namespace, d["metadata"]["name"]
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "parley"
+
+
+# ------------------------------------------------------------------ the contract with infra/terraform
+
+
+def _blocks(directory: Path, kind: str) -> dict[str, dict]:
+    """``kind`` blocks (resource, variable) of a Terraform directory by their labels: "type.name" or "name"."""
+    out: dict[str, dict] = {}
+    for document in parse_terraform(directory).bodies:
+        for block in document.get(kind, []):
+            for label, body in block.items():
+                if kind == "resource":
+                    out.update({f"{unquote(label)}.{unquote(name)}": b for name, b in body.items() if name not in PARSER_KEYS})
+                else:
+                    out[unquote(label)] = body
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A parsed HCL constant without python-hcl2's quotes and block markers."""
+    if isinstance(value, dict):
+        return {unquote(k): _plain(v) for k, v in value.items() if k not in PARSER_KEYS}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return unquote(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What infra/terraform/modules/parley-connection puts in the namespace for Parley's pods."""
+
+    settings: dict[str, str]  # parley-infra's data, as HCL expressions
+    mounts: dict[str, str]  # local.mounts
+    secrets: dict[str, set[str]]  # Secret name -> its keys
+    config_maps: dict[str, set[str]]  # ConfigMap name -> its keys (parley-infra's: the settings)
+
+
+def _connection() -> Connection:
+    directory = TERRAFORM / "modules" / "parley-connection"
+    local = _plain(parse_terraform(directory).locals)
+    settings, made = local["settings"], {"kubernetes_secret_v1": {}, "kubernetes_config_map_v1": {}}
+    for label, body in _blocks(directory, "resource").items():
+        kind = label.split(".")[0]
+        data = _plain(body["data"])
+        made[kind][_plain(body["metadata"])[0]["name"]] = set(settings if data == "${local.settings}" else data)
+    return Connection(settings, local["mounts"], made["kubernetes_secret_v1"], made["kubernetes_config_map_v1"])
+
+
+CONNECTION = _connection()
+#: ``"${local.mounts.kafka}/password"`` -> (kafka, password): a setting that names a file Terraform mounts.
+MOUNTED_FILE = re.compile(r"^\$\{local\.mounts\.(\w+)\}/(.+)$")
+
+
+def _parley_containers(docs: list[Doc]) -> list[tuple[str, Doc, Doc]]:
+    """(workload, pod, container) of every container that runs a Parley process."""
+    return [(name, pod, c) for name, pod in _pods(docs) for c in pod["containers"] if c["command"][:2] == ["python", "-m"]]
+
+
+def test_the_renderer_reads_terraforms_connection_settings_and_sets_none_of_them(fleet) -> None:
+    _, docs = fleet
+    infra = set(CONNECTION.settings)
+    assert k8s_parley.INFRA_CONFIG in CONNECTION.config_maps and k8s_parley.INFRA_CONFIG not in _of(docs, "ConfigMap")
+    rendered = set(_of(docs, "ConfigMap")[k8s_parley.CONFIG]["data"])
+    assert rendered and not rendered & infra, rendered & infra  # each setting has one owner
+    assert {"PARLEY_KAFKA_BOOTSTRAP", "PARLEY_CASSANDRA_HOSTS", "PARLEY_DOCUMENTS_BLOB_URL", "PARLEY_KMS_KEY_FILE"} <= infra
+    for name, _, c in _parley_containers(docs):
+        sources = [ref["configMapRef"]["name"] for ref in c["envFrom"]]
+        assert sources == [k8s_parley.INFRA_CONFIG, k8s_parley.CONFIG], (name, c["name"])
+        assert not {e["name"] for e in c.get("env", [])} & infra, (name, c["name"])  # env would override parley-infra
+        assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in c.get("env", [])), (name, c["name"])
+
+
+def test_every_file_a_terraform_setting_names_is_mounted_from_the_object_that_holds_it(fleet) -> None:
+    _, docs = fleet
+    files = {key: MOUNTED_FILE.match(value) for key, value in CONNECTION.settings.items()}
+    files = {key: m.groups() for key, m in files.items() if m}
+    assert {"PARLEY_KAFKA_SASL_PASSWORD_FILE", "PARLEY_CASSANDRA_PASSWORD_FILE", "PARLEY_KMS_KEY_FILE"} <= set(files)
+    for name, pod, c in _parley_containers(docs):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        at = {m["mountPath"]: volumes[m["name"]] for m in c["volumeMounts"]}
+        for setting, (mount, key) in files.items():
+            volume = at[CONNECTION.mounts[mount]]  # mounted at Terraform's path...
+            if "secret" in volume:  # ...from a Terraform object that has the key
+                assert key in CONNECTION.secrets[volume["secret"]["secretName"]], (name, setting)
+            else:
+                assert key in CONNECTION.config_maps[volume["configMap"]["name"]], (name, setting)
+
+
+def test_the_manifests_reference_exactly_what_terraform_makes(fleet) -> None:
+    _, docs = fleet
+    referenced: set[str] = set()
+    for _, pod in _pods(docs):
+        for v in pod.get("volumes", []):
+            referenced |= {v["secret"]["secretName"]} if "secret" in v else set()
+            referenced |= {v["configMap"]["name"]} if "configMap" in v else set()
+        for c in pod["containers"]:
+            referenced |= {ref["configMapRef"]["name"] for ref in c.get("envFrom", [])}
+            referenced |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+    (auth,) = _of(docs, "TriggerAuthentication").values()
+    referenced |= {ref["name"] for ref in auth["spec"]["secretTargetRef"]}
+    rendered = set(_of(docs, "ConfigMap"))
+    optional = {k8s_engines.HF_SECRET}  # the operator's, for gated models
+    assert referenced - rendered - optional == set(CONNECTION.secrets) | set(CONNECTION.config_maps)
+    assert not rendered & (set(CONNECTION.secrets) | set(CONNECTION.config_maps))
+    assert not {"Secret", "Namespace"} & {d["kind"] for d in docs}  # Terraform's, one owner each
+
+
+def test_kedas_kafka_login_and_brokers_are_terraforms(fleet) -> None:
+    _, docs = fleet
+    (auth,) = _of(docs, "TriggerAuthentication").values()
+    refs = auth["spec"]["secretTargetRef"]
+    assert {(r["name"], r["key"]) for r in refs} == {(k8s_parley.KEDA_KAFKA, key) for key in CONNECTION.secrets[k8s_parley.KEDA_KAFKA]}
+    assert all(r["parameter"] == r["key"] for r in refs)  # Terraform names the keys after KEDA's parameters
+    workloads = {**_of(docs, "Deployment"), **_of(docs, "LeaderWorkerSet")}
+    kafka_triggers = 0
+    for so in _of(docs, "ScaledObject").values():
+        ref = so["spec"]["scaleTargetRef"]
+        for trigger in so["spec"]["triggers"]:
+            if trigger["type"] != "kafka":
+                continue
+            kafka_triggers += 1
+            meta = trigger["metadata"]
+            assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+            assert not {"bootstrapServers", "sasl", "tls"} & set(meta)  # Terraform's, not written twice
+            assert meta["bootstrapServersFromEnv"] in CONNECTION.settings
+            # KEDA reads the environment of the named container of a pod template at spec.template only
+            assert ref["kind"] == "Deployment", so["metadata"]["name"]
+            (container,) = [c for c in workloads[ref["name"]]["spec"]["template"]["spec"]["containers"] if c["name"] == ref["envSourceContainerName"]]
+            assert {"configMapRef": {"name": k8s_parley.INFRA_CONFIG}} in container["envFrom"]
+    assert kafka_triggers
+
+
+def test_multi_node_workers_scale_on_the_lag_their_group_exports() -> None:
+    docs = render(SPECS["variant"])
+    so = _of(docs, "ScaledObject")["worker-medium"]["spec"]
+    assert so["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+    (trigger,) = so["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert 'parley_consumer_lag{namespace="chat-prod", group="workers.medium"}' in trigger["metadata"]["query"]
+    assert "max by (topic, partition)" in trigger["metadata"]["query"]  # every member exports the same rows
+
+
+def _terraform_accounts() -> set[str]:
+    variable = _blocks(TERRAFORM / "envs" / "production" / "platform", "variable")["parley_service_accounts"]
+    return set(_plain(variable["default"]))
+
+
+def test_pods_run_as_the_service_accounts_terraform_binds_and_all_of_them_are_rendered(fleet) -> None:
+    _, docs = fleet
+    bound = _terraform_accounts()
+    assert set(_of(docs, "ServiceAccount")) >= bound
+    for name, pod, _ in _parley_containers(docs):
+        assert pod["serviceAccountName"] in bound, name
+    for name, pod in _pods(docs):
+        assert pod["serviceAccountName"] in _of(docs, "ServiceAccount"), name
+    accounts = {_of(docs, "Deployment")[s.name]["spec"]["template"]["spec"]["serviceAccountName"] for s in k8s_parley.group_services()}
+    assert accounts == {"parley-streams", "parley-documents"}
+    assert _of(docs, "Deployment")["gateway"]["spec"]["template"]["spec"]["serviceAccountName"] == "parley-gateway"
+    # The others (SGLang alone, the PD router) make no AWS calls, so Terraform binds them to no role.
+    assert set(_of(docs, "ServiceAccount")) - bound <= {n for n in _of(docs, "ServiceAccount") if n.startswith("frontier-")}
+
+
+def test_terraform_makes_the_example_specs_namespace() -> None:
+    addons = _blocks(TERRAFORM / "modules" / "cluster-addons", "variable")
+    identity = _blocks(TERRAFORM / "modules" / "workload-identity", "variable")
+    assert _plain(addons["parley_namespace"]["default"]) == _plain(identity["namespace"]["default"]) == SPECS["example"].namespace
+
+
+def test_efa_goes_to_engines_that_talk_to_other_nodes_and_matches_terraforms_node_groups(fleet) -> None:
+    spec, docs = fleet
+    for name, pod in _pods(docs):
+        for c in pod["containers"]:
+            limits = c["resources"]["limits"]
+            cross_node = "--disaggregation-mode" in c["command"] or "--nnodes" in c["command"]
+            wanted = k8s_engines.EFA_PER_GPU * limits["nvidia.com/gpu"] if cross_node else 0
+            assert limits.get(k8s_objects.EFA_RESOURCE, 0) == wanted, (name, c["name"])
+            assert c["resources"]["requests"].get(k8s_objects.EFA_RESOURCE, 0) == wanted
+    if spec is not SPECS["example"]:
+        return
+    groups = _plain(_blocks(TERRAFORM / "envs" / "production" / "platform", "variable")["gpu_node_groups"]["default"])
+    for group in groups.values():  # each node's interfaces are what its GPUs' engines take
+        pool = spec.pool(group["pool"])
+        assert group["gpu_product"] == pool.gpu.type
+        expected = k8s_engines.EFA_PER_GPU * group["gpus_per_node"] if pool.disaggregation or pool.nodes_per_replica > 1 else 0
+        assert group.get("efa_interfaces", 0) == expected, group
 
 
 def test_the_dashboard_ships_for_the_grafana_sidecar() -> None:
