@@ -7,12 +7,15 @@
 # Plus the namespaces, and an encrypted gp3 StorageClass that Cassandra and Prometheus claim volumes from.
 
 locals {
-  # Pinned, so an apply months from now installs what was reviewed; bump deliberately.
+  # Pinned, so an apply months from now installs what was reviewed; bump deliberately. KEDA's and LWS's
+  # charts carry the releases whose CRDs the rendered manifests are validated against
+  # (tools/fleet/k8s_schemas.py CRD_SOURCES; tests/unit/infra/test_addon_versions.py), and the
+  # kube-prometheus-stack major is the one released with prometheus-operator 0.85 (not checkable offline).
   chart_version = merge({
     cert_manager          = "v1.17.2"
-    keda                  = "2.16.1"
-    kube_prometheus_stack = "66.2.1"
-    leader_worker_set     = "0.6.1"
+    keda                  = "2.21.0"
+    kube_prometheus_stack = "77.0.0"
+    leader_worker_set     = "0.7.0"
     k8ssandra_operator    = "1.21.0"
     nvidia_device_plugin  = "0.17.1"
     efa_device_plugin     = "v0.5.6"
