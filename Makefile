@@ -54,4 +54,4 @@ stop:
 	@test -x $(BIN)/parley && $(BIN)/parley infra down || echo "nothing to stop (no .venv)"
 
 clean: stop
-	rm -rf .data $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf .data .tools $(VENV) *.egg-info .pytest_cache .hypothesis

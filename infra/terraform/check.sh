@@ -10,19 +10,19 @@
 #   infra/terraform/check.sh schemas   every resource/data block against its provider's schema (provider_schemas.py)
 #   infra/terraform/check.sh           install, then the three checks
 #
-# PARLEY_CHECKOV_VENV moves the venv (default .data/tools/checkov); PYTHON picks the interpreter that makes it;
+# PARLEY_CHECKOV_VENV moves the venv (default .tools/checkov); PYTHON picks the interpreter that makes it;
 # PARLEY_TERRAFORM_DIR checks another tree (the tests point it at trees that must fail).
 set -euo pipefail
 
 CHECKOV_VERSION="3.3.30"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TF_DIR="${PARLEY_TERRAFORM_DIR:-$ROOT/infra/terraform}"
-CHECKOV_VENV="${PARLEY_CHECKOV_VENV:-$ROOT/.data/tools/checkov}"
+CHECKOV_VENV="${PARLEY_CHECKOV_VENV:-$ROOT/.tools/checkov}"
 CHECKOV="$CHECKOV_VENV/bin/checkov"
 PYTHON="${PYTHON:-python3}"
-# The project's venv (python-hcl2) runs provider_schemas.py; the schemas are cached under .data/tools.
+# The project's venv (python-hcl2) runs provider_schemas.py; the schemas are cached under .tools.
 SCHEMAS=("$ROOT/.venv/bin/python" "$ROOT/infra/terraform/provider_schemas.py")
-SCHEMA_DIR="$ROOT/.data/tools/provider-schemas"
+SCHEMA_DIR="$ROOT/.tools/provider-schemas"
 
 install_checkov() {
     if [[ -x "$CHECKOV" ]] && [[ "$("$CHECKOV" --version 2>/dev/null)" == "$CHECKOV_VERSION" ]]; then

@@ -7,7 +7,7 @@ reads those structs and reports, per block: arguments the provider does not have
 left out. Expressions are not evaluated (that is `terraform console`'s, in the tests).
 
 Run by tests/integration/test_terraform_tools.py and by ``infra/terraform/check.sh schemas``; the wheels
-are downloaded once (~80 MB) into .data/tools/provider-schemas. Loading them takes ~5 s and ~650 MB.
+are downloaded once (~80 MB) into .tools/provider-schemas. Loading them takes ~5 s and ~650 MB.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from tools.fleet.k8s_schemas import SCHEMA_LOCATIONS
 from tools.fleet.kubernetes import render, write
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / ".data" / "tools"
+TOOLS = ROOT / ".tools"
 
 
 @pytest.fixture(scope="module")

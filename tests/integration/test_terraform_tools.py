@@ -3,7 +3,7 @@
 and data block against its provider's schema (infra/terraform/provider_schemas.py).
 
 Both through infra/terraform/check.sh, the script `make` runs: it installs checkov (pinned, in a venv of its
-own under .data/tools) when it is missing. The terraform CLI must be on PATH; without it these tests fail,
+own under .tools) when it is missing. The terraform CLI must be on PATH; without it these tests fail,
 never skip. Each tool is also run on a small tree that is wrong on purpose, so a tool that stopped checking
 would fail here too.
 """
@@ -161,8 +161,8 @@ def test_checkov_fails_a_public_unencrypted_bucket(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def schemas() -> provider_schemas.Schemas:
-    """The provider schemas, downloaded once into .data/tools (~80 MB of PyPI wheels)."""
-    return provider_schemas.load(provider_schemas.assemblies(REPO / ".data" / "tools" / "provider-schemas"))
+    """The provider schemas, downloaded once into .tools (~80 MB of PyPI wheels)."""
+    return provider_schemas.load(provider_schemas.assemblies(REPO / ".tools" / "provider-schemas"))
 
 
 def test_every_block_fits_its_providers_schema(schemas: provider_schemas.Schemas) -> None:

@@ -6,12 +6,12 @@
 # KEDA, the Prometheus operator and LeaderWorkerSet from their Go modules (tools/fleet/k8s_schemas.py
 # pins the versions). Idempotent: a second run checks the version stamps and does nothing.
 #
-#   bash tools/fleet/install_kubeconform.sh      # then: .data/tools/bin/kubeconform, .data/tools/k8s-schemas/
+#   bash tools/fleet/install_kubeconform.sh      # then: .tools/bin/kubeconform, .tools/k8s-schemas/
 set -euo pipefail
 
 KUBECONFORM_VERSION=v0.8.0
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-TOOLS="$ROOT/.data/tools"
+TOOLS="$ROOT/.tools"
 BIN="$TOOLS/bin"
 SCHEMAS="$TOOLS/k8s-schemas"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
