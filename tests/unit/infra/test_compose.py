@@ -90,7 +90,7 @@ def test_the_gpu_profile_swaps_the_small_pools_engine_behind_the_same_worker() -
     assert sglang["command"][:3] == ["python3", "-m", "sglang.launch_server"]
     assert sglang["command"][sglang["command"].index("--port") + 1] == "30000"
     assert sglang["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    from tests.unit.tools.test_fleet_flags import SERVER, problems
+    from tests.fixtures.sglang_flags import SERVER, problems
     from tools.fleet.spec import load
 
     assert problems(tuple(sglang["command"]), SERVER["flags"]) == [], "flags of the pinned SGLang release"

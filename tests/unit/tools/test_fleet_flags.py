@@ -8,83 +8,15 @@ release it was written for.
 from __future__ import annotations
 
 import copy
-import json
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.fixtures.sglang_flags import ROUTER, SERVER, problems
 from tools.fleet import sglang
 from tools.fleet.spec import EXAMPLE, parse
 from tools.fleet.spec import load as load_spec
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang"
-ROUTER_RELEASE = "0.3.2"
-#: Placeholders Kubernetes fills in a LeaderWorkerSet pod: allowed where the fixture expects an int.
-PLACEHOLDER = re.compile(r"^\$\([A-Z_]+\)$")
-
-
-def fixture(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / name).read_text())
-
-
-SERVER = fixture(f"server_args_{load_spec().sglang_release}.json")
-ROUTER = fixture(f"router_args_{ROUTER_RELEASE}.json")
-
-
-def problems(argv: tuple[str, ...], flags: dict[str, dict[str, Any]]) -> list[str]:
-    """What the release's argparse would refuse or take otherwise than meant; [] when every flag is right."""
-    found: list[str] = []
-    words = list(argv[3:])  # after python3 -m <module>
-    seen: set[str] = set()
-    i = 0
-    while i < len(words):
-        flag = words[i]
-        i += 1
-        values = []
-        while i < len(words) and not words[i].startswith("--"):
-            values.append(words[i])
-            i += 1
-        info = flags.get(flag)
-        if info is None:
-            found.append(f"{flag}: not a flag of this release")
-            continue
-        if info["deprecated"]:
-            found.append(f"{flag}: deprecated in this release")
-        if flag in seen and info.get("action") != "append":
-            found.append(f"{flag}: given twice (the last one wins, silently)")
-        seen.add(flag)
-        if not info["takes_value"]:
-            if values:
-                found.append(f"{flag}: a switch, given {values}")
-            continue
-        nargs = info["nargs"]
-        count_ok = {None: len(values) == 1, "+": len(values) >= 1, "*": True, "?": len(values) <= 1}.get(
-            nargs, len(values) == nargs
-        )
-        if not count_ok:
-            found.append(f"{flag}: takes {nargs or 1} value(s), given {values}")
-            continue
-        for value in values:
-            found += [f"{flag}: {msg}" for msg in _value_problems(value, info)]
-    return found
-
-
-def _value_problems(value: str, info: dict[str, Any]) -> list[str]:
-    if "choices_unresolved" in info:
-        return [f"its choices are computed at run time ({info['choices_unresolved']}): {value!r} cannot be checked"]
-    if "choices" in info and value not in info["choices"]:
-        return [f"{value!r} is not one of {info['choices']}"]
-    kind = info["type"]
-    if kind in ("int", "float") and not PLACEHOLDER.match(value):
-        try:
-            (int if kind == "int" else float)(value)
-        except ValueError:
-            return [f"{value!r} is not an {kind}"]
-    return []
-
 
 def flags_of(launch: sglang.Launch) -> dict[str, dict[str, Any]]:
     return (ROUTER if launch.role == "router" else SERVER)["flags"]
