@@ -59,7 +59,7 @@ from bench.results import record, this_command
 from infra.local import stack as infra_stack
 from infra.local.settings import LocalInfraSettings
 from parley import ids
-from parley.consumer import poll_batch, reader
+from parley.consumer import poll_batch, reader, watermarks
 from parley.kafka import producer_config
 from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings, from_env
@@ -244,7 +244,7 @@ def baseline_role(out: str, sample: int) -> None:
     topic = kafka.topic(TOKENS)
     starts = []
     for p in range(PARTITIONS):
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+        _, high = watermarks(consumer, TopicPartition(topic, p), 10)
         starts.append(TopicPartition(topic, p, high))
     consumer.assign(starts)
     stop = threading.Event()

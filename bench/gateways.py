@@ -41,7 +41,7 @@ import httpx
 from confluent_kafka import TopicPartition
 
 from bench.load import Step, _sse_turn, cpu_seconds, env, pct
-from parley.consumer import reader
+from parley.consumer import reader, watermarks
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas.catalog import TOPICS
 from tools import isolated
@@ -83,7 +83,7 @@ def token_log_end(kafka: KafkaSettings) -> int:
     try:
         topic = kafka.topic("chat.tokens")
         return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            watermarks(consumer, TopicPartition(topic, p), 10)[1]
             for p in range(TOPICS["chat.tokens"].partitions)
         )
     finally:

@@ -45,7 +45,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bench.results import record, this_command
 from parley.cassandra import connect
-from parley.consumer import poll_batch
+from parley.consumer import poll_batch, watermarks
 from parley.kafka import EventProducer
 from parley.migrate import migrate
 from parley.settings import CassandraSettings, KafkaSettings, from_env
@@ -90,7 +90,7 @@ def raw_rate(kafka: KafkaSettings, topics: tuple[str, ...], expected: int, *, co
     tps = [TopicPartition(kafka.topic(t), p, OFFSET_BEGINNING) for t in topics for p in range(TOPICS[t].partitions)]
     if connected:
         for tp in tps:
-            consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+            watermarks(consumer, TopicPartition(tp.topic, tp.partition), 10)
     else:
         began = time.perf_counter()  # as before: from the assignment of a cold consumer
     consumer.assign(tps)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from parley.consumer import read_until
+from parley.consumer import read_until, watermarks
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -44,7 +44,7 @@ def usage(kafka: KafkaSettings) -> list[UsageRecorded]:
     topic = kafka.topic("chat.usage")
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}"})
     parts = range(TOPICS["chat.usage"].partitions)
-    marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+    marks = {p: watermarks(consumer, TopicPartition(topic, p), 10) for p in parts}
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
     out = []
     # To each partition's end by position: the workers' commit markers take offsets and never arrive.

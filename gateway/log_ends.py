@@ -24,6 +24,7 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from parley.consumer import watermarks
 from parley.errors import BrokerUnavailable
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class LogEnds:
     def _list(self, partitions: list[int]) -> dict[int, int]:
         try:
             return {
-                p: int(self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), self._timeout_s, False)[1])
+                p: watermarks(self._consumer, TopicPartition(self._topic, p), self._timeout_s)[1]
                 for p in partitions
             }
         except KafkaException as exc:

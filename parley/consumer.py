@@ -72,6 +72,33 @@ def reached(consumer: Consumer, ends: dict[tuple[str, int], int]) -> list[tuple[
     return [(tp.topic, tp.partition) for tp in positions if tp.offset >= ends[(tp.topic, tp.partition)]]
 
 
+#: Broker answers that mean "ask again shortly": a leader moving, or metadata not yet current after a
+#: topic was made or a broker came back. librdkafka does not flag these retriable on watermark queries.
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+})
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float, cached: bool = False) -> tuple[int, int]:
+    """The low and high offsets of ``tp`` from the broker, asked again while it answers with a
+    transient error, until ``timeout_s``; the last error is raised after that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=max(0.1, deadline - time.monotonic()), cached=cached
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _TRANSIENT or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_until(consumer: Consumer, ends: dict[tuple[str, int], int], timeout_s: float) -> Iterator[Message]:
     """The records of the assigned partitions below their end offsets, until every partition's
     position got to its end (``reached``); BrokerUnavailable after ``timeout_s``. The caller
@@ -118,9 +145,7 @@ def records_since(consumer: Consumer, starts: list[TopicPartition], timeout_s: f
         for tp in found:
             if tp.offset < 0:  # nothing that recent
                 continue
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
-            )
+            _, high = watermarks(consumer, tp, timeout_s)
             if tp.offset < high:
                 ends[(tp.topic, tp.partition)] = high
                 assign.append(TopicPartition(tp.topic, tp.partition, tp.offset))

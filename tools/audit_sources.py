@@ -17,7 +17,7 @@ from cassandra.cluster import Session
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from parley.cassandra import connect
-from parley.consumer import poll_batch, reached, reader
+from parley.consumer import poll_batch, reached, reader, watermarks
 from parley.errors import BrokerUnavailable
 from parley.settings import CassandraSettings, KafkaSettings
 from schemas import codec
@@ -38,7 +38,7 @@ def read_log(kafka: KafkaSettings, topic: str = "chat.events") -> tuple[list[ev.
             meta = consumer.list_topics(name, timeout=10).topics[name]
             if meta.error is not None:
                 raise BrokerUnavailable(f"cannot read {name}: {meta.error} (PARLEY_KAFKA_BOOTSTRAP, PARLEY_TOPIC_PREFIX)")
-            ends = {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1] for p in meta.partitions}
+            ends = {p: watermarks(consumer, TopicPartition(name, p), 10)[1] for p in meta.partitions}
         except KafkaException as exc:
             raise BrokerUnavailable(f"cannot reach Kafka at {kafka.bootstrap} (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
         pending = {p for p, end in ends.items() if end > 0}

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from parley.consumer import poll_batch, reached, reader
+from parley.consumer import poll_batch, reached, reader, watermarks
 from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
@@ -83,9 +83,7 @@ class HistoryReader:
         ends: dict[tuple[str, int], int] = {}
         assign = []
         for tp in found:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=self._timeout_s, cached=False
-            )
+            _, high = watermarks(consumer, tp, self._timeout_s)
             if 0 <= tp.offset < high:  # -1: nothing that recent
                 ends[(tp.topic, tp.partition)] = high
                 assign.append(TopicPartition(tp.topic, tp.partition, tp.offset))

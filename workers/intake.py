@@ -37,7 +37,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from parley.consumer import Delivery, EventConsumer
+from parley.consumer import Delivery, EventConsumer, watermarks
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
 from schemas.catalog import inference_topic
@@ -92,10 +92,7 @@ class _GroupConsumer(EventConsumer):
         return self._consumer.consumer_group_metadata()
 
     def end_offset(self, partition: int) -> int:
-        _, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, partition), timeout=END_OFFSET_TIMEOUT_S, cached=False
-        )
-        return int(high)
+        return watermarks(self._consumer, TopicPartition(self.topic, partition), END_OFFSET_TIMEOUT_S)[1]
 
     def pause_all(self) -> None:
         assigned = self._consumer.assignment()

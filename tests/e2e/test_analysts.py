@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 from parley.cassandra import connect
 from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from parley.consumer import watermarks
 from schemas.catalog import TOPICS
 from tools import isolated
 from tools.analysts import archive, counterfactual, digest, rebuild, replay, report, turns
@@ -250,7 +251,7 @@ def test_the_session_replays_into_exactly_its_turns_reports_and_rebuilds(session
             tps = [TopicPartition(kafka.topic(topic), p, since) for p in range(TOPICS[topic].partitions)]
             for tp in probe.offsets_for_times(tps, timeout=10):
                 st = window.stats.partitions[(topic, tp.partition)]
-                high = probe.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1]
+                high = watermarks(probe, TopicPartition(tp.topic, tp.partition), 10)[1]
                 assert st.kafka_start == (tp.offset if tp.offset >= 0 else high), (topic, tp.partition)
                 assert st.first_offset is None or st.first_offset == st.kafka_start
         home = window.stats.partitions[("chat.events", partition_for(session.first_conversation, TOPICS["chat.events"].partitions))]

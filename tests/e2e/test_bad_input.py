@@ -19,7 +19,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from parley.consumer import read_until
+from parley.consumer import read_until, watermarks
 from parley.partitioning import partition_for
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -79,7 +79,7 @@ def _events_of(kafka, topic: str, conversation_id: str) -> int:
     partition = partition_for(conversation_id, TOPICS[topic].partitions)
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"bad-input-{uuid.uuid4().hex[:6]}"})
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)
+        low, high = watermarks(consumer, TopicPartition(name, partition), 10)
         consumer.assign([TopicPartition(name, partition, 0)])
         count = 0
         for msg in read_until(consumer, {(name, partition): high} if high > low else {}, 60):

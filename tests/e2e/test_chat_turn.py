@@ -12,6 +12,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from parley.consumer import watermarks
 from parley.partitioning import partition_for
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -82,7 +83,7 @@ def _prompts(stack, conversation_ids: set[str]) -> dict[str, list[InferenceReque
     consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:6]}"})
     parts = {partition_for(c, TOPICS["chat.inference"].partitions) for c in conversation_ids}
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in parts}
+    ends = {p: watermarks(consumer, TopicPartition(topic, p), 10)[1] for p in parts}
     out: dict[str, list[InferenceRequested]] = {c: [] for c in conversation_ids}
     seen = {p: -1 for p in parts}
     deadline = time.monotonic() + 30
@@ -186,7 +187,7 @@ async def test_bad_input_gets_the_right_status_and_appends_nothing(stack) -> Non
     topic = stack.kafka.topic("chat.events")
     partition = partition_for(cid, TOPICS["chat.events"].partitions)
     consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": "e2e-bad"})
-    before = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=False)[1]
+    before = watermarks(consumer, TopicPartition(topic, partition), 10)[1]
     url = f"{stack.url}/v1/conversations/{cid}/messages"
     auth = {"Authorization": f"Bearer {stack.key}"}
     good = {"content": "hi", "client_message_id": "x"}
@@ -208,7 +209,7 @@ async def test_bad_input_gets_the_right_status_and_appends_nothing(stack) -> Non
             assert "error" in response.json() and response.json()["error"]["code"]
         other = await http.get(f"{stack.url}/v1/conversations/{uuid.uuid4()}", headers=auth)
         assert other.status_code == 404
-    after = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=False)[1]
+    after = watermarks(consumer, TopicPartition(topic, partition), 10)[1]
     consumer.assign([TopicPartition(topic, partition, before)])
     appended = []
     while before + len(appended) < after:

@@ -15,9 +15,6 @@ import shutil
 import signal
 import time
 import uuid
-from parley import keys
-from schemas import sealing
-from schemas.sealing import open_text
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,12 +28,15 @@ from infra.local import jvm
 from infra.local import kafka as local_kafka
 from infra.local import stack as local_stack
 from infra.local.settings import LocalInfraSettings
-from parley.cassandra import connect
-from parley.consumer import read_until
+from parley import keys
+from parley.cassandra import DRIVER_ERRORS, connect
+from parley.consumer import read_until, watermarks
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
+from schemas import sealing
 from schemas.events import Event, GenerationCompleted, MessagePosted
+from schemas.sealing import open_text
 from tools import isolated
 from tools.supervisor import free_ports
 from tools.client import ApiError, ParleyClient, SseEvent, parse_sse
@@ -101,6 +101,19 @@ def kill(cfg: LocalInfraSettings, name: str) -> None:
 def restart(cfg: LocalInfraSettings, name: str) -> None:
     """Start ``name`` again on the same data dir (idempotent when it runs)."""
     local_stack.up(cfg, echo=lambda s: None, only=(name,))
+
+
+def answers_again(session: Any) -> None:
+    """Wait until this process's own ``session`` is back: its driver reconnects on its own schedule,
+    which can trail the services' sessions (the log this test decodes opens with keys read through it)."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            session.execute("SELECT release_version FROM system.local")
+            return
+        except DRIVER_ERRORS:
+            assert time.monotonic() < deadline, "the test's Cassandra session never reconnected"
+            time.sleep(0.5)
 
 
 @dataclass
@@ -197,7 +210,7 @@ def log_events(kafka: KafkaSettings, conversation_ids: set[str]) -> list[Event]:
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"outage-{uuid.uuid4().hex[:6]}"})
     topic = kafka.topic("chat.events")
     parts = range(TOPICS["chat.events"].partitions)
-    marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+    marks = {p: watermarks(consumer, TopicPartition(topic, p), 10) for p in parts}
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     out: list[Event] = []
     try:
@@ -359,6 +372,7 @@ async def test_with_cassandra_down_reads_answer_503_replies_still_stream_and_row
                 assert by_id[rid]["content"] == reply.text
 
         # Afterwards the rows are what the log says.
+        answers_again(s.inner.session)
         logged = log_events(s.inner.kafka, {cid, other})
         session = connect(s.inner.cassandra, s.inner.cassandra.keyspace)
         try:

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from parley.consumer import read_until
+from parley.consumer import read_until, watermarks
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -191,7 +191,7 @@ def _usage_events(kafka: KafkaSettings) -> list[UsageRecorded]:
     try:
         parts = [TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS["chat.usage"].partitions)]
         c.assign(parts)
-        marks = {p.partition: c.get_watermark_offsets(p, timeout=10) for p in parts}
+        marks = {p.partition: watermarks(c, p, 10) for p in parts}
         out: list[UsageRecorded] = []
         for msg in read_until(c, {(name, p): high for p, (low, high) in marks.items() if high > low}, 60):
             event = codec.decode(msg.value())

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from infra.local import stack as local_stack
 from infra.local.settings import LocalInfraSettings
-from parley.consumer import read_until
+from parley.consumer import read_until, watermarks
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
@@ -94,7 +94,7 @@ def completions_of(kafka: KafkaSettings, reply_id: str, isolation: str) -> list[
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:6]}", "isolation.level": isolation})
     name = kafka.topic("chat.events")
     parts = [TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS["chat.events"].partitions)]
-    marks = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10) for tp in parts}
+    marks = {tp.partition: watermarks(consumer, tp, 10) for tp in parts}
     consumer.assign(parts)
     found: list[GenerationCompleted] = []
     try:

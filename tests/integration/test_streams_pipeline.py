@@ -24,6 +24,7 @@ from parley.kafka import EventProducer
 from parley.migrate import migrate
 from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings
+from parley.consumer import watermarks
 from schemas import events as ev
 from schemas.catalog import TOPICS
 from tests.integration.harness import DEADLINE, SYSTEM, Tail, Worker, worker_env
@@ -39,7 +40,7 @@ def lag(kafka: KafkaSettings, group: str, topic: str) -> int:
         committed = c.committed([TopicPartition(name, p) for p in range(TOPICS[topic].partitions)], timeout=10)
         total = 0
         for tp in committed:
-            low, high = c.get_watermark_offsets(TopicPartition(name, tp.partition), timeout=10)
+            low, high = watermarks(c, TopicPartition(name, tp.partition), 10)
             total += high - (tp.offset if tp.offset >= 0 else low)
         return total
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from gateway.quotas import QuotaStore
-from parley.consumer import poll_batch
+from parley.consumer import poll_batch, watermarks
 from parley.kafka import EventProducer
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings, KafkaSettings, from_env
@@ -105,7 +105,7 @@ def _dead_letters(kafka: KafkaSettings) -> list[DeadLetter]:
     try:
         parts = [TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS[dlq_name("chat.usage")].partitions)]
         c.assign(parts)
-        ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        ends = {p.partition: watermarks(c, p, 10)[1] for p in parts}
         seen: dict[int, int] = {p: 0 for p in ends}
         out: list[DeadLetter] = []
         deadline = time.monotonic() + 30

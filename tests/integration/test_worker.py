@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY
 
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
+from parley.consumer import watermarks
 from schemas import codec
 from schemas.events import (
     Event,
@@ -180,7 +181,7 @@ async def test_a_reply_streams_coalesced_chunks_and_lands_on_chat_events_before_
         probe = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"it-probe-{uuid.uuid4().hex}"})
         try:
             topic = kafka.topic("chat.events")
-            highs = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(12)}
+            highs = {p: watermarks(probe, TopicPartition(topic, p), 10)[1] for p in range(12)}
         finally:
             probe.close()
         return seen, highs

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from parley import consumer as shared
-from parley.consumer import poll_batch
+from parley.consumer import poll_batch, watermarks
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS
@@ -84,7 +84,7 @@ def plan(
         if partitions is None or t not in partitions or p in partitions[t]
     ]
     try:
-        marks = {(t, p): consumer.get_watermark_offsets(TopicPartition(kafka.topic(t), p), timeout=10) for t, p in wanted}
+        marks = {(t, p): watermarks(consumer, TopicPartition(kafka.topic(t), p), 10) for t, p in wanted}
         starts = _lookup(consumer, kafka, wanted, since_ms)
         ends = _lookup(consumer, kafka, wanted, None if until_ms is None else until_ms + 1)
     except KafkaException as exc:
