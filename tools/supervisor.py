@@ -1,12 +1,5 @@
 """Start the services of the topology as child processes, wait until each is ready, stop them all.
 
-All of them start at once and are then waited for: no service needs another to be up to start
-(each retries its broker, database and engine), and a stack that starts one by one spends most of
-its time in imports and health polls that could overlap. They stop in three waves, each signalled
-at once: the front doors (gateway, edge) first, so no new work comes in and live streams drain
-while everything behind them still runs; then the processors and workers; the engines last, so a
-worker's drain can finish its generations.
-
 Used by `parley run` (in the foreground until Ctrl-C) and by the e2e tests.
 Each child logs to ``<log_dir>/<name>.log``; a child that exits while starting
 is reported with the tail of its log.
@@ -20,16 +13,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tools.topology import EDGE, ENGINE, GATEWAY, Service
-
-#: Stopped first (no new traffic, live streams drain) and last (generations in a worker's drain finish).
-_FRONT = (GATEWAY.name, EDGE.name)
-_BACK = (ENGINE.name,)
+from tools.topology import Service
 
 
 class StartFailed(RuntimeError):
@@ -43,7 +32,6 @@ class Child:
     log: Path
     health_url: str | None
     metrics_url: str | None = None
-    started: float = field(default_factory=time.monotonic)
 
 
 class Supervisor:
@@ -91,8 +79,8 @@ class Supervisor:
         return child
 
     def wait_ready(self, child: Child, timeout: float = 120.0, settle: float = 1.5) -> float:
-        """Seconds from its start until ready: its health URL answers 200, or (no URL) it stayed up for ``settle`` s."""
-        began = child.started
+        """Seconds until ready: its health URL answers 200, or (no URL) it stayed up for ``settle`` s."""
+        began = time.monotonic()
         while True:
             code = child.process.poll()
             if code is not None:
@@ -112,35 +100,25 @@ class Supervisor:
             time.sleep(0.2)
 
     def start_all(self, services: Iterable[Service], echo: Callable[[str], None] = print) -> None:
-        for child in [self.start(service) for service in services]:
+        for service in services:
+            child = self.start(service)
             seconds = self.wait_ready(child)
-            echo(f"{child.service.name}: ready after {seconds:.1f}s (pid {child.process.pid}, log {child.log})")
+            echo(f"{service.name}: ready after {seconds:.1f}s (pid {child.process.pid}, log {child.log})")
 
     def stop(self, child: Child, timeout: float = 30.0) -> int | None:
-        return _stop_together([child], timeout)[0]
-
-    def stop_all(self, timeout: float = 30.0) -> None:
-        front = [c for c in self.children if c.service.name in _FRONT]
-        back = [c for c in self.children if c.service.name in _BACK]
-        middle = [c for c in self.children if c not in front and c not in back]
-        for wave in (front, middle, back):
-            _stop_together(wave, timeout)
-        self.children.clear()
-
-
-def _stop_together(children: list[Child], timeout: float) -> list[int | None]:
-    """SIGTERM every child at once, then wait for each (SIGKILL past ``timeout``); their exit codes."""
-    for child in children:
         if child.process.poll() is None:
             child.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for child in children:
-        try:
-            child.process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.process.kill()
-            child.process.wait(5)
-    return [child.process.returncode for child in children]
+            try:
+                child.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait(5)
+        return child.process.returncode
+
+    def stop_all(self, timeout: float = 30.0) -> None:
+        for child in reversed(self.children):  # the gateway first: stop taking traffic, then the rest
+            self.stop(child, timeout)
+        self.children.clear()
 
 
 def free_port() -> int:
