@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# Two worker processes (pytest-xdist), a test file at a time: most of an e2e module's time is waiting on its
+# stack, so two of them share the two cores well (tools/suite_times.py measures it). Tests marked `alone`
+# run afterwards in one process: the API fuzzing, whose schemathesis run answers differently under xdist.
+PYTEST := $(BIN)/python -m pytest -q
 
 .PHONY: install infra setup run test test-unit bench stop clean
 
@@ -42,10 +46,12 @@ run: setup
 test: setup
 	bash tools/fleet/install_kubeconform.sh
 	bash infra/terraform/check.sh install
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -n 2 --dist loadfile -m "not alone"
+	$(PYTEST) -m alone
 
+# The inner loop: no Kafka, no Cassandra, about a minute.
 test-unit: install
-	$(BIN)/python -m pytest -q tests/unit
+	$(PYTEST) -n 2 tests/unit
 
 bench: setup
 	$(BIN)/python -m bench

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import httpx
 from schemas.events import PromptMessage
 from workers.chat_template import render_prompt
 from workers.engine.torch_model import torch_threads, usable_cpus
+from tools.supervisor import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 LEVELS = (1, 4, 16)
@@ -47,11 +47,6 @@ class Stream:
     decode_tokens_per_s: float
     tokens: int
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prompt(i: int) -> str:

@@ -159,6 +159,15 @@ class HttpEmbedder:
         self._client.close()
 
 
+def warmed(embedder: Embedder) -> Embedder:
+    """``embedder`` with its in-process model loaded. A question's search has a budget of a second or two
+    (PARLEY_DOCUMENTS_SEARCH_TIMEOUT_S); loading the model inside it lost the vector half of the first
+    searches after every start, more so on a busy machine. A server needs no warming."""
+    if isinstance(embedder, MiniLM):
+        embedder.embed(["warm-up"])
+    return embedder
+
+
 def embedder_from(settings: DocumentSettings) -> Embedder:
     """The server named by the settings, or all-MiniLM-L6-v2 in process."""
     if settings.embedder_url:

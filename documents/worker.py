@@ -33,6 +33,7 @@ from parley.cassandra import AsyncCql
 from parley.consumer import Delivery, EventConsumer
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
+from parley.metrics import Readiness
 from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import events as ev
@@ -53,11 +54,13 @@ class DocumentWorker:
         self.index = DocumentIndex(self.cql)
         self.blobs = blob_store(settings.blob_url)
         self.producer = EventProducer(kafka)
+        self.readiness = Readiness()
         self.consumer = EventConsumer(
             kafka,
             kafka.topic_prefix + GROUP,
             [TOPIC],
             self.producer,
+            on_assign=lambda *_: self.readiness.ready(),  # the group's assignment is held: ready for uploads
             **{"max.poll.interval.ms": 300_000, "session.timeout.ms": 15_000},
         )
         self.job = Job(settings, self.blobs, self.index, embedder_from(settings), self._emit, self._alive)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -241,6 +241,7 @@ class EventConsumer:
         producer: EventProducer,
         *,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        on_assign: Callable[[Consumer, list[TopicPartition]], None] | None = None,
         **overrides: Any,
     ) -> None:
         config = kafka_config(settings)
@@ -258,7 +259,7 @@ class EventConsumer:
         self._producer = producer
         self._max_bytes = max_event_bytes
         self._consumer = Consumer(config)
-        self._consumer.subscribe([settings.topic(t) for t in topics])
+        self._consumer.subscribe([settings.topic(t) for t in topics], **({"on_assign": on_assign} if on_assign else {}))
         self.dead_lettered = 0
 
     def poll(self, timeout: float = 1.0, max_records: int = 100) -> list[Delivery]:

@@ -12,6 +12,7 @@ The gateway serves ``/metrics`` on its own port; every other process calls
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -26,6 +27,32 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 #: Inter-token gaps: 1 ms to 1 s.
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
+
+# ------------------------------------------------------------------ every process without an HTTP health route
+
+READY = Gauge(
+    "parley_ready",
+    "1 once this process can do its job: a processor or the document worker holds its group's assignment, a worker "
+    "has sent a heartbeat after joining its group (every replica's). The supervisor's readiness check "
+    "(tools/supervisor.py); 0 before",
+)
+
+
+class Readiness:
+    """``parley_ready`` turns 1 once each of ``parts`` (a worker's replicas, say) has said so; thread-safe,
+    and saying so again changes nothing."""
+
+    def __init__(self, parts: int = 1) -> None:
+        self._waiting = set(range(parts))
+        self._lock = threading.Lock()
+        READY.set(0)
+
+    def ready(self, part: int = 0) -> None:
+        with self._lock:
+            self._waiting.discard(part)
+            if not self._waiting:
+                READY.set(1)
+
 
 # ------------------------------------------------------------------ workers: generation
 

@@ -26,7 +26,7 @@ from faust.types.auth import CredentialsT
 
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
 from parley.logs import TRACE_ID
-from parley.metrics import DEAD_LETTERS
+from parley.metrics import DEAD_LETTERS, Readiness
 from parley.settings import KafkaSettings
 from parley.transport_security import kafka_tls
 from schemas import codec
@@ -203,6 +203,12 @@ def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wi
 
         return tell
 
+    readiness = Readiness()
+
+    async def ready(_: object, partitions: set[TP], **__: object) -> None:
+        readiness.ready()  # the group's assignment is held (tools/supervisor.py waits for this)
+
+    app.on_partitions_assigned.connect(ready)
     if wiring.on_assigned:
         app.on_partitions_assigned.connect(rebalance(wiring.on_assigned))
     if wiring.on_revoked:

@@ -18,7 +18,7 @@ from typing import Callable
 
 from parley.errors import ConfigError
 from parley.lru import LRU
-from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, WordTokenizer
+from workers.engine.tokenizer import ByteTokenizer, Tokenizer, WordTokenizer, local_tokenizer
 
 #: Distinct message texts whose counts are remembered: a conversation's history is
 #: re-counted on every turn, and for a BPE tokenizer that is the builder's main cost.
@@ -36,14 +36,14 @@ def load_tokenizer(spec: str) -> Tokenizer:
         from parley.settings import from_env
         from workers.engine import packaged_model
 
-        return HFTokenizer(packaged_model.model_dir(from_env(LocalInfraSettings).cache_dir))
+        return local_tokenizer(packaged_model.model_dir(from_env(LocalInfraSettings).cache_dir))
     path = Path(spec).expanduser()
     if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
         raise ConfigError(
             f"PARLEY_CONTEXT_TOKENIZER={spec!r} is neither 'smollm2', 'bytes', 'words' nor a HuggingFace model directory "
             "(no tokenizer.json or tokenizer_config.json there)"
         )
-    return HFTokenizer(path)
+    return local_tokenizer(path)
 
 
 class TokenCounter:

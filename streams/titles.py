@@ -107,6 +107,10 @@ class Titler:
                 trace_id=reply.trace_id,
                 title=title,
                 by="auto",
+                # Stamped with the reply's time, not the engine call's end: rows take the latest write
+                # (USING TIMESTAMP occurred_at), and a rename the user made after seeing the reply must beat
+                # a title that reached the log before it (the same time on every replay, too).
+                occurred_at=reply.occurred_at,
             )
         ]
 

@@ -4,6 +4,7 @@ They fail, never skip, when that is impossible."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
@@ -31,7 +32,11 @@ def infra() -> Iterator[LocalInfraSettings]:
     from schemas import sealing
 
     cfg = from_env(LocalInfraSettings)
-    stack.up(cfg, echo=lambda s: None)
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist's workers each ask at once: one starts Kafka and Cassandra, the others then find them running.
+    with open(cfg.data_dir / "infra.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stack.up(cfg, echo=lambda s: None)
     settings = from_env(CassandraSettings)
     session = connect(settings)
     migrate(session, KEYS_KEYSPACE, settings.replication)

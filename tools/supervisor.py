@@ -1,5 +1,12 @@
 """Start the services of the topology as child processes, wait until each is ready, stop them all.
 
+All of them start at once and are then waited for: no service needs another to be up to start
+(each retries its broker, database and engine), and a stack that starts one by one spends most of
+its time in imports and health polls that could overlap. They stop in three waves, each signalled
+at once: the front doors (gateway, edge) first, so no new work comes in and live streams drain
+while everything behind them still runs; then the processors and workers; the engines last, so a
+worker's drain can finish its generations.
+
 Used by `parley run` (in the foreground until Ctrl-C) and by the e2e tests.
 Each child logs to ``<log_dir>/<name>.log``; a child that exits while starting
 is reported with the tail of its log.
@@ -8,17 +15,22 @@ is reported with the tail of its log.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from tools.topology import Service
+from tools.topology import EDGE, ENGINE, GATEWAY, Service
+
+#: Stopped first (no new traffic, live streams drain) and last (generations in a worker's drain finish).
+_FRONT = (GATEWAY.name, EDGE.name)
+_BACK = (ENGINE.name,)
 
 
 class StartFailed(RuntimeError):
@@ -32,6 +44,7 @@ class Child:
     log: Path
     health_url: str | None
     metrics_url: str | None = None
+    started: float = field(default_factory=time.monotonic)
 
 
 class Supervisor:
@@ -61,7 +74,8 @@ class Supervisor:
         if service.own_metrics:
             metrics_url = url.rsplit("/", 1)[0] + "/metrics" if url else None
         else:  # a port of its own for prometheus-client's server (parley.metrics.serve_from_env)
-            env.setdefault("PARLEY_METRICS_PORT", str(free_port()))
+            if "PARLEY_METRICS_PORT" not in (extra_env or {}):  # never the parent's one port, shared by every child
+                env["PARLEY_METRICS_PORT"] = str(free_port())
             metrics_url = f"http://127.0.0.1:{env['PARLEY_METRICS_PORT']}/metrics"
         with open(log, "ab") as out:
             process = subprocess.Popen(
@@ -78,53 +92,82 @@ class Supervisor:
         self.children.append(child)
         return child
 
-    def wait_ready(self, child: Child, timeout: float = 120.0, settle: float = 1.5) -> float:
-        """Seconds until ready: its health URL answers 200, or (no URL) it stayed up for ``settle`` s."""
-        began = time.monotonic()
+    def wait_ready(self, child: Child, timeout: float = 180.0) -> float:
+        """Seconds from its start until it can do its job: its health URL answers 200 (engine, gateway, edge), or
+        its ``parley_ready`` gauge is 1 (processors, workers, document workers: parley/metrics.Readiness)."""
+        began = child.started
+        url = child.health_url or (f"{child.metrics_url}?name[]=parley_ready" if child.metrics_url else None)
+        if url is None:
+            raise StartFailed(f"{child.service.name} has neither a health URL nor a metrics port to ask")
         while True:
             code = child.process.poll()
             if code is not None:
                 raise StartFailed(f"{child.service.name} exited with {code} while starting.\n{tail(child.log)}")
             elapsed = time.monotonic() - began
-            if child.health_url is None:
-                if elapsed >= settle:
-                    return elapsed
-            else:
-                try:
-                    if httpx.get(child.health_url, timeout=1).status_code == 200:
-                        return elapsed
-                except httpx.HTTPError:
-                    pass
+            if _ready(url, gauge=child.health_url is None):
+                return elapsed
             if elapsed > timeout:
                 raise StartFailed(f"{child.service.name} not ready after {timeout:.0f}s.\n{tail(child.log)}")
             time.sleep(0.2)
 
     def start_all(self, services: Iterable[Service], echo: Callable[[str], None] = print) -> None:
-        for service in services:
-            child = self.start(service)
+        for child in [self.start(service) for service in services]:
             seconds = self.wait_ready(child)
-            echo(f"{service.name}: ready after {seconds:.1f}s (pid {child.process.pid}, log {child.log})")
+            echo(f"{child.service.name}: ready after {seconds:.1f}s (pid {child.process.pid}, log {child.log})")
 
     def stop(self, child: Child, timeout: float = 30.0) -> int | None:
-        if child.process.poll() is None:
-            child.process.send_signal(signal.SIGTERM)
-            try:
-                child.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                child.process.kill()
-                child.process.wait(5)
-        return child.process.returncode
+        return _stop_together([child], timeout)[0]
 
     def stop_all(self, timeout: float = 30.0) -> None:
-        for child in reversed(self.children):  # the gateway first: stop taking traffic, then the rest
-            self.stop(child, timeout)
+        front = [c for c in self.children if c.service.name in _FRONT]
+        back = [c for c in self.children if c.service.name in _BACK]
+        middle = [c for c in self.children if c not in front and c not in back]
+        for wave in (front, middle, back):
+            _stop_together(wave, timeout)
         self.children.clear()
 
 
+def _stop_together(children: list[Child], timeout: float) -> list[int | None]:
+    """SIGTERM every child at once, then wait for each (SIGKILL past ``timeout``); their exit codes."""
+    for child in children:
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        try:
+            child.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait(5)
+    return [child.process.returncode for child in children]
+
+
+#: Listening ports are drawn below the kernel's ephemeral range: a port from there is also the local end of
+#: any outgoing connection, so a server told to listen on it seconds later could find it taken (as a
+#: private Cassandra did, under the load of two test workers). Random, so two processes rarely draw alike.
+_PORTS = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, outside the ephemeral range."""
+    low = _ephemeral_low()
+    for _ in range(1000):
+        port = _PORTS.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 10000 and {low}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768  # Linux's default
+    return max(low, 11_000)
 
 
 def free_ports(n: int) -> list[int]:
@@ -137,6 +180,16 @@ def free_ports(n: int) -> list[int]:
 
 def pid_file(log_dir: Path, name: str) -> Path:
     return log_dir / f"{name}.pid"
+
+
+def _ready(url: str, gauge: bool) -> bool:
+    try:
+        response = httpx.get(url, timeout=1)
+    except httpx.HTTPError:
+        return False
+    if response.status_code != 200:
+        return False
+    return not gauge or any(line.split() == ["parley_ready", "1.0"] for line in response.text.splitlines())
 
 
 def _answers(url: str) -> bool:

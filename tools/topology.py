@@ -1,6 +1,6 @@
 """The topology, written once: every service, what it reads and writes, how to start it.
 
-`parley run` starts these in order, `make run` calls it, the e2e tests start
+`parley run` starts these (tools/supervisor.py), `make run` calls it, the e2e tests start
 the same list, and docs/operations.md quotes it. Follow a message through it in
 this order (DESIGN.md §1).
 """

@@ -123,6 +123,7 @@ class Intake:
         self._lock = threading.Lock()  # guards _finished and _owned, shared with the event loop
         self._finished: list[tuple[int, int]] = []
         self._owned: set[int] = set()
+        self._assigned_once = False  # the group's first assignment has come (possibly of no partition)
         self._positions: dict[int, int] = {}  # owned partition → commit position (the first unfinished offset)
         self._commit_offsets = commit_offsets
         self._metadata: Any = None  # consumer_group_metadata(), refreshed on the intake thread
@@ -156,6 +157,12 @@ class Intake:
     def owned(self) -> list[int]:
         with self._lock:
             return sorted(self._owned)
+
+    @property
+    def assigned(self) -> bool:
+        """The group has assigned this member its partitions (none, if it has more members than partitions)."""
+        with self._lock:
+            return self._assigned_once
 
     def positions(self) -> dict[int, int]:
         """Owned partition → the offset the group should resume it at (workers/transactions.GroupView)."""
@@ -267,6 +274,7 @@ class Intake:
         self._refresh_metadata()  # the new generation, before any record of it is taken
         with self._lock:
             self._owned.update(ps)
+            self._assigned_once = True
         for p in ps:
             self._tracker.drop(p)  # a fresh start: the committed offset is where this owner begins
             self._ends[p] = self._end_offset(p)

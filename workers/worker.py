@@ -20,9 +20,11 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import replace
 
 from parley.kafka import EventProducer
+from parley.metrics import Readiness
 from parley.settings import KafkaSettings, from_env
 from schemas.catalog import inference_topic
 from schemas.events import InferenceRouted
@@ -43,8 +45,12 @@ async def run_worker(
     kafka: KafkaSettings,
     engine: EngineClient | None = None,
     stop: asyncio.Event | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Serve ``chat.inference.<pool>`` until ``stop`` is set, then drain, commit and leave the group."""
+    """Serve ``chat.inference.<pool>`` until ``stop`` is set, then drain, commit and leave the group.
+
+    ``on_ready``: called once, when a heartbeat sent after the group's first assignment is acknowledged
+    (the router can then place turns here)."""
     stop = stop or asyncio.Event()
     owns_engine = engine is None
     if engine is None:
@@ -80,7 +86,7 @@ async def run_worker(
     loops = [
         asyncio.create_task(_intake_loop(intake, scheduler, stop, closing), name="intake"),
         asyncio.create_task(_control_loop(control, scheduler, closing), name="control"),
-        asyncio.create_task(_heartbeat_loop(worker, engine, scheduler, sink, intake, closing), name="heartbeats"),
+        asyncio.create_task(_heartbeat_loop(worker, engine, scheduler, sink, intake, closing, on_ready), name="heartbeats"),
         committer.task,  # ends only by failing: another process took this worker's transactional id
     ]
     failed: BaseException | None = None
@@ -142,6 +148,7 @@ async def _heartbeat_loop(
     sink: KafkaSink,
     intake: Intake,
     closing: asyncio.Event,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     while not closing.is_set():
         try:
@@ -150,17 +157,22 @@ async def _heartbeat_loop(
             load = None  # the heartbeat still says the worker is alive; the router sees no KV figures
         if not scheduler.model:
             scheduler.model = await _model_of(engine, worker, quiet=True)
-        await _send_heartbeat(scheduler, sink, intake, load)
+        sent = await _send_heartbeat(scheduler, sink, intake, load)
+        if on_ready is not None and intake.assigned:
+            sent.add_done_callback(lambda fut, ready=on_ready: None if fut.cancelled() or fut.exception() else ready())
+            on_ready = None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(closing.wait(), timeout=worker.heartbeat_s)
 
 
 async def _send_heartbeat(
     scheduler: Scheduler, sink: KafkaSink, intake: Intake | None, load: EngineLoad | None
-) -> None:
+) -> asyncio.Future[object]:
+    """The heartbeat's delivery. Not awaited: one that cannot be delivered is superseded by the next anyway."""
     beat = scheduler.heartbeat(partitions=intake.owned if intake else [], load=load)
-    # Not awaited: a heartbeat that cannot be delivered is superseded by the next one anyway.
-    sink.send_nowait(beat).add_done_callback(_log_lost_heartbeat)
+    sent = sink.send_nowait(beat)
+    sent.add_done_callback(_log_lost_heartbeat)
+    return sent
 
 
 def _log_lost_heartbeat(fut: asyncio.Future[object]) -> None:
@@ -212,9 +224,13 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
 
 async def run_replicas(worker: WorkerSettings, kafka: KafkaSettings, stop: asyncio.Event) -> None:
     """``run_worker`` for each engine of ``worker`` until ``stop``; one failing stops (drains) them all, then raises."""
+    replicas = worker.replicas()
+    readiness = Readiness(len(replicas))
     tasks = [
-        asyncio.create_task(run_worker(replica, kafka, stop=stop), name=replica.worker_id)
-        for replica in worker.replicas()
+        asyncio.create_task(
+            run_worker(replica, kafka, stop=stop, on_ready=lambda n=n: readiness.ready(n)), name=replica.worker_id
+        )
+        for n, replica in enumerate(replicas)
     ]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

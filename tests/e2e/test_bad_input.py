@@ -151,7 +151,7 @@ def test_a_cursor_of_another_partition_is_400(world: World) -> None:
 # ------------------------------------------------------------------ ids
 
 
-@pytest.mark.parametrize("unknown", [str(uuid.uuid4()), "not-an-id", "0", "%E2%98%83"])
+@pytest.mark.parametrize("unknown", [pytest.param(str(uuid.uuid4()), id="a-fresh-uuid"), "not-an-id", "0", "%E2%98%83"])
 def test_unknown_ids_are_404_on_every_route_that_takes_one(world: World, unknown: str) -> None:
     with world.http() as http, nothing_appended(world, world.mine.conversation_id):
         for method, path, body in id_routes(unknown, unknown, world.mine.reply_id):

@@ -33,6 +33,10 @@ from schemathesis.specs.openapi.checks import (
 from parley.users import create_org, create_user
 from tools.client import ParleyClient
 
+#: Not beside another xdist worker (make test's second pytest process): under pytest-xdist the schemathesis
+#: run below answered every operation 4xx only, and the coverage test after it failed; alone it reaches 2xx.
+pytestmark = pytest.mark.alone
+
 #: Per operation; with derandomize the same examples every run. Bounded so the module takes a
 #: few minutes at most on two cores.
 MAX_EXAMPLES = 30

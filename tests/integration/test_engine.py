@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,11 @@ import pytest
 from workers.engine.tokenizer import WordTokenizer
 from workers.engine_api import EngineDelta, EngineRejected, EngineUnavailable, GenerateRequest
 from workers.sglang import SGLangClient
+from tools.supervisor import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_engine(*flags: str) -> Iterator[str]:

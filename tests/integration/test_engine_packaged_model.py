@@ -69,3 +69,29 @@ async def test_repetition_penalty_is_applied(smol_engine: str) -> None:
     plain, penalised = greedy(1.0), greedy(1.5)
     assert len(plain) == len(penalised) == 24 and plain != penalised
     assert len(set(penalised)) >= len(set(plain))
+
+
+def test_the_context_builder_counts_the_packaged_models_prompts_as_transformers_does() -> None:
+    # The context builder reads tokenizer.json alone (no transformers import at its start); its budget is a
+    # promise about what the engine, which tokenizes through transformers, will see.
+    from infra.local.settings import LocalInfraSettings
+    from parley.settings import from_env
+    from streams.context_tokens import load_tokenizer
+    from workers.engine import packaged_model
+    from workers.engine.tokenizer import HFTokenizer, JsonTokenizer
+
+    counted = load_tokenizer("smollm2")
+    engine = HFTokenizer(packaged_model.model_dir(from_env(LocalInfraSettings).cache_dir))
+    assert isinstance(counted, JsonTokenizer)
+    texts = [
+        "",
+        chat("What is the capital of France?"),
+        chat("naïve café — 日本語, emoji 🙂, tabs\tand\nnew lines, <|im_end|> typed by a user"),
+        "```python\ndef f(x):\n    return x ** 2\n```",
+        "  leading and trailing spaces  ",
+    ]
+    for text in texts:
+        assert counted.encode(text) == engine.encode(text)
+    assert counted.eos_ids <= engine.eos_ids and counted.vocab_size == engine.vocab_size
+    ids = engine.encode(texts[2])
+    assert counted.decode(ids) == engine.decode(ids)

@@ -2,12 +2,15 @@
 
 ``ByteTokenizer`` is built on the spot for the untrained random model (nothing
 is downloaded): one token per UTF-8 byte plus BOS/EOS/PAD. ``HFTokenizer`` wraps
-the tokenizer of a local HuggingFace model directory. ``WordTokenizer`` is the
+the tokenizer of a local HuggingFace model directory; ``JsonTokenizer`` reads the
+same directory's ``tokenizer.json`` with the ``tokenizers`` library alone, for
+processes that only count (``local_tokenizer`` picks). ``WordTokenizer`` is the
 synthetic backend's: words and punctuation, ids from a stable hash.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Sequence
@@ -81,6 +84,52 @@ class HFTokenizer:
                 list(ids), skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces_between_special_tokens
             )
         )
+
+
+class JsonTokenizer:
+    """A local model directory's ``tokenizer.json`` through the ``tokenizers`` library: the ids transformers'
+    fast tokenizer gives for it, without importing transformers and torch, which costs a counting process
+    (the context builder) seconds at every start."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from tokenizers import Tokenizer as Rust
+
+        self._tok = Rust.from_file(str(model_dir / "tokenizer.json"))
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        config = _tokenizer_config(model_dir)
+        eos = self._tok.token_to_id(_token_text(config.get("eos_token")) or "")
+        self.eos_ids: frozenset[int] = frozenset() if eos is None else frozenset({eos})
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text).ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+
+def local_tokenizer(model_dir: Path) -> Tokenizer:
+    """``JsonTokenizer`` where it encodes as transformers would, else ``HFTokenizer``.
+
+    transformers rebuilds a tokenizer's post-processor when ``tokenizer_config.json`` sets
+    ``add_bos_token``/``add_eos_token`` (Llama-style tokenizers), and needs its own code where there is no
+    ``tokenizer.json``; there the plain file would count differently from the engine, so transformers loads it.
+    """
+    config = _tokenizer_config(model_dir)
+    if (model_dir / "tokenizer.json").is_file() and not {"add_bos_token", "add_eos_token"} & set(config):
+        return JsonTokenizer(model_dir)
+    return HFTokenizer(model_dir)
+
+
+def _tokenizer_config(model_dir: Path) -> dict:
+    path = model_dir / "tokenizer_config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _token_text(token: object) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or an AddedToken's ``{"content": …}``."""
+    if isinstance(token, dict):
+        return token.get("content")
+    return token if isinstance(token, str) else None
 
 
 _WORD = re.compile(r"\s*[A-Za-z0-9]+|\s*[^\sA-Za-z0-9]|\s+")

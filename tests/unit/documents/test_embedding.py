@@ -8,7 +8,7 @@ import math
 import httpx
 import pytest
 
-from documents.embedding import DIMS, MINILM, EmbeddingUnavailable, HttpEmbedder, MiniLM, embedder_from
+from documents.embedding import DIMS, MINILM, EmbeddingUnavailable, HttpEmbedder, MiniLM, embedder_from, warmed
 from documents.settings import DocumentSettings
 
 
@@ -76,3 +76,11 @@ def test_embedder_from_settings() -> None:
     assert embedder_from(DocumentSettings(embedder_url="")).name == MINILM
     remote = embedder_from(DocumentSettings(embedder_url="http://e:1", embedder_model="x"))
     assert isinstance(remote, HttpEmbedder) and remote.name == "x"
+
+
+def test_warming_loads_the_in_process_model_before_any_question_and_asks_no_server() -> None:
+    cold = MiniLM()
+    assert warmed(cold) is cold and cold._model is not None  # loaded now, not inside a question's search budget
+    asked: list[httpx.Request] = []
+    server = HttpEmbedder("http://embedder", "m", timeout_s=1, client=httpx.Client(transport=httpx.MockTransport(asked.append)))
+    assert warmed(server) is server and asked == []

@@ -56,6 +56,13 @@ async def test_the_first_good_reply_gets_one_automatic_title() -> None:
     assert again[0].event_id == out[0].event_id  # one title event per conversation, whoever writes it
 
 
+async def test_a_title_is_as_old_as_its_reply_so_a_later_rename_by_the_user_wins_the_row() -> None:
+    answered = reply()
+    [title] = await run(Titler(TitlerSettings(), FakeWriter()), [*opening(), answered])
+    renamed = ev.ConversationRenamed(conversation_id=CID, user_id=U, title="Mine", by="user")
+    assert title.occurred_at == answered.occurred_at < renamed.occurred_at
+
+
 @pytest.mark.parametrize(
     "events",
     [

@@ -1,0 +1,53 @@
+"""The supervisor waits until each child says it is ready, and stops a stack in waves: front doors, then
+processors and workers together, engines last. Real child processes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tools.supervisor import StartFailed, Supervisor
+from tools.topology import CONTEXT, ENGINE, GATEWAY, ROUTER, WORKER_SMALL, Service
+
+
+def recorder(service: Service) -> Service:
+    return replace(service, module_args=("tests.unit.tools.term_recorder", service.name), health_url=None, own_metrics=False)
+
+
+def test_the_gateway_leaves_before_the_rest_are_told_and_the_engine_after_them(tmp_path: Path) -> None:
+    services = [recorder(s) for s in (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, GATEWAY)]
+    supervisor = Supervisor(tmp_path / "logs", {"RECORD_DIR": str(tmp_path)})
+    supervisor.start_all(services, echo=lambda s: None)
+    supervisor.stop_all()
+    told, left = {}, {}
+    for s in services:
+        told[s.name], left[s.name] = map(float, (tmp_path / s.name).read_text().split())
+    middle = ("worker-small", "context", "router")
+    assert all(left["gateway"] <= told[m] for m in middle)
+    assert all(left[m] <= told["engine"] for m in middle)
+    # One wave is told at once: each leaves after the others were told, not one after another.
+    assert max(told[m] for m in middle) < min(left[m] for m in middle)
+    assert supervisor.children == []
+
+
+def test_a_child_is_ready_when_its_gauge_says_so_not_when_it_is_merely_up(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "logs", {"RECORD_DIR": str(tmp_path), "READY_AFTER_S": "2"})
+    try:
+        child = supervisor.start(recorder(CONTEXT))
+        began = time.monotonic()
+        supervisor.wait_ready(child)
+        assert time.monotonic() - began > 1.0  # its metrics port answered long before: parley_ready was 0 there
+    finally:
+        supervisor.stop_all()
+
+
+def test_a_child_that_exits_while_starting_fails_the_start_with_its_log(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "logs")  # no RECORD_DIR: the recorder dies at once
+    try:
+        with pytest.raises(StartFailed, match="exited with 1 while starting"):
+            supervisor.wait_ready(supervisor.start(recorder(CONTEXT)), timeout=30)
+    finally:
+        supervisor.stop_all()
