@@ -85,3 +85,27 @@ def cassandra(cassandra_settings: CassandraSettings) -> Iterator:
     yield session
     session.execute(f"DROP KEYSPACE IF EXISTS {cassandra_settings.keyspace}", timeout=60)
     session.cluster.shutdown()
+
+
+#: Which of make test's two pytest-xdist workers runs a test is decided per group (``--dist loadgroup``), and
+#: groups are handed out in the order below: the longest first, so the short ones fill in at the end.
+#: Every module is a group of its own (its module-scoped stack starts once), except the browser package:
+#: one group, so its one web stack (package scope) is started by one worker only.
+_FIRST = ("tests/browser/", "tests/e2e/", "tests/integration/", "tests/unit/")
+
+
+def _group(item: pytest.Item) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    return "browser" if path.startswith("tests/browser/") else path
+
+
+def _order(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, prefix in enumerate(_FIRST) if path.startswith(prefix)), len(_FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_order)  # stable: a module's tests keep their order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))

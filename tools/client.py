@@ -92,7 +92,10 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
 
 
 class ParleyClient:
-    def __init__(self, base_url: str, api_key: str, timeout: float = 120.0) -> None:
+    def __init__(self, base_url: str, api_key: str, timeout: float = 120.0, reply_deadline_s: float | None = None) -> None:
+        """``timeout``: the longest wait for any one read; ``reply_deadline_s``: the longest ``send`` waits for a
+        whole reply (None: no limit). A stream kept open by keep-alive comments never trips the first."""
+        self._reply_deadline_s = reply_deadline_s
         self._http = httpx.AsyncClient(
             base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=httpx.Timeout(timeout, connect=10)
         )
@@ -177,8 +180,14 @@ class ParleyClient:
 
     async def send(self, conversation_id: str, content: str, **kwargs: Any) -> Reply:
         reply = Reply()
-        async for event in self.stream_message(conversation_id, content, **kwargs):
-            reply.events.append(event)
+        try:
+            async with asyncio.timeout(self._reply_deadline_s):
+                async for event in self.stream_message(conversation_id, content, **kwargs):
+                    reply.events.append(event)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no end to the reply after {self._reply_deadline_s} s; events so far: {[e.event for e in reply.events][-5:]}"
+            ) from None
         return reply
 
 

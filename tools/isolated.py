@@ -22,6 +22,11 @@ from tools.supervisor import Child, Supervisor, free_port
 from tools.topology import EDGE, ENGINE, GATEWAY, SERVICES, Service
 
 
+#: A Cassandra just started, on a two-core machine busy with other stacks, can take longer than the driver's
+#: usual 5 s to answer a new connection (test_outages' private one did).
+CONNECT_TIMEOUT_S = 30.0
+
+
 @dataclass
 class IsolatedStack:
     url: str
@@ -47,7 +52,7 @@ def prepare(kafka: KafkaSettings, cassandra: CassandraSettings, name: str) -> tu
     kafka = replace(kafka, topic_prefix=f"{name}-{run}.")
     cassandra = replace(cassandra, keyspace=f"{name}_{run}")
     ensure_topics(kafka, admin(kafka))
-    session = connect(cassandra)
+    session = connect(cassandra, connect_timeout=CONNECT_TIMEOUT_S)
     try:
         migrate(session, cassandra.keyspace, cassandra.replication)
         shared_keys = from_env(KeySettings).keyspace  # the run's one keys keyspace (tests/conftest.py), on this Cassandra too
@@ -100,7 +105,7 @@ def start(
         kafka,
         cassandra,
         supervisor,
-        connect(cassandra, cassandra.keyspace),
+        connect(cassandra, cassandra.keyspace, connect_timeout=CONNECT_TIMEOUT_S),
     )
     if sharded:
         try:
@@ -170,7 +175,7 @@ def drop(kafka: KafkaSettings, cassandra: CassandraSettings) -> None:
     if names:
         for fut in client.delete_topics(names, operation_timeout=30).values():
             fut.result()
-    session = connect(cassandra)
+    session = connect(cassandra, connect_timeout=CONNECT_TIMEOUT_S)
     try:
         session.execute(f"DROP KEYSPACE IF EXISTS {cassandra.keyspace}", timeout=60)
     finally:

@@ -23,6 +23,11 @@ E2E_ENV = {
 }
 
 
+#: The longest one reply may take on the shared stack: a few seconds normally, on a busy two-core machine far less
+#: than this; past it the reply is lost, and the test says so.
+REPLY_DEADLINE_S = 150.0
+
+
 class Stack:
     def __init__(self, inner: isolated.IsolatedStack) -> None:
         self.inner = inner
@@ -32,7 +37,8 @@ class Stack:
         self.user_id, self.key = inner.create_user("e2e-user", "plus")
 
     def client(self, key: str | None = None) -> ParleyClient:
-        return ParleyClient(self.url, key or self.key)
+        # A reply that never ends fails its test with what it streamed, never hangs it to pytest's timeout.
+        return ParleyClient(self.url, key or self.key, reply_deadline_s=REPLY_DEADLINE_S)
 
     def new_key(self, tier: str = "free") -> str:
         return self.inner.create_user("another", tier)[1]
