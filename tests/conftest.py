@@ -87,25 +87,32 @@ def cassandra(cassandra_settings: CassandraSettings) -> Iterator:
     session.cluster.shutdown()
 
 
-#: Which of make test's two pytest-xdist workers runs a test is decided per group (``--dist loadgroup``), and
-#: groups are handed out in the order below: the longest first, so the short ones fill in at the end.
-#: Every module is a group of its own (its module-scoped stack starts once), except the browser package:
-#: one group, so its one web stack (package scope) is started by one worker only.
+#: make test's two pytest-xdist workers take whole groups: a test module (its module-scoped stack starts once),
+#: or the whole browser package (its one web stack, package scope, on one worker). The groups are handed out in
+#: the order below, the longest first, so the short ones fill in at the end. (pytest-xdist 3.8's own
+#: ``--dist loadgroup`` split marked groups under pytest 9: this scheduler does the grouping instead.)
 _FIRST = ("tests/browser/", "tests/e2e/", "tests/integration/", "tests/unit/")
 
 
-def _group(item: pytest.Item) -> str:
-    path = item.nodeid.split("::", 1)[0]
-    return "browser" if path.startswith("tests/browser/") else path
+def _group(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "tests/browser" if path.startswith("tests/browser/") else path
 
 
 def _order(item: pytest.Item) -> int:
-    path = item.nodeid.split("::", 1)[0]
-    return next((i for i, prefix in enumerate(_FIRST) if path.startswith(prefix)), len(_FIRST))
+    return next((i for i, prefix in enumerate(_FIRST) if item.nodeid.startswith(prefix)), len(_FIRST))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_order)  # stable: a module's tests keep their order
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByGroup(config, log)
