@@ -48,7 +48,7 @@ run: setup
 test: setup
 	bash tools/fleet/install_kubeconform.sh
 	bash infra/terraform/check.sh install
-	$(PYTEST) -n 2 --dist loadscope -m "not alone"
+	$(PYTEST) -n 2 --dist loadscope --no-loadscope-reorder -m "not alone"
 	$(PYTEST) -m alone
 
 # The inner loop: no Kafka, no Cassandra, about a minute.
