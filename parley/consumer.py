@@ -74,7 +74,8 @@ def reached(consumer: Consumer, ends: dict[tuple[str, int], int]) -> list[tuple[
 
 #: Broker answers that mean "ask again shortly": a leader moving, or metadata not yet current after a
 #: topic was made or a broker came back. librdkafka does not flag these retriable on watermark queries.
-_TRANSIENT = frozenset({
+#: Broker answers that pass: a leader moving, a topic just created, a slow broker. Asked again, not raised.
+TRANSIENT = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -94,7 +95,7 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float, cached:
             )
             return int(low), int(high)
         except KafkaException as exc:
-            if exc.args[0].code() not in _TRANSIENT or time.monotonic() >= deadline:
+            if exc.args[0].code() not in TRANSIENT or time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
 

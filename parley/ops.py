@@ -11,6 +11,7 @@ topology's answer (``tools.topology.deployment_groups``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import REGISTRY
 
 from parley import metrics
+from parley.consumer import TRANSIENT
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from parley.transport_security import kafka_config
@@ -132,8 +134,17 @@ class Ops:
         request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
         if not request:
             return {}
-        futures = self._admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
-        return {(tp.topic, tp.partition): self._wait(f, "reading end offsets").offset for tp, f in futures.items()}
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while True:  # asked again while the broker's answer is transient, as parley.consumer.watermarks does
+            futures = self._admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
+            try:
+                return {(tp.topic, tp.partition): f.result(timeout=ADMIN_TIMEOUT_S).offset for tp, f in futures.items()}
+            except KafkaException as exc:
+                if exc.args[0].code() not in TRANSIENT or time.monotonic() >= deadline:
+                    raise BrokerUnavailable(f"reading end offsets failed at {self.kafka.bootstrap}: {exc}") from exc
+                time.sleep(0.2)
+            except TimeoutError as exc:
+                raise BrokerUnavailable(f"reading end offsets failed at {self.kafka.bootstrap}: {exc}") from exc
 
     def partitions_of(self, topics: Iterable[str]) -> list[Partition]:
         metadata = self._admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics

@@ -42,3 +42,39 @@ def test_a_transient_error_past_the_deadline_is_raised() -> None:
     with pytest.raises(KafkaException):
         watermarks(consumer, TopicPartition("t", 0), 0.5)  # type: ignore[arg-type]
     assert 1 < consumer.calls < 50
+
+
+class Offsets:
+    """Stands in for an AdminClient's ``list_offsets``: each call's futures take the next answer (an error
+    code, or a one-tuple offset)."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+
+    def list_offsets(self, request: dict, request_timeout: float) -> dict:
+        from concurrent.futures import Future
+        from types import SimpleNamespace
+
+        answer = self.answers.pop(0)
+        out = {}
+        for tp in request:
+            fut: Future = Future()
+            if isinstance(answer, int):
+                fut.set_exception(KafkaException(KafkaError(answer)))
+            else:
+                fut.set_result(SimpleNamespace(offset=answer[0]))  # type: ignore[index]
+            out[tp] = fut
+        return out
+
+
+def test_end_offsets_ask_again_while_the_answer_is_transient_and_only_then() -> None:
+    from parley.errors import BrokerUnavailable
+    from parley.ops import Ops
+    from parley.settings import KafkaSettings
+
+    ops = Ops(KafkaSettings(bootstrap="127.0.0.1:1"))
+    ops._admin = Offsets(KafkaError.NOT_LEADER_FOR_PARTITION, (5,))  # type: ignore[assignment]
+    assert ops.end_offsets([("t", 0)]) == {("t", 0): 5}
+    ops._admin = Offsets(KafkaError.TOPIC_AUTHORIZATION_FAILED, (5,))  # type: ignore[assignment]
+    with pytest.raises(BrokerUnavailable, match="reading end offsets failed"):
+        ops.end_offsets([("t", 0)])
