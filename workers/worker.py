@@ -49,8 +49,8 @@ async def run_worker(
 ) -> None:
     """Serve ``chat.inference.<pool>`` until ``stop`` is set, then drain, commit and leave the group.
 
-    ``on_ready``: called once, when a heartbeat sent after the group's first assignment is acknowledged
-    (the router can then place turns here)."""
+    ``on_ready``: called each time a heartbeat sent after the group's first assignment is acknowledged (the
+    router can then place turns here); it must be idempotent (parley.metrics.Readiness is)."""
     stop = stop or asyncio.Event()
     owns_engine = engine is None
     if engine is None:
@@ -158,9 +158,8 @@ async def _heartbeat_loop(
         if not scheduler.model:
             scheduler.model = await _model_of(engine, worker, quiet=True)
         sent = await _send_heartbeat(scheduler, sink, intake, load)
-        if on_ready is not None and intake.assigned:
+        if on_ready is not None and intake.assigned:  # every beat, not the first only: that one may be lost
             sent.add_done_callback(lambda fut, ready=on_ready: None if fut.cancelled() or fut.exception() else ready())
-            on_ready = None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(closing.wait(), timeout=worker.heartbeat_s)
 
