@@ -159,13 +159,16 @@ class HttpEmbedder:
         self._client.close()
 
 
-def warmed(embedder: Embedder) -> Embedder:
-    """``embedder`` with its in-process model loaded. A question's search has a budget of a second or two
-    (PARLEY_DOCUMENTS_SEARCH_TIMEOUT_S); loading the model inside it lost the vector half of the first
-    searches after every start, more so on a busy machine. A server needs no warming."""
-    if isinstance(embedder, MiniLM):
-        embedder.embed(["warm-up"])
-    return embedder
+def warm_in_background(embedder: Embedder) -> threading.Thread | None:
+    """Load ``embedder``'s in-process model on a daemon thread now, so the first question's search does not pay
+    for it (its budget is a second or two, PARLEY_DOCUMENTS_SEARCH_TIMEOUT_S; loading inside it lost the vector
+    half of the first searches after every start). Not awaited: the model (torch, ~12 CPU-seconds, ~1 GB) is
+    not what a context builder needs to join its group and build prompts. A server needs no warming: None."""
+    if not isinstance(embedder, MiniLM):
+        return None
+    thread = threading.Thread(target=embedder.embed, args=(["warm-up"],), name="embedder-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def embedder_from(settings: DocumentSettings) -> Embedder:

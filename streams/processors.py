@@ -32,7 +32,7 @@ from moderation.policy import org_policies_from
 from moderation.policy import policy_from as moderation_policy
 from moderation.pii import PiiDetector
 from moderation.settings import ModerationSettings
-from documents.embedding import embedder_from, warmed
+from documents.embedding import embedder_from, warm_in_background
 from documents.index import DocumentIndex
 from documents.retrieval import Retriever, reranker_from
 from documents.settings import DocumentSettings
@@ -94,7 +94,9 @@ def _context(kafka: KafkaSettings) -> Wiring:
         summariser = EngineWriter(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
     memories = MemoryReader(kafka)
     docs = from_env(DocumentSettings)
-    embedder = warmed(embedder_from(docs))  # before the group is joined: ready means questions can be embedded
+    embedder = embedder_from(docs)
+    if docs.embedder_warm:
+        warm_in_background(embedder)
     retriever = Retriever(
         DocumentIndex(store.cql), embedder, reranker_from(docs), k=docs.retrieve_k, timeout_s=docs.search_timeout_s,
         alpha=docs.hybrid_alpha,

@@ -92,6 +92,9 @@ def start(
         "PARLEY_TITLER_ENGINE_URL": f"http://127.0.0.1:{engine_port}",
         "PARLEY_GATEWAY_PORT": str(gateway_port),
         "PARLEY_STREAMS_DATADIR": str(log_dir / "faust"),
+        # Most stacks here never search a document: the context builder loads the embedding model (torch, ~12
+        # CPU-seconds) only if a question needs it. Stacks that search documents set it back to true.
+        "PARLEY_DOCUMENTS_EMBEDDER_WARM": "false",
     }
     supervisor = Supervisor(log_dir, {**base, **(env or {})}, ports={"engine_port": engine_port, "gateway_port": gateway_port})
     try:

@@ -62,6 +62,7 @@ BROWSER_ENV = {
     # Every test signs in from 127.0.0.1, some with a wrong password on purpose: the address's limit is out of
     # reach (test_sign_in.py reaches the email's).
     "PARLEY_SESSION_SIGNIN_PER_ADDRESS": "10000",
+    "PARLEY_DOCUMENTS_EMBEDDER_WARM": "true",  # test_documents searches them (tools/isolated.py defers it)
 }
 #: The real model's engine, over BROWSER_ENV.
 REAL_ENGINE_ENV = {"PARLEY_ENGINE_BACKEND": "torch"}

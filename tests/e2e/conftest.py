@@ -21,6 +21,8 @@ E2E_ENV = {
     # so test_documents sees the hybrid path it checks, not a keyword-only fallback of a busy machine.
     "PARLEY_DOCUMENTS_SEARCH_TIMEOUT_S": "10",
 }
+#: The shared stack answers test_documents' questions: its embedding model loads at start (tools/isolated.py defers it).
+SEARCHES_DOCUMENTS = {"PARLEY_DOCUMENTS_EMBEDDER_WARM": "true"}
 
 
 #: The longest one reply may take on the shared stack: a few seconds normally, on a busy two-core machine far less
@@ -48,7 +50,7 @@ class Stack:
 def stack(infra, tmp_path_factory) -> Iterator[Stack]:
     """Its own topics and keyspace, so its traffic never meets the integration tests'."""
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "e2e")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("stack-logs"), E2E_ENV)
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("stack-logs"), {**E2E_ENV, **SEARCHES_DOCUMENTS})
     try:
         yield Stack(inner)
     finally:
