@@ -7,14 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
 # pytest-xdist, a group at a time: a test module, or the whole browser package with its one web stack, the longest
-# groups first (tests/conftest.py). WORKERS=2 runs two groups at once: measured 28-31 min against 37 min before on
-# two cores, but each of those runs met a new load-only failure, so one worker stays the default until two are green
-# in a row. Tests marked `alone` run afterwards in a process of their own: the API fuzzing, whose schemathesis run
-# answers differently under two workers. tools/suite_times.py measures it all.
-WORKERS ?= 1
+# groups first (tests/conftest.py), two at once on two cores: much of a test's time is waiting (for a slow engine,
+# a rebalance, an expiry), which the other worker fills. Tests marked `alone` run afterwards in a process of their
+# own: the API fuzzing, whose schemathesis run answers differently under pytest-xdist. tools/suite_times.py
+# measures it all.
+WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q
 
-.PHONY: install infra setup run test test-unit bench stop clean
+.PHONY: install infra setup run test test-unit test-tools bench stop clean
 
 install: $(STAMP)
 
@@ -48,11 +48,16 @@ run: setup
 	@echo "Web and API: http://127.0.0.1:$${PARLEY_GATEWAY_PORT:-8000}/   terminal: .venv/bin/parley chat"
 	$(BIN)/parley run
 
-test: setup
-	bash tools/fleet/install_kubeconform.sh
-	bash infra/terraform/check.sh install
+# The deployment checks' tools install while Kafka and Cassandra start (-j: at once; the output interleaves).
+test: install
+	$(MAKE) --no-print-directory -j3 setup test-tools
 	$(PYTEST) -n $(WORKERS) --dist loadscope --no-loadscope-reorder -m "not alone"
 	$(PYTEST) -m alone
+
+# kubeconform and checkov, for the tests of the Kubernetes manifests and the Terraform stacks.
+test-tools: install
+	bash tools/fleet/install_kubeconform.sh
+	bash infra/terraform/check.sh install
 
 # The inner loop: no Kafka, no Cassandra, about a minute.
 test-unit: install

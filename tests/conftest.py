@@ -89,9 +89,28 @@ def cassandra(cassandra_settings: CassandraSettings) -> Iterator:
 
 #: make test's two pytest-xdist workers take whole groups: a test module (its module-scoped stack starts once),
 #: or the whole browser package (its one web stack, package scope, on one worker). The groups are handed out in
-#: the order below, the longest first, so the short ones fill in at the end. (pytest-xdist 3.8's own
-#: ``--dist loadgroup`` split marked groups under pytest 9: this scheduler does the grouping instead.)
-_FIRST = ("tests/browser/", "tests/e2e/", "tests/integration/", "tests/unit/")
+#: the order below, so the short ones fill in at the end: the slowest first, as measured (tools/suite_times.py,
+#: a clean run on two cores), then by directory. (pytest-xdist 3.8's own ``--dist loadgroup`` split marked
+#: groups under pytest 9: this scheduler does the grouping instead.)
+_SLOWEST = (
+    "tests/browser",
+    "tests/e2e/test_outages.py",
+    "tests/e2e/test_routing.py",
+    "tests/e2e/test_scaling.py",
+    "tests/e2e/test_conversation_features.py",
+    "tests/e2e/test_quotas.py",
+    "tests/e2e/test_zombie_worker.py",
+    "tests/e2e/test_transport_security.py",
+    "tests/e2e/test_poison.py",
+    "tests/e2e/test_observability.py",
+    "tests/e2e/test_openai_clients.py",
+    "tests/e2e/test_worker_crash.py",
+    "tests/e2e/test_processor_crashes.py",
+    "tests/e2e/test_gateway_shards.py",
+    "tests/e2e/test_gateway_drain.py",
+    "tests/e2e/test_analysts.py",
+)
+_THEN = ("tests/e2e/", "tests/integration/", "tests/unit/")
 
 
 def _group(nodeid: str) -> str:
@@ -100,7 +119,10 @@ def _group(nodeid: str) -> str:
 
 
 def _order(item: pytest.Item) -> int:
-    return next((i for i, prefix in enumerate(_FIRST) if item.nodeid.startswith(prefix)), len(_FIRST))
+    group = _group(item.nodeid)
+    if group in _SLOWEST:
+        return _SLOWEST.index(group)
+    return len(_SLOWEST) + next((i for i, prefix in enumerate(_THEN) if group.startswith(prefix)), len(_THEN))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -123,6 +123,9 @@ SERVICES: tuple[Service, ...] = (
     ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, MODERATION,
     DOCUMENTS, GATEWAY,
 )
+#: What one chat turn passes through, and nothing beside it (titles, usage, moderation, documents): a stack for
+#: a test of the chat path alone starts in about two thirds of the CPU time.
+CHAT_PATH: tuple[Service, ...] = tuple(s for s in SERVICES if s not in (USAGE, TITLER, MODERATION, DOCUMENTS))
 
 
 def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_prefix: str = "") -> list[str]:

@@ -17,7 +17,7 @@ from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tests.e2e.test_chat_turn import _prompts
 from tools import isolated
 from tools.client import ParleyClient, parse_sse
-from tools.topology import GATEWAY
+from tools.topology import CHAT_PATH, GATEWAY
 
 SLOW_ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",
@@ -41,7 +41,7 @@ class Slow:
 @pytest.fixture(scope="module")
 def slow(infra, tmp_path_factory) -> Iterator[Slow]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "e2eslow")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("slow-logs"), SLOW_ENV)
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("slow-logs"), SLOW_ENV, CHAT_PATH)
     try:
         port = isolated.free_port()
         second = inner.supervisor.start(

@@ -21,7 +21,7 @@ from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
 from tools.client import ApiError, ParleyClient, SseEvent, parse_sse
 from tools.supervisor import Child
-from tools.topology import GATEWAY
+from tools.topology import CHAT_PATH, GATEWAY
 
 DEADLINE = 60.0
 ENV = {
@@ -37,7 +37,7 @@ ENV = {
 @pytest.fixture(scope="module")
 def drain_stack(infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[isolated.IsolatedStack]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "drain")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("drain-logs"), ENV)
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("drain-logs"), ENV, CHAT_PATH)
     try:
         yield inner
     finally:

@@ -17,6 +17,7 @@ from langchain_openai import ChatOpenAI
 
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
+from tools.topology import CHAT_PATH
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: The CPU engine's default backend (SmolLM2); short replies keep each call to a second or two on two cores.
@@ -28,7 +29,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 def real(infra, tmp_path_factory) -> Iterator[tuple[str, str]]:
     """(base URL of the OpenAI API, an API key) of a stack of its own serving SmolLM2."""
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "clients")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("clients-logs"), REAL_ENV)
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("clients-logs"), REAL_ENV, CHAT_PATH)
     try:
         _, key = inner.create_user("clients", "plus")
         yield f"{inner.url}/v1", key

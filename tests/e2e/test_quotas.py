@@ -35,7 +35,7 @@ from schemas.events import UsageRecorded
 from streams.usage_fold import fold
 from tools import isolated
 from tools.client import ParleyClient, parse_sse
-from tools.topology import GATEWAY
+from tools.topology import CHAT_PATH, GATEWAY, USAGE
 
 RPM = 3
 ENV = {
@@ -62,7 +62,7 @@ class Quotas:
 @pytest.fixture(scope="module")
 def quotas(infra, tmp_path_factory) -> Iterator[Quotas]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "e2equota")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("quota-logs"), ENV)
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("quota-logs"), ENV, (*CHAT_PATH, USAGE))
     try:
         port = isolated.free_port()
         second = inner.supervisor.start(
