@@ -14,13 +14,16 @@ is reported with the tail of its log.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,20 +149,52 @@ def _stop_together(children: list[Child], timeout: float) -> list[int | None]:
 #: any outgoing connection, so a server told to listen on it seconds later could find it taken (as a
 #: private Cassandra did, under the load of two test workers). Random, so two processes rarely draw alike.
 _PORTS = random.SystemRandom()
+#: Ports handed out lately, by any process on this machine: a port drawn but not yet bound by the server it
+#: was drawn for still looks free, so without this a second draw (in this process, or in another pytest
+#: worker starting its own stack at the same moment) could hand it out again; the second server then fails
+#: with "Address already in use" (a metrics port did, in a clean run under two workers).
+RESERVED = Path(tempfile.gettempdir()) / "parley-ports"
+#: How long a drawn port stays reserved: far longer than any server takes to bind it.
+HOLD_S = 300.0
 
 
 def free_port() -> int:
-    """A port nothing listens on now, outside the ephemeral range."""
+    """A port nothing listens on now, outside the ephemeral range, and not handed out in the last ``HOLD_S``."""
     low = _ephemeral_low()
-    for _ in range(1000):
-        port = _PORTS.randrange(10_000, low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
+    with _reservations() as held:
+        for _ in range(1000):
+            port = _PORTS.randrange(10_000, low)
+            if port in held:
                 continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            held[port] = time.time()
             return port
     raise RuntimeError(f"no free port between 10000 and {low}")
+
+
+@contextmanager
+def _reservations() -> Iterator[dict[int, float]]:
+    """port → when it was handed out, for the recent ones; held under an exclusive lock, written back after."""
+    with open(RESERVED, "a+") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        now = time.time()
+        held: dict[int, float] = {}
+        for line in file.read().split():
+            port, _, at = line.partition("@")
+            try:
+                if now - float(at) < HOLD_S:
+                    held[int(port)] = float(at)
+            except ValueError:
+                continue  # a line another version wrote, or a torn one: not a reservation
+        yield held
+        file.seek(0)
+        file.truncate()
+        file.write("".join(f"{port}@{at}\n" for port, at in held.items()))
 
 
 def _ephemeral_low() -> int:

@@ -51,3 +51,45 @@ def test_a_child_that_exits_while_starting_fails_the_start_with_its_log(tmp_path
             supervisor.wait_ready(supervisor.start(recorder(CONTEXT)), timeout=30)
     finally:
         supervisor.stop_all()
+
+
+def _draws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *ports: int) -> None:
+    """free_port's random draws are ``ports`` in turn; its reservations live in ``tmp_path``."""
+    from tools import supervisor
+
+    monkeypatch.setattr(supervisor, "RESERVED", tmp_path / "ports")
+    drawn = iter(ports)
+    monkeypatch.setattr(supervisor._PORTS, "randrange", lambda low, high: next(drawn))
+
+
+def test_a_port_handed_out_is_not_handed_out_again_before_its_server_binds_it(monkeypatch, tmp_path: Path) -> None:
+    from tools.supervisor import free_port
+
+    port, other = free_ports_now(2)
+    _draws(monkeypatch, tmp_path, port, port, other)
+    assert free_port() == port
+    assert free_port() == other  # the second draw of ``port`` is passed over, though nothing listens on it yet
+
+
+def test_another_process_reservation_is_honoured_until_it_expires(monkeypatch, tmp_path: Path) -> None:
+    from tools import supervisor
+
+    port, other = free_ports_now(2)
+    (tmp_path / "ports").write_text(f"{port}@{time.time()}\n{other}@{time.time() - supervisor.HOLD_S - 1}\ngarbage\n")
+    _draws(monkeypatch, tmp_path, port, other)
+    assert supervisor.free_port() == other  # ``port`` is another's for now; ``other``'s hold has run out
+    assert {int(line.split("@")[0]) for line in (tmp_path / "ports").read_text().split()} == {port, other}
+
+
+def free_ports_now(n: int) -> list[int]:
+    """``n`` ports nothing listens on, from the kernel (not from free_port's own draws)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
