@@ -459,6 +459,11 @@ function renderThread() {
   const conv = state.conv;
   const path = conv ? pathTo(conv.messages, conv.leafId) : [];
   const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a.querySelector(".body")]));
+  // An edit in progress keeps its form: a redraw (a reply settling, a poll) must not put back the
+  // original text under the caret of someone typing.
+  const editor = state.editing ? thread.querySelector(`form.edit[data-id="${CSS.escape(state.editing)}"]`) : null;
+  const typing = editor?.contains(document.activeElement) ? document.activeElement : null;
+  const caret = typing?.tagName === "TEXTAREA" ? [typing.selectionStart, typing.selectionEnd, typing.selectionDirection] : null;
   // A turn uses every document of the chat: each is shown under the message that brought it, once.
   const shownDocuments = new Set();
   const articles = path.map((m) => {
@@ -477,9 +482,14 @@ function renderThread() {
     const old = before.get(article.dataset.id);
     const fresh = article.querySelector(".body");
     if (old && fresh && old.className === fresh.className && old.innerHTML === fresh.innerHTML) fresh.replaceWith(old);
+    const form = article.querySelector("form.edit");
+    if (form && editor) form.replaceWith(editor);
   }
   thread.replaceChildren(...(articles.length ? articles : [view.emptyThread()]));
-  if (state.editing) thread.querySelector("form.edit textarea")?.focus();
+  if (typing) {
+    typing.focus(); // moving the node blurred it
+    if (caret) typing.setSelectionRange(...caret);
+  } else if (state.editing && !editor) thread.querySelector("form.edit textarea")?.focus();
   else restoreFocus(thread, focus);
   if (nearBottom) thread.scrollTop = thread.scrollHeight;
 }

@@ -107,14 +107,31 @@ def test_a_reload_mid_reply_resumes_it_to_the_end(page, context, web_stack, shoo
 
 def test_edit_makes_a_branch_and_the_switcher_moves_between_them(page, web_stack, shoot) -> None:
     chat = signed_in_chat(page, web_stack)
+    # The page re-reads the conversation once a reply ends and redraws the thread: held here until
+    # an edit is half typed, so that the redraw lands under the caret (as it did by chance in CI).
+    held: list[Route] = []
+    page.route(re.compile(r"/v1/conversations/[0-9a-f-]+$"), lambda route: held.append(route))
     chat.send("What is a tree?")
     first_reply = chat.streaming_reply()
     chat.finished(first_reply)
     first_reply_id = first_reply.get_attribute("data-id")
+    while not held:
+        page.wait_for_timeout(50)
+    web_stack.settled(chat.conversation_id(), first_reply_id)
 
     question = chat.users.first
     question.get_by_role("button", name="Edit this message").click()
-    page.get_by_label("Edit your message").fill("What is a graph?")
+    editor = page.get_by_label("Edit your message")
+    expect(editor).to_be_focused()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type("What is a ")
+    question.evaluate("article => { article.dataset.drawn = 'before' }")
+    for route in held:
+        route.continue_()
+    page.unroute(re.compile(r"/v1/conversations/[0-9a-f-]+$"))
+    page.wait_for_function("() => !document.querySelector('article[data-drawn]')")  # redrawn
+    page.keyboard.type("graph?")
+    expect(editor).to_have_value("What is a graph?")  # the draft, the caret and the focus survived
     page.get_by_role("button", name="Save and send", exact=True).click()
 
     expect(question.locator(".body")).to_have_text("What is a graph?")
