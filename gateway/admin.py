@@ -156,6 +156,9 @@ async def update_org(request: Request) -> Response:
         )
     ]
     if "moderation_policy" in body:
+        if org.personal and body["moderation_policy"] is not None:
+            # Its one user administers it: a policy there would be a user choosing their own moderation.
+            raise Conflict("a personal organisation has its tier's moderation; only a team organisation adds its own", code="personal_org")
         statements.append(_policy_statement(org.org_id, body["moderation_policy"]))
     await svc.directory.apply(statements)
     return JSONResponse((await _org(svc, admin)).public())

@@ -197,7 +197,7 @@ async def post_message(request: Request) -> Response:
     reply_id = ids.reply_id(conversation.id, client_message_id)
     existing = next((m for m in messages if m.id == reply_id), None)
     if existing is not None:  # a retried POST: the same reply, not a second one
-        return turns.resume(svc, conversation.id, user.user_id, user_message_id, existing, None)
+        return await turns.resume(svc, conversation.id, user.user_id, user_message_id, existing, None)
     await svc.quotas.check(user, reply_id)  # 429 before anything is appended (gateway/quotas.py)
 
     common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}

@@ -57,7 +57,7 @@ async def regenerate(request: Request) -> Response:
     reply_id = ids.reply_id(conversation_id, client_message_id)
     existing = await svc.store.message(conversation_id, reply_id)
     if existing is not None:  # a retried regenerate
-        return turns.resume(svc, conversation_id, user.user_id, message.parent_id, existing, None)
+        return await turns.resume(svc, conversation_id, user.user_id, message.parent_id, existing, None)
     await svc.quotas.check(user, reply_id)  # 429 before anything is appended (gateway/quotas.py)
     requested = GenerationRequested(
         conversation_id=conversation_id,
@@ -83,4 +83,4 @@ async def stream(request: Request) -> Response:
     after = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     if message.status not in replies.FINISHED:
         ownership.check(request, svc, conversation_id)  # read live: from the owner of its partition
-    return turns.resume(svc, conversation_id, user.user_id, message.parent_id, message, after)
+    return await turns.resume(svc, conversation_id, user.user_id, message.parent_id, message, after)

@@ -200,7 +200,7 @@ async def _turn(
 
     if plan.replayed:  # the same reply again, nothing appended
         existing = next(m for m in stored if m.id == plan.reply_id)
-        return plan, turns.resume_events(svc, cid, user.user_id, plan.question_id, existing, None)
+        return plan, await turns.resume_events(svc, cid, user.user_id, plan.question_id, existing, None)
     await svc.quotas.check(user, plan.reply_id)  # 429 before anything is appended
     common = {"conversation_id": cid, "user_id": user.user_id, "trace_id": trace}
     created = [] if conversation is not None else [ConversationCreated(**common, model=model)]

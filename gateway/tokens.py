@@ -103,6 +103,7 @@ class Stream:
 
 class TokenStreams:
     def __init__(self, settings: KafkaSettings, shard: Shard | None = None, borrowed_idle_s: float = 2.0) -> None:
+        self.kafka = settings  # what a replay of its own connects with (gateway/replay.py)
         self._topic = settings.topic(TOKENS)
         self._partitions = TOPICS[TOKENS].partitions
         self.shard = shard

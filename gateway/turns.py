@@ -26,6 +26,7 @@ from starlette.types import Message, Send
 from gateway import replies
 from gateway.drain import is_cut, until_cut
 from gateway.errors import BadRequest, ServiceUnavailable
+from gateway.replay import open_replay
 from gateway.services import Services
 from gateway.store import MessageRow
 from gateway.tokens import Stream
@@ -50,12 +51,7 @@ async def open_reply(
     svc.admit_stream(appends=True)
     svc.admit_tier(request.tier)
     partition = svc.tokens.partition_of(request.conversation_id)
-    try:
-        noted = await asyncio.wait_for(svc.tokens.note_end(partition), svc.settings.append_timeout_s)
-    except (Unavailable, asyncio.TimeoutError) as exc:
-        raise ServiceUnavailable(
-            "the token stream is unavailable; retry shortly", code="log_unavailable", retry_after=svc.settings.retry_after_s
-        ) from exc
+    noted = await _end_of(svc, partition)
     stream = svc.tokens.open(request.request_id, partition, noted)
     events = [*events[:-1], replace(request, token_offset=noted)]
     try:
@@ -85,31 +81,79 @@ def parse_cursor(value: str | None, partition: int) -> int | None:
     return int(found[2]) + 1
 
 
-def resume(svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: MessageRow, after: str | None) -> Response:
+#: A resume this many records or more behind its partition's end is read on a consumer of its own
+#: (gateway/replay.py): seeking the shared reader back that far would stall every other stream on it.
+SHARED_REWIND_MAX = 1_000
+
+
+async def _end_of(svc: Services, partition: int) -> int:
+    try:
+        return await asyncio.wait_for(svc.tokens.note_end(partition), svc.settings.append_timeout_s)
+    except (Unavailable, asyncio.TimeoutError) as exc:
+        raise ServiceUnavailable(
+            "the token stream is unavailable; retry shortly", code="log_unavailable", retry_after=svc.settings.retry_after_s
+        ) from exc
+
+
+async def resume(
+    svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: MessageRow, after: str | None
+) -> Response:
     """A reply's stream: after a cursor, or from its start; a finished reply without a cursor from storage.
 
-    After a cursor the rest always comes from ``chat.tokens`` (kept a day), finished or not: only
-    the log knows which text follows that exact position.
+    After a cursor the rest comes from ``chat.tokens`` (kept a day), finished or not: only the log
+    knows which text follows that exact position. The cursor is bounded: one before the reply began
+    reads from its start, one past the partition's end is refused, and a finished reply's replay ends
+    at that end (with the stored outcome when the cursor was past its last chunk).
     """
-    return sse(svc, resume_events(svc, conversation_id, user_id, user_message_id, reply, after))
+    return sse(svc, await resume_events(svc, conversation_id, user_id, user_message_id, reply, after))
 
 
-def resume_events(
+async def resume_events(
     svc: Services, conversation_id: str, user_id: str, user_message_id: str, reply: MessageRow, after: str | None
 ) -> AsyncIterator[dict[str, Any]]:
     """``resume`` without the SSE response: the reply's events, for another wire format."""
     partition = svc.tokens.partition_of(conversation_id)
     offset = parse_cursor(after, partition)
-    if offset is not None:
-        svc.admit_stream(appends=False)
-        return read_live(svc, svc.tokens.open(reply.id, partition, offset), [], conversation_id, user_id)
     start = reply.stream_offset if reply.stream_offset is not None and reply.stream_offset >= 0 else 0
+    if offset is not None:
+        return await _after_cursor(svc, conversation_id, user_id, reply, partition, max(offset, start))
     cursor = f"{partition}:{start - 1}"
     head = [replies.message_event(conversation_id, user_message_id, reply.id, cursor)]
     if reply.status in replies.FINISHED:
         return _iterate(replies.stored(reply, head, cursor))
     svc.admit_stream(appends=False)
     return read_live(svc, svc.tokens.open(reply.id, partition, start), head, conversation_id, user_id)
+
+
+async def _after_cursor(
+    svc: Services, conversation_id: str, user_id: str, reply: MessageRow, partition: int, offset: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The reply after ``offset`` (already at or after the reply's first chunk)."""
+    end = await _end_of(svc, partition)
+    if offset > end:
+        raise BadRequest("`Last-Event-ID` is past the end of the reply's log: not a cursor this API sent", code="bad_cursor")
+    if reply.finish_reason == "content_filter":
+        return _iterate(replies.stored(reply, [], f"{partition}:{end - 1}"))  # the notice; never the withdrawn text again
+    svc.admit_stream(appends=False)
+    if reply.status in replies.FINISHED:
+        # Everything the reply wrote lies before the end noted now: the replay stops there.
+        stream = open_replay(svc.tokens.kafka, reply.id, partition, offset, until=end)
+        return _finished_replay(svc, stream, reply, f"{partition}:{end - 1}")
+    if end - offset >= SHARED_REWIND_MAX:
+        stream = open_replay(svc.tokens.kafka, reply.id, partition, offset, until=None)
+    else:
+        stream = svc.tokens.open(reply.id, partition, offset)
+    return read_live(svc, stream, [], conversation_id, user_id)
+
+
+async def _finished_replay(svc: Services, stream: Stream, reply: MessageRow, cursor: str) -> AsyncIterator[dict[str, Any]]:
+    """A finished reply's chunks after the cursor; its stored outcome when the cursor was past its last chunk."""
+    ended = False
+    async for event in replies.live(svc.tokens, stream, []):
+        ended = ended or event["event"] in ("done", "error")
+        yield event
+    if not ended:
+        yield replies.stored(reply, [], cursor)[-1]
 
 
 async def read_live(

@@ -53,24 +53,40 @@ class Policy:
         return self.tiers.get(tier, self.tiers["free"])
 
 
-#: What an organisation's admin may set (PATCH /v1/org): what blocks and at which scores. The mode
+#: What an organisation's admin may set (PATCH /v1/org): more categories that block, lower scores. The mode
 #: (strict needs the context builder) and retaining flagged text stay the operator's, per tier.
 ORG_KEYS = ("block", "thresholds", "default_threshold")
 
 
 @dataclass(frozen=True)
 class OrgPolicy:
-    """An organisation's own choice of blocking categories and thresholds, over its tier's policy."""
+    """What a team organisation adds to its tier's policy. It only tightens: its categories block besides the
+    tier's, and each category blocks at the lower of the two thresholds. A looser value has no effect, so the
+    operator's floor holds whatever an admin sets, and whatever the operator changes later."""
 
-    block: frozenset[str]
-    thresholds: Mapping[str, float]
-    default_threshold: float
+    block: frozenset[str] = frozenset()
+    thresholds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    default_threshold: float | None = None  # None: the tier's
 
     def over(self, tier: TierPolicy) -> TierPolicy:
-        return replace(tier, block=self.block, thresholds=self.thresholds, default_threshold=self.default_threshold)
+        def threshold(category: str) -> float:
+            ours = self.thresholds.get(category, self.default_threshold)
+            theirs = tier.thresholds.get(category, tier.default_threshold)
+            return theirs if ours is None else min(ours, theirs)
+
+        default = tier.default_threshold if self.default_threshold is None else min(self.default_threshold, tier.default_threshold)
+        return replace(
+            tier,
+            block=tier.block | self.block,
+            thresholds=MappingProxyType({c: threshold(c) for c in CATEGORIES}),
+            default_threshold=default,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"block": sorted(self.block), "thresholds": dict(self.thresholds), "default_threshold": self.default_threshold}
+        out: dict[str, Any] = {"block": sorted(self.block), "thresholds": dict(self.thresholds)}
+        if self.default_threshold is not None:
+            out["default_threshold"] = self.default_threshold
+        return out
 
 
 def org_policy_from(raw: Any) -> OrgPolicy:
@@ -78,8 +94,9 @@ def org_policy_from(raw: Any) -> OrgPolicy:
     if not isinstance(raw, dict):
         raise ValueError("moderation_policy must be a JSON object (or null for the tier's)")
     _known("key of moderation_policy", raw, ORG_KEYS)
-    parsed = _tier("org", raw, where="moderation_policy")
-    return OrgPolicy(parsed.block, parsed.thresholds, parsed.default_threshold)
+    # Left out means "add nothing", never "the default": an absent block must not read as every category.
+    parsed = _tier("org", {"block": [], **raw}, where="moderation_policy")
+    return OrgPolicy(parsed.block, parsed.thresholds, parsed.default_threshold if "default_threshold" in raw else None)
 
 
 def policy_from(text: str) -> Policy:

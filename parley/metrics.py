@@ -137,6 +137,12 @@ MODERATION_CUT_SECONDS = Histogram(
     "parley_moderation_cut_seconds", "From a flagged reply chunk being written to the cancel that cuts it",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+MODERATION_ORG_POLICIES = Gauge(
+    "parley_moderation_org_policies", "Organisations' own moderation policies in force, as last read from Cassandra"
+)
+MODERATION_ORG_READS = Counter(
+    "parley_moderation_org_policy_reads", "Reads of organisations' moderation policies, by outcome", ["outcome"]
+)
 INJECTION_FLAGS = Counter("parley_injection_flags", "Retrieved passages that read as instructions, by rule", ["rule"])
 DEAD_LETTERS = Counter("parley_dead_letters", "Records sent to a DLQ", ["topic", "consumer"])
 

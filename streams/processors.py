@@ -25,6 +25,7 @@ import faust
 from parley.errors import BrokerUnavailable, ConfigError, Unavailable
 from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from parley.metrics import MODERATION_ORG_POLICIES, MODERATION_ORG_READS
 from schemas.catalog import inference_topic
 from schemas.events import DocumentEvent, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
 from moderation.classifier import classifier_from
@@ -281,7 +282,11 @@ def _org_policies(checker: Checker, store: Store, every_s: float) -> Timer:
         try:
             checker.orgs = org_policies_from(await store.org_policies())
         except Unavailable:
+            MODERATION_ORG_READS.labels("unavailable").inc()
             log.warning("organisations' moderation policies unreadable; keeping the last ones read")
+            return
+        MODERATION_ORG_POLICIES.set(len(checker.orgs))
+        MODERATION_ORG_READS.labels("read").inc()  # a policy written before a read began is in force after it
 
     return Timer(every_s, refresh)
 

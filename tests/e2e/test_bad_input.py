@@ -9,6 +9,8 @@ and keyspace, tests/e2e/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +37,8 @@ class Turn:
     conversation_id: str
     reply_id: str
     user_message_id: str
+    text: str = ""  # what the reply streamed
+    done_cursor: str = ""  # the id of its `done` event: the offset of its last chunk
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ async def _turn(url: str, key: str) -> Turn:
             if any(m["id"] == reply.head["reply_id"] and m["status"] not in (None, "streaming") for m in conv["messages"]):
                 break
             await asyncio.sleep(0.2)
-        return Turn(key, cid, reply.head["reply_id"], reply.head["user_message_id"])
+        return Turn(key, cid, reply.head["reply_id"], reply.head["user_message_id"], reply.text, reply.final.id or "")
     finally:
         await client.close()
 
@@ -146,6 +150,44 @@ def test_a_cursor_of_another_partition_is_400(world: World) -> None:
     with world.http() as http:
         r = http.get(f"/v1/messages/{world.mine.reply_id}/stream", headers={"Last-Event-ID": f"{other}:0"})
     assert_error(r, 400, "bad_cursor")
+
+
+def _sse(response: httpx.Response) -> list[tuple[str, str, dict]]:
+    """(event, id, data) of an SSE body read to its end."""
+    out, event, ident = [], "message", ""
+    for line in response.text.splitlines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("id:"):
+            ident = line[3:].strip()
+        elif line.startswith("data:"):
+            out.append((event, ident, json.loads(line[5:])))
+            event, ident = "message", ""
+    return out
+
+
+def _shared_reads(http: httpx.Client) -> float:
+    """Records the gateway's shared token reader has read (parley_gateway_token_records_read_total)."""
+    text = http.get("/metrics").text
+    return sum(float(v) for v in re.findall(r"^parley_gateway_token_records_read_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def test_cursors_out_of_the_replys_bounds_end_promptly_and_never_move_the_shared_reader(world: World) -> None:
+    """Before the reply: from its start. Past its last chunk: its outcome alone. Past the log's end: 400. A
+    finished reply is replayed on a reader of its own (gateway/replay.py), never by seeking the shared one."""
+    partition = partition_for(world.mine.conversation_id, TOPICS["chat.tokens"].partitions)
+    route = f"/v1/messages/{world.mine.reply_id}/stream"
+    with world.http() as http:
+        (head,) = [i for e, i, _ in _sse(http.get(route)) if e == "message"]  # just before the reply's first chunk
+        before = _shared_reads(http)
+        for old in (f"{partition}:-1", head):  # the start of the log, and of the reply: the reply from its start
+            events = _sse(http.get(route, headers={"Last-Event-ID": old}))
+            assert "".join(d["text"] for e, _, d in events if e == "delta") == world.mine.text
+            assert [e for e, _, _ in events][-1] == "done" and events[-1][1] == world.mine.done_cursor
+        events = _sse(http.get(route, headers={"Last-Event-ID": world.mine.done_cursor}))
+        assert [e for e, _, _ in events] == ["done"] and events[0][2]["finish_reason"] in ("stop", "length")
+        assert _shared_reads(http) == before, "a finished reply's replay moved the shared token reader"
+        assert_error(http.get(route, headers={"Last-Event-ID": f"{partition}:999999999999"}), 400, "bad_cursor")
 
 
 # ------------------------------------------------------------------ ids

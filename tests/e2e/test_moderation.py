@@ -17,6 +17,7 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -27,7 +28,8 @@ from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.endings import FILTERED_NOTICE
 from schemas.events import ModerationResult, UsageRecorded
-from tools.client import ParleyClient
+from parley.users import create_org, create_user
+from tools.client import ApiError, ParleyClient
 from tools.topology import MODERATION
 
 #: Plainly a threat: every classifier Parley ships flags it (harassment/threatening, violence).
@@ -113,6 +115,40 @@ async def test_a_flagged_input_is_stopped_and_the_turn_ends_content_filter(stack
         assert after.final is not None and after.final.data["finish_reason"] in ("stop", "length")
     finally:
         await client.close()
+
+
+def policy_reads(stack) -> float:  # type: ignore[no-untyped-def]
+    """How often the moderation processor has read organisations' policies (parley_moderation_org_policy_reads)."""
+    child = next(c for c in reversed(stack.inner.supervisor.children) if c.service.name == MODERATION.name)
+    text = httpx.get(str(child.metrics_url), timeout=10).text
+    return sum(float(v) for v in re.findall(r'^parley_moderation_org_policy_reads_total\{outcome="read"\} (\S+)$', text, re.M))
+
+
+async def test_an_organisation_cannot_loosen_moderation_and_a_personal_one_sets_none(stack) -> None:
+    team = create_org(stack.inner.session, "loose-co")
+    _, admin_key = create_user(stack.inner.session, "admin", "free", org_id=team, role="admin")
+    admin = stack.client(admin_key)
+    solo = stack.client(stack.new_key("free"))  # administers its own personal organisation
+    try:
+        loosen = {"block": [], "thresholds": {"violence": 1.0, "harassment/threatening": 1.0}, "default_threshold": 1.0}
+        with pytest.raises(ApiError) as personal:
+            await solo._json("PATCH", "/v1/org", json={"moderation_policy": loosen})
+        assert personal.value.status == 409 and personal.value.body["error"]["code"] == "personal_org"
+        stored = await admin._json("PATCH", "/v1/org", json={"moderation_policy": loosen})
+        assert stored["moderation_policy"]["block"] == []  # kept as written; it only ever adds to the tier's
+        # Two reads of the policies after the write began: the loosening policy is in force.
+        before = policy_reads(stack)
+        deadline = time.monotonic() + DEADLINE_S
+        while policy_reads(stack) < before + 2:
+            assert time.monotonic() < deadline, "the moderation processor never read the organisations' policies again"
+            await asyncio.sleep(0.5)
+        for client in (admin, solo):
+            cid = await client.create_conversation()
+            reply = await client.send(cid, BAD_INPUT, max_tokens=600)
+            assert reply.final is not None and reply.final.data["finish_reason"] == "content_filter", reply.final
+    finally:
+        await admin.close()
+        await solo.close()
 
 
 async def test_a_reply_that_turns_bad_is_cut_within_a_window_and_its_overlap(stack) -> None:

@@ -60,3 +60,11 @@ def test_every_error_has_the_error_shape() -> None:
             schema = DOC["components"]["responses"][ref.rsplit("/", 1)[1]]["content"]["application/json"]["schema"]
             assert schema["required"] == ["error"]
             assert {"code", "message"} <= set(schema["properties"]["error"]["required"]), f"{method.upper()} {path} {code}"
+
+
+def test_the_documented_moderation_categories_are_the_ones_parley_scores() -> None:
+    from moderation.categories import CATEGORIES
+
+    schemas = DOC["components"]["schemas"]
+    assert tuple(schemas["ModerationCategory"]["enum"]) == CATEGORIES
+    assert tuple(schemas["OrgModerationPolicy"]["properties"]["thresholds"]["properties"]) == CATEGORIES

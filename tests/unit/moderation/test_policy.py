@@ -21,13 +21,30 @@ def test_unknown_tier_gets_free():
     assert policy.for_tier("plus").mode == "parallel"
 
 
-def test_an_organisation_chooses_what_blocks_and_where_over_its_tier():
-    tier = policy_from('{"plus": {"mode": "strict", "retain_flagged": true}}').for_tier("plus")
-    own = org_policy_from({"block": ["violence"], "thresholds": {"violence": 0.9}, "default_threshold": 0.7})
+def test_an_organisation_adds_categories_and_lowers_thresholds_over_its_tier():
+    tier = policy_from(
+        '{"plus": {"block": ["sexual", "hate"], "thresholds": {"hate": 0.4}, "mode": "strict", "retain_flagged": true}}'
+    ).for_tier("plus")
+    own = org_policy_from({"block": ["violence"], "thresholds": {"sexual": 0.2}, "default_threshold": 0.45})
     mixed = own.over(tier)
-    assert (mixed.block, dict(mixed.thresholds), mixed.default_threshold) == (frozenset({"violence"}), {"violence": 0.9}, 0.7)
+    assert mixed.block == {"sexual", "hate", "violence"}
+    assert (mixed.thresholds["sexual"], mixed.thresholds["hate"], mixed.thresholds["violence"]) == (0.2, 0.4, 0.45)
+    assert mixed.default_threshold == 0.45
     assert (mixed.mode, mixed.retain_flagged) == ("strict", True)  # the operator's, per tier
     assert org_policy_from(json.loads(json.dumps(own.to_json()))) == own
+
+
+@pytest.mark.parametrize(
+    "loosening",
+    [{"block": []}, {"thresholds": {"violence": 1.0}}, {"default_threshold": 1.0}, {}],
+)  # fmt: skip
+def test_an_organisation_can_never_loosen_its_tier(loosening):
+    tier = policy_from('{"free": {"thresholds": {"violence": 0.3}}}').for_tier("free")
+    mixed = org_policy_from(loosening).over(tier)
+    assert mixed.block == tier.block
+    assert mixed.thresholds["violence"] == 0.3 and mixed.default_threshold == 0.5
+    threat = Scores.of({"violence": 0.6})
+    assert mixed.flags(threat) == tier.flags(threat) == ("violence",)
 
 
 @pytest.mark.parametrize(
