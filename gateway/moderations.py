@@ -14,6 +14,7 @@ Errors are OpenAI's shape (``gateway.errors.openai_response``), as on
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -28,6 +29,8 @@ from moderation.classifier import Classifier, ClassifierUnavailable, classifier_
 from moderation.policy import Policy, policy_from
 from moderation.settings import ModerationSettings
 from parley.settings import from_env
+
+log = logging.getLogger(__name__)
 
 #: OpenAI's moderation models: a client that names one gets this gateway's classifier (named in the response).
 OPENAI_MODELS = frozenset({"omni-moderation-latest", "omni-moderation-2024-09-26", "text-moderation-latest", "text-moderation-stable"})
@@ -80,7 +83,9 @@ async def _moderate(request: Request) -> Response:
     try:
         scored = await classifier.classify(texts)
     except ClassifierUnavailable as exc:
-        raise ServiceUnavailable(f"moderation is unavailable right now: {exc}", retry_after=svc.settings.retry_after_s) from None
+        # The classifier's own words name its engine (and may quote its body): the client gets none of them.
+        log.warning("moderation classifier unavailable", extra={"classifier": classifier.model, "error": type(exc).__name__})
+        raise ServiceUnavailable("moderation is unavailable right now", code="moderation_unavailable", retry_after=svc.settings.retry_after_s) from None
     results = []
     for scores in scored:
         blocked = set(tier.flags(scores))

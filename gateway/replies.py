@@ -22,7 +22,7 @@ from typing import Any
 from gateway.store import MessageRow
 from gateway.tokens import Chunk, Stream, TokenStreams
 from parley.metrics import GATEWAY_TTFT
-from schemas.endings import FILTERED_NOTICE
+from schemas.endings import FILTERED_NOTICE, client_message
 from schemas.events import TokenChunk
 
 FINISHED = {"complete", "cancelled", "failed", "rejected", "filtered"}
@@ -124,7 +124,7 @@ def final(chunk: Chunk) -> dict[str, Any]:
     if ev.finish_reason in ("failed", "rejected"):
         error: dict[str, Any] = {
             "code": ev.error_code or ev.finish_reason,
-            "message": ev.error_message or f"the generation {ev.finish_reason}",
+            "message": client_message(ev.error_code, ev.error_message, ev.finish_reason),
         }
         if ev.retry_after is not None:
             error["retry_after"] = ev.retry_after

@@ -31,6 +31,24 @@ ENGINE_PROTOCOL = "engine_protocol"
 #: Workers: a bug of the worker's own.
 WORKER_ERROR = "worker_error"
 
+#: What a client is told for the codes whose ``error_message`` comes from an engine or a worker's own failure:
+#: those name engine addresses and quote engine bodies, which stay in the log and the worker's log lines.
+#: The other codes' messages are Parley's own words for the client (a model not served, a prompt too long).
+CLIENT_MESSAGES = {
+    ENGINE_UNAVAILABLE: "the model server could not be reached; try again shortly",
+    ENGINE_REJECTED: "the model server refused the request as sent (an option it lacks, or a prompt too long for it)",
+    ENGINE_ERROR: "the model server answered with an error",
+    ENGINE_FAILED: "the model server failed the generation",
+    ENGINE_PROTOCOL: "the model server's answer could not be read",
+    WORKER_ERROR: "the generation failed",
+}
+
+
+def client_message(code: str | None, message: str | None, finish_reason: str) -> str:
+    """The message a client gets for a turn that ended ``code``: never an engine's own words."""
+    return CLIENT_MESSAGES.get(code or "") or message or f"the generation {finish_reason}"
+
+
 #: What a reply cut or withdrawn by moderation shows instead of its text (GenerationCompleted.content of a
 #: content_filter ending, and the stored message once GenerationModerated lands): the flagged text is
 #: not kept on chat.events or in the messages table.

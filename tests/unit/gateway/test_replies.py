@@ -87,3 +87,14 @@ async def test_a_stream_that_keeps_up_sends_a_delta_per_chunk() -> None:
         event = await anext(reader)
         assert (event["event"], json.loads(event["data"])["text"], event["id"]) == ("delta", text, f"3:{offset}")
     await reader.aclose()
+
+
+def test_an_engine_failure_reaches_the_client_as_its_code_and_parleys_words_alone() -> None:
+    leaked = "the engine is unavailable: engine at http://10.0.3.7:30000 unreachable: ConnectError"
+    failed = replies.final(_chunk(9, 40, finish_reason="failed", error_code="engine_unavailable", error_message=leaked))
+    assert failed["event"] == "error" and json.loads(failed["data"])["code"] == "engine_unavailable"
+    assert "10.0.3.7" not in failed["data"] and "engine at" not in failed["data"]
+    # The router's and the context builder's messages are Parley's own, for the client: they go through.
+    own = "model 'gpt-9' is not served here"
+    rejected = replies.final(_chunk(0, 41, finish_reason="rejected", error_code="unknown_model", error_message=own))
+    assert json.loads(rejected["data"])["message"] == own
