@@ -151,7 +151,7 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
     options = _optional(body, "stream_options", dict) or {}
     include_usage = _optional(options, "include_usage", bool)
     max_tokens = None
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in ("max_tokens", "max_completion_tokens"):  # the newer field wins when a client sends both
         value = _optional(body, name, int)
         if value is not None and not 1 <= value <= MAX_TOKENS:
             raise invalid(f"`{name}` must be between 1 and {MAX_TOKENS}", name)

@@ -33,10 +33,11 @@ WORKER_ERROR = "worker_error"
 
 #: What a client is told for the codes whose ``error_message`` comes from an engine or a worker's own failure:
 #: those name engine addresses and quote engine bodies, which stay in the log and the worker's log lines.
-#: The other codes' messages are Parley's own words for the client (a model not served, a prompt too long).
+#: The other codes' messages are Parley's own words for the client (a model not served, a prompt too long),
+#: and ENGINE_REJECTED's is the engine's 4xx reason about the client's own request (which option to change),
+#: without the engine's address (workers/sglang.py puts none in it).
 CLIENT_MESSAGES = {
     ENGINE_UNAVAILABLE: "the model server could not be reached; try again shortly",
-    ENGINE_REJECTED: "the model server refused the request as sent (an option it lacks, or a prompt too long for it)",
     ENGINE_ERROR: "the model server answered with an error",
     ENGINE_FAILED: "the model server failed the generation",
     ENGINE_PROTOCOL: "the model server's answer could not be read",

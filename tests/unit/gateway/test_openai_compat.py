@@ -70,6 +70,7 @@ def test_a_request_is_read_as_openai_clients_send_it() -> None:
     assert chat.messages == msgs((S, "Be brief."), (U, "Hello"), (A, "Hi."), (U, "Again"))
     assert (chat.model, chat.stream, chat.include_usage, chat.max_tokens, chat.end_user) == ("small", True, True, 7, "end-user-1")
     assert parse_request(body(max_completion_tokens=9, stream=None), MAX).max_tokens == 9
+    assert parse_request(body(max_tokens=5, max_completion_tokens=50), MAX).max_tokens == 50  # the newer field wins
     assert parse_request(body(), MAX).stream is False
 
 
