@@ -24,6 +24,10 @@ from parley.transport_security import cassandra_options
 RECONNECT_MAX_S = 5.0
 
 
+#: Seconds the control connection waits for the schema read it does at connect.
+CONTROL_TIMEOUT_S = 15.0
+
+
 def connect(settings: CassandraSettings, keyspace: str | None = None, connect_timeout: float = 5.0) -> Session:
     """A session on ``keyspace`` (none: no keyspace). Close it with ``session.cluster.shutdown()``."""
     cluster = Cluster(
@@ -35,6 +39,9 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
             )
         },
         connect_timeout=connect_timeout,
+        # The control connection reads every keyspace's schema when it connects; the driver's 2 s for
+        # that fails a busy node (CI: a node sharing two cores with a second Cassandra starting).
+        control_connection_timeout=CONTROL_TIMEOUT_S,
         protocol_version=5,
         # The driver's default backs off to 10 minutes between reconnection attempts: after an
         # outage of a minute, clients would stay down for minutes more. Cap it at a few seconds.

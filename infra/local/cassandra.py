@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cassandra import AuthenticationFailed
+from cassandra import AuthenticationFailed, OperationTimedOut
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.policies import RoundRobinPolicy
 
@@ -202,13 +202,17 @@ def ensure_role(cfg: LocalInfraSettings) -> None:
             _query(parley, f"DROP ROLE IF EXISTS {DEFAULT_ROLE}")
             return
         except NoHostAvailable as exc:
+            if _timed_out(exc) and time.monotonic() < deadline:  # a node still busy booting: not yet
+                time.sleep(0.5)
+                continue
             if not any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
                 raise
         try:  # no parley role yet: the default superuser makes it
             create = f"CREATE ROLE IF NOT EXISTS {secure.USER} WITH PASSWORD = %s AND SUPERUSER = true AND LOGIN = true"
             _query(default, create, (parley.secret,))
         except NoHostAvailable as exc:  # the node sets its default role up a moment after it opens the port
-            if not any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+            refused = any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
+            if not refused and not _timed_out(exc):
                 raise
             if time.monotonic() > deadline:
                 raise InfraError(
@@ -218,12 +222,17 @@ def ensure_role(cfg: LocalInfraSettings) -> None:
             time.sleep(0.5)
 
 
+def _timed_out(exc: NoHostAvailable) -> bool:
+    """Whether every host's error was a timeout (a node that opened its port but answers slowly)."""
+    return bool(exc.errors) and all(isinstance(e, OperationTimedOut) for e in exc.errors.values())
+
+
 def _query(settings: CassandraSettings, cql: str, values: tuple[object, ...] = ()) -> None:
     """One statement on a connection of its own, as ``settings`` log in (``NoHostAvailable`` when refused)."""
     cluster = Cluster(
         settings.contact_points,
         port=settings.port,
-        connect_timeout=1,
+        connect_timeout=5,
         execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=RoundRobinPolicy())},
         protocol_version=5,
         **cassandra_options(settings),
