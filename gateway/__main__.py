@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from gateway.app import create_app, drain
 from gateway.settings import GatewaySettings
 from parley.logs import setup_logging
+from parley.metrics import serve_from_env
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 
 log = logging.getLogger("gateway")
@@ -69,6 +70,7 @@ GC_THRESHOLDS = (10_000, 20, 20)
 def serve(settings: GatewaySettings | None = None) -> None:
     settings = settings or from_env(GatewaySettings)
     setup_logging("gateway")
+    serve_from_env("gateway")  # PARLEY_METRICS_PORT, as every service: /metrics is never on the API port
     app = create_app(settings, from_env(KafkaSettings), from_env(CassandraSettings))
     gc.freeze()  # what import and set-up made lives as long as the process: no collection need look at it
     gc.set_threshold(*GC_THRESHOLDS)

@@ -41,6 +41,7 @@ from gateway.settings import SessionSettings
 from gateway.validation import json_body, string
 from parley import accounts
 from parley.errors import Unavailable
+from parley.lru import LRU
 
 if TYPE_CHECKING:  # gateway/auth.py imports this module: its session branch calls WebSessions
     from gateway.auth import Authenticator, Principal
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 COOKIE = "__Host-parley_session"
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-#: Sessions a gateway keeps looked up; past it the cache starts again.
+#: Sessions a gateway keeps looked up, and apart, unknown or ended ones: junk cookies churn only the latter.
 CACHE_ENTRIES = 10_000
 
 
@@ -186,7 +187,8 @@ class WebSessions:
         self.limits = SignInLimits(settings, store)
         #: The idle clock is written at most this often: often enough that the idle expiry is within a tenth.
         self._touch_s = min(60.0, settings.idle_s / 10)
-        self._cache: dict[str, tuple[float, WebSession | None]] = {}
+        self._found: LRU[str, tuple[float, WebSession]] = LRU(CACHE_ENTRIES)
+        self._missing: LRU[str, float] = LRU(CACHE_ENTRIES)
 
     async def open(self, user_id: str) -> tuple[str, WebSession]:
         """A new session of ``user_id``: (the id for the cookie, the session)."""
@@ -237,8 +239,8 @@ class WebSessions:
         """The user's account and every session of theirs gone (the user's erasure): signed out here at once,
         on other gateways within PARLEY_SESSION_CACHE_S."""
         await self.store.erase(user_id)
-        for session_hash, (_, session) in list(self._cache.items()):
-            if session is not None and session.user_id == user_id:
+        for session_hash, (_, session) in self._found.items():
+            if session.user_id == user_id:
                 self._remember(session_hash, None)
 
     def public(self, session: WebSession, user: Principal) -> dict[str, object]:
@@ -254,22 +256,29 @@ class WebSessions:
         }
 
     async def _lookup(self, session_hash: str, *, fresh: bool = False) -> WebSession | None:
-        hit = self._cache.get(session_hash)
-        if not fresh and hit is not None and time.monotonic() - hit[0] <= self.settings.cache_s:
+        now = time.monotonic()
+        hit = self._found.get(session_hash)
+        if not fresh and hit is not None and now - hit[0] <= self.settings.cache_s:
             return hit[1]
+        missed = self._missing.get(session_hash)
+        if not fresh and missed is not None and now - missed <= self.settings.cache_s:
+            return None
         try:
             session = await self.store.get(session_hash)
         except Unavailable:
-            if hit is None or hit[1] is None:
+            if hit is None:
                 raise
             return hit[1]  # Cassandra down: a session this gateway knows goes on until it expires
         self._remember(session_hash, session)
         return session
 
     def _remember(self, session_hash: str, session: WebSession | None) -> None:
-        if len(self._cache) >= CACHE_ENTRIES:
-            self._cache.clear()
-        self._cache[session_hash] = (time.monotonic(), session)
+        if session is None:
+            self._found.pop(session_hash)
+            self._missing.put(session_hash, time.monotonic())
+        else:
+            self._missing.pop(session_hash)
+            self._found.put(session_hash, (time.monotonic(), session))
 
 
 # ------------------------------------------------------------------ routes

@@ -86,6 +86,20 @@ class QuotaSettings:
     enterprise_requests_per_minute: int = env(
         "PARLEY_QUOTA_ENTERPRISE_REQUESTS_PER_MINUTE", 0, "Generations an enterprise user may start per minute"
     )
+    free_uploads_per_day: int = env("PARLEY_QUOTA_FREE_UPLOADS_PER_DAY", 20, "Documents a free user may upload per UTC day")
+    free_upload_bytes_per_day: int = env(
+        "PARLEY_QUOTA_FREE_UPLOAD_BYTES_PER_DAY", 100 * 2**20, "Bytes of documents a free user may upload per UTC day"
+    )
+    plus_uploads_per_day: int = env("PARLEY_QUOTA_PLUS_UPLOADS_PER_DAY", 200, "Documents a plus user may upload per UTC day")
+    plus_upload_bytes_per_day: int = env(
+        "PARLEY_QUOTA_PLUS_UPLOAD_BYTES_PER_DAY", 2**30, "Bytes of documents a plus user may upload per UTC day"
+    )
+    enterprise_uploads_per_day: int = env(
+        "PARLEY_QUOTA_ENTERPRISE_UPLOADS_PER_DAY", 0, "Documents an enterprise user may upload per UTC day"
+    )
+    enterprise_upload_bytes_per_day: int = env(
+        "PARLEY_QUOTA_ENTERPRISE_UPLOAD_BYTES_PER_DAY", 0, "Bytes of documents an enterprise user may upload per UTC day"
+    )
     timeout_s: float = env(
         "PARLEY_QUOTA_TIMEOUT_S", 1.0, "Longest a quota check waits for Cassandra; after that the request goes through"
     )
