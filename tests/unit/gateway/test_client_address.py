@@ -3,16 +3,23 @@ ignored; from a trusted proxy, the right-most address it did not add itself coun
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+import gateway.__main__ as gateway_main
+from gateway.app import create_app
 from gateway.client_address import limit_key, middleware, trusted_proxies
 from gateway.settings import GatewaySettings
 from parley.errors import ConfigError
+from parley.settings import CassandraSettings, KafkaSettings
 
 EDGE = "10.0.0.5"
 TRUSTED = trusted_proxies(f"{EDGE},192.168.0.0/16,::1")
@@ -74,3 +81,17 @@ def test_limits_count_an_ipv6_host_by_its_slash_64() -> None:
     assert limit_key("::ffff:192.0.2.1") == "192.0.2.1"
     assert limit_key("192.0.2.1") == "192.0.2.1"
     assert limit_key("unknown") == "unknown"
+
+
+def test_the_gateway_applies_the_rule_with_its_setting_and_uvicorns_own_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = GatewaySettings(trusted_proxies="10.0.0.5")
+    app = create_app(settings, KafkaSettings(), CassandraSettings())
+    outermost = app.user_middleware[0]
+    assert outermost.cls is ProxyHeadersMiddleware and outermost.kwargs == {"trusted_hosts": ["10.0.0.5/32"]}
+    # uvicorn's own copy (FORWARDED_ALLOW_IPS, 127.0.0.1 by default) would trust the host whatever the setting.
+    configs: list[uvicorn.Config] = []
+    monkeypatch.setattr(gateway_main, "setup_logging", lambda name: None)
+    monkeypatch.setattr(gateway_main, "gc", SimpleNamespace(freeze=lambda: None, set_threshold=lambda *a: None))
+    monkeypatch.setattr(gateway_main.DrainingServer, "run", lambda self: configs.append(self.config))
+    gateway_main.serve(settings)
+    assert [c.proxy_headers for c in configs] == [False]
