@@ -143,16 +143,24 @@ class SignInLimits:
         """A slot in every limit on ``email`` from ``address``; 429, with nothing held, when one is full."""
         s = self.settings
         keys = scopes(address, email)
-        limits = {keys.address: s.signin_per_address, keys.email_address: s.signin_per_email_address, keys.email: s.signin_per_email}
-        limits = {scope: limit for scope, limit in limits.items() if limit}
+        limits = {
+            scope: limit
+            for scope, limit in (
+                (keys.address, s.signin_per_address),
+                (keys.email_address, s.signin_per_email_address),
+                (keys.email, s.signin_per_email),
+            )
+            if limit  # 0: no limit
+        }
         reads = asyncio.gather(*(self.store.taken(scope) for scope in limits))
         familiar, taken_each = await asyncio.gather(self.store.familiar(keys.email_address), reads)
         taken = dict(zip(limits, taken_each))
         if familiar:  # the email's own limit does not count its owner's usual addresses
             limits.pop(keys.email, None)
-        waits = [w for scope, limit in limits.items() if (w := retry_after(list(taken[scope].values()), limit)) is not None]
-        if waits:  # full already: refused without a write
-            raise _refusal(max(waits))
+        waits = [retry_after(list(taken[scope].values()), limit) for scope, limit in limits.items()]
+        full = [wait for wait in waits if wait is not None]
+        if full:  # refused without a write
+            raise _refusal(max(full))
         held: list[Slot] = []
         try:
             # The scarcest limit first: attempts that lose its race stop before they hold a slot of another.
@@ -168,7 +176,7 @@ class SignInLimits:
 
     async def succeeded(self, reservation: Reservation) -> None:
         """A good sign-in: its slots given back, and its address familiar to the email."""
-        familiar_s = round(self.settings.signin_familiar_s)  # 0: no address becomes familiar (a TTL of 0 never expires)
+        familiar_s = round(self.settings.signin_familiar_s)  # 0: none becomes familiar (a TTL of 0 never expires)
         await asyncio.gather(
             self._release(reservation.slots),
             *([self.store.remember(reservation.scopes.email_address, familiar_s)] if familiar_s > 0 else []),

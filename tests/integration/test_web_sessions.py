@@ -263,7 +263,8 @@ async def test_concurrent_guesses_stop_at_the_limit_across_gateways(account, cas
     sources = [fresh_address() for _ in range(addresses)]
     async with gateways(cassandra_settings, 2) as pair:
         clients = [async_client(pair[n % 2], sources[n % addresses]) for n in range(20)]
-        answers = await asyncio.gather(*(http.post("/v1/auth/sign-in", json={"email": email, "password": "wrong"}, headers=PAGE) for http in clients))
+        guesses = (http.post("/v1/auth/sign-in", json={"email": email, "password": "wrong"}, headers=PAGE) for http in clients)
+        answers = await asyncio.gather(*guesses)
         assert sorted(r.status_code for r in answers) == [401] * limit + [429] * (20 - limit), [r.text for r in answers]
         right = await clients[0].post("/v1/auth/sign-in", json={"email": email, "password": PASSWORD}, headers=PAGE)
         assert right.status_code == 429  # the limit holds after the burst, for the right password too
