@@ -16,6 +16,7 @@ def test_a_full_limit_waits_for_the_slot_that_frees_first() -> None:
     # More taken than the limit (it was lowered): enough must free to leave one.
     assert retry_after([50, 10, 30, 40], 3) == 30.0
     assert retry_after([1] * 100, 0) is None  # 0: no limit
+    assert retry_after([0, 5, 9], 3) == 0.0  # full, though a slot is about to free: not None
 
 
 def test_an_attempt_tries_only_free_slots_below_the_limit() -> None:
