@@ -37,7 +37,7 @@ from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from gateway.tracing import TraceMiddleware
-from gateway import oidc, sessions
+from gateway import client_address, oidc, sessions
 from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
 from gateway.settings import OidcSettings, SessionSettings
@@ -233,6 +233,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         routes=ROUTES,
         lifespan=lifespan,
         middleware=[
+            client_address.middleware(settings.proxies),  # request.client: the peer, or what a trusted proxy saw
             Middleware(TraceMiddleware, routes=ROUTES),
             Middleware(SecurityHeadersMiddleware, hsts_s=session_settings.hsts_s),
         ],
