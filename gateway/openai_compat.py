@@ -47,10 +47,18 @@ chunk with no choices when ``stream_options.include_usage``), then ``data:
 and length as they are, cancelled is ``stop`` (the text so far, nothing more),
 content_filter as it is (moderation cut the reply; a whole completion then has
 ``content: null``).
-The response starts only at the reply's first text, so a turn failed or refused
-before that is an HTTP error (overloaded: 503 + Retry-After; context_too_long:
-400 ``context_length_exceeded``); one failing later ends the stream with
-``data: {"error": …}`` and no ``[DONE]``, which OpenAI clients raise. Parley's
+A whole completion waits for the reply, so a turn failed or refused is an HTTP
+error (overloaded: 503 + Retry-After; context_too_long: 400
+``context_length_exceeded``). A stream starts at once (headers and an SSE comment
+while the turn queues: clients and proxies with header timeouts keep it), so a
+turn refused or failed after that ends the stream with ``data: {"error": …}`` and
+no ``[DONE]``, which OpenAI clients raise.
+
+The conversation as sent: the turn is ``as_sent`` (no system prompt, memory,
+documents or summary of Parley's; nothing trimmed; no cap of Parley's on the reply,
+which may run to the end of the pool's context). An OpenAI client cannot resume a
+reply (it has no cursor): without an ``Idempotency-Key`` (with one, a retry finds
+the reply), a client that leaves cancels it at once. Parley's
 ``restarted`` notice has no OpenAI equivalent and clients cannot cut text: the
 deltas of a resumed attempt are sent only past the characters already sent
 (``Delivery``); the continuation is the new attempt's text from there.
@@ -69,8 +77,10 @@ text is never logged.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
@@ -81,7 +91,9 @@ from gateway import ownership, turns
 from gateway.auth import Principal
 from gateway.errors import ApiError, NotFound, ServiceUnavailable, openai_response
 from gateway.openai_reply import (
+    Piece,
     completion,
+    error_body,
     finish_reading,
     generation_error,
     pieces,
@@ -103,7 +115,9 @@ from gateway.openai_request import (
 from gateway.services import Services, services, trace_id
 from gateway.validation import json_body
 from parley.errors import Unavailable
-from schemas.events import ConversationCreated, GenerationRequested, MessagePosted
+from schemas.events import ConversationCreated, GenerationCancelRequested, GenerationRequested, MessagePosted
+
+log = logging.getLogger(__name__)
 
 #: How long a new turn waits for the previous reply to be stored before treating the history's copy as new.
 REPLY_WAIT_S = 5.0
@@ -135,23 +149,36 @@ async def _complete(request: Request, svc: Services) -> Response:
     model = resolve_model(chat.model, request.app.state.router_policy)
     idempotency = _idempotency_key(request)
     plan, events = await _turn(request, svc, user, chat, model, idempotency)
-    replies = pieces(events)
+    # A client that sent no Idempotency-Key cannot come back to this reply: when it goes, the reply is abandoned.
+    on_gone = None if idempotency else lambda: _abandon(svc, user, plan)
+    if chat.stream:
+        return EventSourceResponse(
+            _streamed(chat, plan, pieces(events), on_gone),
+            ping=svc.settings.stream_ping_s,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+    collecting = asyncio.create_task(_whole(chat, plan, pieces(events)))
+    gone = asyncio.create_task(_disconnected(request))
+    try:
+        await asyncio.wait({collecting, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not collecting.done():  # the client left before its answer: nobody will read it
+        collecting.cancel()
+        if on_gone is not None:
+            on_gone()
+        return Response(status_code=499)  # never sent: the connection is gone (nginx's code for it, in logs)
+    return JSONResponse(collecting.result())
+
+
+async def _whole(chat: ChatRequest, plan: Plan, replies: AsyncIterator[Piece]) -> dict[str, Any]:
+    """The whole ``chat.completion``; the ApiError a turn failed or was refused with."""
     try:
         first = await anext(replies, None)
         if first is None or first.error is not None:  # refused or failed before any text: an HTTP error
             raise generation_error(first.error if first is not None else {})
-    except BaseException:
-        await finish_reading(replies)
-        raise
-    # The model that answers, as its engine names it (the first text carries it), not the name asked for.
-    shape = shape_for(plan.reply_id, first.model or chat.model, time.time())
-    if chat.stream:
-        return EventSourceResponse(
-            _as_events(stream_chunks(shape, first, replies, chat.include_usage)),
-            ping=svc.settings.stream_ping_s,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
-    try:
+        # The model that answers, as its engine names it (the first text carries it), not the name asked for.
+        shape = shape_for(plan.reply_id, first.model or chat.model, time.time())
         text, last = [first.text], first
         while not last.final:
             following = await anext(replies, None)
@@ -165,7 +192,52 @@ async def _complete(request: Request, svc: Services) -> Response:
         raise generation_error(last.error)
     finish = last.finish_reason or "stop"
     content = None if finish == "content_filter" else "".join(text)
-    return JSONResponse(completion(shape, content, finish, last.usage or usage_json(None)))
+    return completion(shape, content, finish, last.usage or usage_json(None))
+
+
+async def _streamed(
+    chat: ChatRequest, plan: Plan, replies: AsyncIterator[Piece], on_gone: Callable[[], None] | None
+) -> AsyncIterator[dict[str, Any]]:
+    """The stream's events: a comment at once (headers and a first byte while the turn is queued), then the
+    chunks. A turn refused or failed before its first text is an error ``data:`` (the status is sent)."""
+    ended = False
+    try:
+        yield {"comment": "parley: accepted"}
+        first = await anext(replies, None)
+        if first is None or first.error is not None:
+            ended = True
+            yield {"data": json.dumps(error_body(generation_error(first.error if first is not None else {})))}
+            return
+        shape = shape_for(plan.reply_id, first.model or chat.model, time.time())
+        async for data in stream_chunks(shape, first, replies, chat.include_usage):
+            ended = ended or data == "[DONE]" or data.startswith('{"error"')
+            yield {"data": data}
+    finally:
+        await finish_reading(replies)
+        if not ended and on_gone is not None:
+            on_gone()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body is read: what ``receive`` gives next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _abandon(svc: Services, user: Principal, plan: Plan) -> None:
+    """Cancel a reply whose client left and cannot resume it (an OpenAI client has no cursor), at once rather
+    than after the abandonment grace; in a task of its own, as the caller is being cancelled."""
+    cancel = GenerationCancelRequested(
+        conversation_id=plan.conversation_id, user_id=user.user_id, request_id=plan.reply_id, reason="abandoned"
+    )
+    svc.spawn(_append_quietly(svc, cancel))
+
+
+async def _append_quietly(svc: Services, event: GenerationCancelRequested) -> None:
+    try:
+        await svc.append(event)
+    except Exception as exc:  # the abandonment watch cancels it later anyway
+        log.warning("could not cancel a reply its client left", extra={"request_id": event.request_id, "error": type(exc).__name__})
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -221,15 +293,9 @@ async def _turn(
         org_id=user.org_id,
         max_tokens=chat.max_tokens,
         sampling=chat.sampling,
+        as_sent=True,  # the client's conversation as it sent it: nothing added, nothing left out
     )
     return plan, await turns.open_reply(svc, [*created, *posted, requested], requested, plan.question_id)
-
-
-async def _as_events(payloads: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
-    async for data in payloads:
-        yield {"data": data}
-
-
 
 
 async def _settled(svc: Services, conversation: Any, pending: str, stored: list[Any]) -> list[Any]:

@@ -34,10 +34,15 @@ TAKEN = frozenset({
 NEUTRAL: dict[str, tuple[Any, ...]] = {
     "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}), "tools": (None, []),
     "functions": (None, []), "tool_choice": (None, "none", "auto"), "function_call": (None, "none", "auto"),
-    "parallel_tool_calls": (None, True, False), "store": (None, False), "metadata": (None, {}),
+    "parallel_tool_calls": (None, True, False), "store": (None, True), "metadata": (None, {}),
     "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "audio": (None,),
     "prediction": (None,), "reasoning_effort": (None,), "web_search_options": (None,),
 }  # fmt: skip
+#: Why a field's value is refused, where "not supported" would not say enough.
+REFUSALS = {
+    "store": "`store: false` is not supported: Parley keeps every conversation (it lists them, resumes replies "
+    "and audits from them); delete one with DELETE /v1/conversations/{id}",
+}
 
 
 # ------------------------------------------------------------------ the request
@@ -89,21 +94,21 @@ def _text(value: str, param: str, max_chars: int) -> str:
     return value
 
 
-def _content(value: Any, param: str, max_chars: int) -> str:
-    """A message's text: a string, or a list of ``{"type": "text", "text"}`` parts (joined). Never blank:
-    a message without text (a tool call's) has no place in the tree."""
+def _content(value: Any, param: str, max_chars: int, *, optional: bool) -> str:
+    """A message's text: a string (empty too, as OpenAI takes it), or a list of ``{"type": "text", "text"}``
+    parts (joined); null or absent only where OpenAI allows it (``optional``: an assistant's), as ""."""
+    if value is None and optional:
+        return ""
     if isinstance(value, list) and value:
         texts = []
         for i, part in enumerate(value):
             text = part.get("text") if isinstance(part, dict) and part.get("type") == "text" else None
-            if not isinstance(text, str) or not text.strip():
+            if not isinstance(text, str):
                 raise invalid(f"`{param}[{i}]` must be a text part (`{{\"type\": \"text\", \"text\": …}}`)", f"{param}[{i}]")
             texts.append(text)
         return _text("".join(texts), param, max_chars)
     if not isinstance(value, str):
         raise invalid(f"`{param}` must be a string or a non-empty list of text parts", param, code="invalid_type")
-    if not value.strip():
-        raise invalid(f"`{param}` must not be blank", param)
     return _text(value, param, max_chars)
 
 
@@ -116,7 +121,8 @@ def _message(value: Any, i: int, max_chars: int) -> ChatMessage:
         raise invalid(f"`{param}.role` must be one of {', '.join(ROLES)}", f"{param}.role")
     if value.get("tool_calls") or value.get("function_call"):
         raise invalid("tool calls are not supported", f"{param}.tool_calls", code="unsupported_parameter")
-    return ChatMessage(ROLES[role], _content(value.get("content"), f"{param}.content", max_chars))
+    content = _content(value.get("content"), f"{param}.content", max_chars, optional=role == "assistant")
+    return ChatMessage(ROLES[role], content)
 
 
 def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
@@ -142,7 +148,7 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
         if name not in NEUTRAL:
             raise invalid(f"`{name}` is not a parameter Parley takes", name, code="unsupported_parameter")
         if value not in NEUTRAL[name]:
-            raise invalid(f"`{name}` is not supported", name, code="unsupported_parameter")
+            raise invalid(REFUSALS.get(name, f"`{name}` is not supported"), name, code="unsupported_parameter")
     refuse = lambda message, param: invalid(message, param)  # noqa: E731
     sampling = parse_sampling(body, refuse)
     json_schema = json_schema_of(body.get("response_format"), refuse)
@@ -281,6 +287,11 @@ def _replies_under(stored: Sequence[Node], parent: str | None) -> list[Node]:
 
 
 def _stored_reply(stored: Sequence[Node], parent: str | None, content: str) -> str | None:
-    """The finished reply under ``parent`` with exactly this text (the first such, as stored)."""
-    same = [s.id for s in _replies_under(stored, parent) if s.status in SETTLED and s.content == content]
+    """The finished reply under ``parent`` with exactly this text (the first such, as stored); an empty one is
+    also a reply moderation withdrew (answered as ``content: null``, which a client appends as it got it)."""
+    same = [
+        s.id
+        for s in _replies_under(stored, parent)
+        if (s.status in SETTLED and s.content == content) or (s.status == "filtered" and content == "")
+    ]
     return same[0] if same else None

@@ -167,6 +167,12 @@ class GenerationRequested(ConversationEvent):
     org_id: str = doc(
         "The user's organisation: its moderation policy, where it set one, is the turn's ('': the tier's)", default=""
     )
+    as_sent: bool = doc(
+        "The prompt is the client's messages as sent (POST /v1/chat/completions): no system prompt, memory, "
+        "documents or summary is added and no turn is left out; over every pool's context the turn fails "
+        "context_too_long; without max_tokens the reply may run to the end of the pool's context",
+        default=False,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -336,7 +342,11 @@ class InferenceRequested(ConversationEvent):
     messages: list[PromptMessage] = doc("The built prompt, in order", default_factory=list)
     prompt_tokens: int = doc("Token estimate of the prompt", default=0)
     budget_tokens: int = doc("Token budget the builder worked under", default=0)
-    max_tokens: int = doc("Cap on generated tokens", default=512)
+    max_tokens: int = doc(
+        "Cap on generated tokens; 0: up to the end of the routed pool's context (an as-sent request without a "
+        "cap, the OpenAI API's default), which the router resolves before the turn reaches a worker",
+        default=512,
+    )
     model: str | None = doc("Model the user selected, if any", default=None)
     tier: str = doc("free | plus | enterprise", default="free")
     resume_text: str = doc("Reply text already streamed by an earlier attempt, to continue from", default="", sealed=True)

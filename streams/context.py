@@ -39,7 +39,7 @@ from schemas.endings import CONTEXT_UNAVAILABLE, ending, filtered
 from streams import summary
 from streams.context_tokens import TokenCounter
 from streams.document_search import DocumentSearch
-from streams.prompt import Layout, Prompt, Window, choose_window, documents_text, render
+from streams.prompt import Layout, Prompt, Window, as_sent, choose_window, documents_text, render
 from streams.settings import ContextSettings
 from streams.summary import Summary, from_event, with_summary
 from streams.engine_writer import EngineWriter, WriterUnavailable
@@ -83,7 +83,8 @@ def inference_request(
         messages=prompt.messages,
         prompt_tokens=prompt.prompt_tokens,
         budget_tokens=cfg.budget_tokens,
-        max_tokens=request.max_tokens or cfg.max_tokens,
+        # As sent without a cap: 0, the rest of the routed pool's context (the router resolves it).
+        max_tokens=request.max_tokens or (0 if request.as_sent else cfg.max_tokens),
         model=request.model or state.model,
         tier=request.tier,
         sampling=request.sampling,
@@ -184,6 +185,9 @@ class ContextBuilder:
             stopped = await self.screened(known.conversation, event)
             if stopped:
                 out.extend(stopped)
+            elif event.parent_id in known.conversation.messages and event.as_sent:
+                prompt = as_sent(branch(known.conversation, event.parent_id), self._counter)
+                out.append(inference_request(known.conversation, event, prompt, self.cfg))
             elif event.parent_id in known.conversation.messages:
                 retrieval = await self.search(known.conversation, event)
                 written, prompt = await self.prompt_for(known, event, memory=self._memory(event.user_id), retrieval=retrieval)

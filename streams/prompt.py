@@ -195,6 +195,13 @@ def render(window: Window, layout: Layout, counter: TokenCounter, summary: str |
         start += 1
 
 
+def as_sent(branch: Sequence[Message], counter: TokenCounter) -> Prompt:
+    """The branch as its client sent it (an OpenAI-API turn): its messages only, none left out. Whether it fits a
+    pool is the router's to judge (context_too_long), not a reason to cut it here."""
+    messages = [as_prompt_message(m) for m in usable(branch)]
+    return Prompt(messages, counter.count(render_prompt(messages)), 0)
+
+
 def build_prompt(branch: Sequence[Message], layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:
     """``render(choose_window(...))``: the prompt when the summary (if any) is already known."""
     return render(choose_window(branch, layout, counter), layout, counter, summary)

@@ -124,9 +124,14 @@ def newest_user_text(request: InferenceRequested) -> str:
     return next((m.content for m in reversed(request.messages) if m.role == "user"), "")
 
 
+def needed_tokens(request: InferenceRequested) -> int:
+    """Context a turn needs: its prompt and its reply's cap (uncapped, 0: at least one token of reply)."""
+    return request.prompt_tokens + max(request.max_tokens, 1)
+
+
 def choose_pool(request: InferenceRequested, policy: Policy, current: str | None) -> Choice | Refusal:
     """The pool a turn needs, before admission; ``current`` is the conversation's pool so far."""
-    tokens = request.prompt_tokens + request.max_tokens
+    tokens = needed_tokens(request)
     if (request.model or "") not in AUTO:
         pool = policy.pool_of_model(str(request.model))
         if pool is None:
@@ -225,7 +230,10 @@ class Router:
         decision taken for its attempt before, if the memory holds one (``now`` monotonic, ``wall`` epoch s)."""
         earlier = self.memory.decision(request)
         if earlier is not None:
-            return [replace(o, request=request, repeat=True) if isinstance(o, InferenceRouted) else o for o in earlier.outs]
+            return [
+                replace(o, request=self._capped(request, o.pool), repeat=True) if isinstance(o, InferenceRouted) else o
+                for o in earlier.outs
+            ]
         out = self._route(request, now)
         self.memory.decided(request, map(without_prompt, out), time.time() if wall is None else wall)
         return out
@@ -237,7 +245,7 @@ class Router:
             return ending(request, "failed", choice.code, choice.message)
         self._pools.put(cid, choice.pool)
         # A user-selected model is never swapped for a smaller one; a classified turn may be, to a pool that holds it.
-        tokens = request.prompt_tokens + request.max_tokens
+        tokens = needed_tokens(request)
         candidates = [
             p.name
             for p in self.policy.pools.values()
@@ -252,6 +260,12 @@ class Router:
             return shed(request, decision, self.policy.pools[decision.pool].model)
         return [self._place(request, choice, decision, now)]
 
+    def _capped(self, request: InferenceRequested, pool: str) -> InferenceRequested:
+        """``request`` with its cap resolved: uncapped (0, as sent) may use the rest of ``pool``'s context."""
+        if request.max_tokens != 0 or pool not in self.policy.pools:
+            return request
+        return replace(request, max_tokens=max(1, self.policy.pools[pool].context_tokens - request.prompt_tokens))
+
     def _place(self, request: InferenceRequested, choice: Choice, admitted: Admit, now: float) -> InferenceRouted:
         pool = admitted.pool
         placed = self._placements[pool].place(request.conversation_id, self.fleet.replicas(pool, now))
@@ -262,6 +276,7 @@ class Router:
         reason = route_reason(choice.reason, where, downgraded=admitted.downgraded_from is not None)
         where_to = {"pool": pool, "partition": partition, "replica": replica, "queued": admitted.queued}
         log.debug("turn routed", extra={"request_id": request.request_id, "route_reason": reason, **where_to})
+        request = self._capped(request, pool)
         return InferenceRouted(
             conversation_id=request.conversation_id,
             user_id=request.user_id,

@@ -62,7 +62,9 @@ class ContextSettings:
         "PARLEY_CONTEXT_BUDGET_TOKENS", 3072, "Token budget of a prompt (system prompt included); older turns are left out"
     )
     max_tokens: int = env(
-        "PARLEY_CONTEXT_MAX_TOKENS", 512, "Cap on generated tokens when the request names none"
+        "PARLEY_CONTEXT_MAX_TOKENS",
+        512,
+        "Cap on generated tokens when a turn of Parley's own API names none (an OpenAI-API turn has none: the pool's context)",
     )
     cache_conversations: int = env(
         "PARLEY_CONTEXT_CACHE_CONVERSATIONS", 10_000, "Conversations kept in memory; others are reloaded from Cassandra"

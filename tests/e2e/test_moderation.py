@@ -14,23 +14,20 @@ import asyncio
 import base64
 import re
 import time
-import uuid
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from moderation.settings import ModerationSettings
 from parley.settings import KafkaSettings, from_env
-from schemas import codec
-from schemas.catalog import TOPICS
 from schemas.endings import FILTERED_NOTICE
 from schemas.events import ModerationResult, UsageRecorded
 from parley.users import create_org, create_user
 from tools.client import ApiError, ParleyClient
 from tools.topology import MODERATION
+from tests.e2e.topic_events import events_of
 
 #: Plainly a threat: every classifier Parley ships flags it (harassment/threatening, violence).
 BAD_INPUT = "I am going to kill you tonight, you worthless idiot."
@@ -64,27 +61,6 @@ async def settled_reply(client: ParleyClient, cid: str, reply_id: str, until: An
 def results_of(kafka: KafkaSettings, request_id: str, done: Any) -> list[ModerationResult]:
     """The ModerationResults of ``request_id`` on chat.moderation, read until ``done(results)`` holds."""
     return events_of(kafka, "chat.moderation", ModerationResult, request_id, done)
-
-
-def events_of(kafka: KafkaSettings, topic: str, kind: type, request_id: str, done: Any) -> list[Any]:
-    """The ``kind`` events of ``request_id`` on ``topic``, read until ``done(events)`` holds (a deadline fails)."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"e2e-mod-{uuid.uuid4().hex[:6]}"})
-    name = kafka.topic(topic)
-    consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(TOPICS[topic].partitions)])
-    found: dict[str, Any] = {}
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while not done(list(found.values())):
-            assert time.monotonic() < deadline, f"the {kind.__name__}s of {request_id} never came: {list(found.values())}"
-            for msg in consumer.consume(500, 0.5):
-                if msg.error() or msg.value() is None:
-                    continue
-                event = codec.decode(msg.value())
-                if isinstance(event, kind) and event.request_id == request_id:
-                    found[event.event_id] = event  # a check repeated after a restart has the same id
-        return list(found.values())
-    finally:
-        consumer.close()
 
 
 def filtered(message: dict[str, Any]) -> bool:

@@ -1,16 +1,23 @@
 """POST /v1/chat/completions through the whole stack, driven by the official `openai` client:
 streamed and not, a growing history kept in one conversation (its second turn a prefix-cache
-hit), an idempotent retry, and refusals in OpenAI's error shape."""
+hit), an idempotent retry, refusals in OpenAI's error shape, the client's conversation passed
+through as sent (no system prompt, nothing left out, no cap of Parley's), and a stream whose
+client leaves cancelled."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
 import httpx
 import openai
 import pytest
+
+from schemas.events import GenerationCompleted, InferenceRequested
+from streams.settings import ContextSettings, RouterSettings
+from tests.e2e.topic_events import events_of
 
 OPENING = [
     {"role": "system", "content": "You answer briefly."},
@@ -95,18 +102,20 @@ async def test_a_retried_request_returns_the_same_reply_and_appends_nothing(stac
     messages = [{"role": "user", "content": "Say something, once."}]
     retry = {"Idempotency-Key": "say-something-1"}
     try:
-        once = await client.chat.completions.create(model="small", messages=messages, extra_headers=retry)
-        again = await client.chat.completions.create(model="small", messages=messages, extra_headers=retry)
+        once = await client.chat.completions.create(model="small", messages=messages, max_tokens=20, extra_headers=retry)
+        again = await client.chat.completions.create(model="small", messages=messages, max_tokens=20, extra_headers=retry)
         assert again.id == once.id and again.choices[0].message.content == once.choices[0].message.content
         assert again.usage is not None and once.usage is not None and once.usage.prompt_tokens > 0
         assert (again.usage.prompt_tokens, again.usage.completion_tokens) == (
             once.usage.prompt_tokens, once.usage.completion_tokens
         )
-        stream = await client.chat.completions.create(model="small", messages=messages, stream=True, extra_headers=retry)
+        stream = await client.chat.completions.create(
+            model="small", messages=messages, max_tokens=20, stream=True, extra_headers=retry
+        )
         chunks = [c async for c in stream]
         assert {c.id for c in chunks} == {once.id}
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == once.choices[0].message.content
-        fresh = await client.chat.completions.create(model="small", messages=messages)  # no key: a new sample
+        fresh = await client.chat.completions.create(model="small", messages=messages, max_tokens=20)  # no key: a new sample
         assert fresh.id != once.id
     finally:
         await client.close()
@@ -153,3 +162,67 @@ async def test_refusals_are_in_openais_shape_and_append_nothing(stack) -> None:
         assert too_long.status_code == 413, too_long.text
         assert set(too_long.json()["error"]) >= {"message", "type", "param", "code"}
     assert await _conversations(stack, key) == []
+
+
+def _words(n: int, per_message: int = 3000) -> list[dict[str, str]]:
+    """A history of ``n`` plain words (about a token each, to the engine and to Parley's counter), in user
+    messages under the per-message limit, alternating with short assistant turns, ending with the user's."""
+    out: list[dict[str, str]] = []
+    while n > 0:
+        if out:
+            out.append({"role": "assistant", "content": "Noted."})
+        out.append({"role": "user", "content": " ".join(["the"] * min(n, per_message))})
+        n -= per_message
+    return out
+
+
+async def test_the_clients_conversation_reaches_the_engine_as_sent_and_uncapped(stack) -> None:
+    """No system prompt or memory added, no turn left out past Parley's own budget, no cap of Parley's on the
+    reply (the stack's PARLEY_CONTEXT_MAX_TOKENS is 40): the reply runs to the end of the pool's context; past
+    the context the call is OpenAI's 400 context_length_exceeded, streamed or not."""
+    budget = ContextSettings().budget_tokens
+    context = RouterSettings().pool_context_tokens()["small"]
+    key = stack.new_key("plus")
+    client = _client(stack, key)
+    history = _words(context - 150)  # far over Parley's own budget, just under the pool's context
+    try:
+        reply = await client.chat.completions.create(model="small", messages=history)
+        assert reply.choices[0].finish_reason == "length" and reply.usage is not None
+        assert reply.usage.completion_tokens > 40, reply.usage  # not Parley's default cap: the context's end
+        assert reply.usage.prompt_tokens + reply.usage.completion_tokens <= context
+        rid = reply.id.removeprefix("chatcmpl-")
+        (asked,) = events_of(stack.kafka, "chat.inference", InferenceRequested, rid, lambda es: len(es) >= 1)
+        assert [(m.role, m.content) for m in asked.messages] == [(m["role"], m["content"]) for m in history]
+        assert asked.max_tokens == 0 and asked.prompt_tokens > budget
+
+        too_long = _words(context + 100)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model="auto", messages=too_long)
+        assert isinstance(refused.value.body, dict) and refused.value.body["code"] == "context_length_exceeded"
+        stream = await client.chat.completions.create(model="auto", messages=too_long, stream=True)
+        with pytest.raises(openai.APIError) as streamed:  # the stream began at once; its error ends it
+            [c async for c in stream]
+        assert streamed.value.code == "context_length_exceeded", streamed.value.body
+    finally:
+        await client.close()
+
+
+async def test_a_stream_begins_at_once_and_a_client_that_leaves_cancels_its_reply(stack) -> None:
+    """Headers and a comment before the first token; an OpenAI client cannot resume (it has no cursor), so a
+    stream it leaves is cancelled at once, not after the gateway's abandonment grace."""
+    key = stack.new_key("plus")
+    body = {"model": "small", "messages": [{"role": "user", "content": "Tell me a long story."}], "stream": True,
+            "max_tokens": 5000}
+    async with httpx.AsyncClient(base_url=stack.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+            lines = response.aiter_lines()
+            assert (await anext(lines)).startswith(":")  # the comment, before anything of the reply
+            rid = ""
+            async for line in lines:
+                if line.startswith("data: {"):
+                    rid = json.loads(line[len("data: "):])["id"].removeprefix("chatcmpl-")
+                    break
+    assert rid
+    (ended,) = events_of(stack.kafka, "chat.events", GenerationCompleted, rid, lambda es: len(es) >= 1)
+    assert ended.finish_reason == "cancelled" and ended.usage.completion_tokens < 5000

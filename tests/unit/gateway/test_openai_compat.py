@@ -74,6 +74,25 @@ def test_a_request_is_read_as_openai_clients_send_it() -> None:
     assert parse_request(body(), MAX).stream is False
 
 
+def test_empty_and_null_contents_are_taken_where_openai_takes_them() -> None:
+    chat = parse_request(
+        body(messages=[
+            {"role": "system", "content": ""},
+            {"role": "user", "content": ""},
+            {"role": "assistant", "content": None},
+            {"role": "assistant"},
+            {"role": "user", "content": [{"type": "text", "text": ""}]},
+        ]),
+        MAX,
+    )
+    assert chat.messages == msgs((S, ""), (U, ""), (A, ""), (A, ""), (U, ""))
+    assert parse_request(body(store=True), MAX).messages == msgs((U, "Hi"))  # what Parley does anyway
+    with pytest.raises(ApiError) as raised:
+        parse_request(body(store=False), MAX)  # not honoured, so refused by name rather than ignored
+    assert raised.value.param == "store" and "DELETE /v1/conversations" in str(raised.value)
+    assert parse_request(body(), MAX).max_tokens is None  # no cap of Parley's: the pool's context decides
+
+
 @pytest.mark.parametrize(
     ("change", "param", "status"),
     [
@@ -84,10 +103,10 @@ def test_a_request_is_read_as_openai_clients_send_it() -> None:
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", 400),
         ({"messages": [{"role": {}, "content": "x"}]}, "messages[0].role", 400),
         ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}, "messages", 400),
-        ({"messages": [{"role": "user", "content": "  "}]}, "messages[0].content", 400),
         ({"messages": [{"role": "system", "content": None}, {"role": "user", "content": "x"}]}, "messages[0].content", 400),
         ({"messages": [{"role": "user", "content": []}]}, "messages[0].content", 400),
-        ({"messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]}, "messages[0].content[0]", 400),
+        ({"messages": [{"role": "user", "content": None}]}, "messages[0].content", 400),
+        ({"store": False}, "store", 400),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]", 400),
         ({"messages": [{"role": "user", "content": "a\x00b"}]}, "messages[0].content", 400),
         ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content", 400),
@@ -197,6 +216,19 @@ def test_an_assistant_message_that_is_not_the_stored_reply_is_posted_as_a_siblin
     plan = plan_of(turn2, stored)
     assert [(p.role, p.content) for p in plan.posts] == [(A, "an edited a1"), (U, "q2")]
     assert plan.posts[0].parent_id == stored[0].id and plan.pending is None
+
+
+def test_a_withdrawn_reply_sent_back_as_null_continues_the_branch_through_it() -> None:
+    """A reply moderation cut is answered ``content: null``; a client that appends it as it got it stays on the
+    branch (the SDK's chat loop), instead of being refused or forking."""
+    turn1 = msgs((U, "q1"))
+    stored = stored_after(turn1, "This reply was withdrawn.", status="filtered")
+    turn2 = parse_request(
+        body(messages=[{"role": "user", "content": "q1"}, {"role": "assistant", "content": None}, {"role": "user", "content": "q2"}]),
+        MAX,
+    ).messages
+    plan = plan_of(turn2, stored)
+    assert [p.content for p in plan.posts] == ["q2"] and plan.posts[0].parent_id == stored[-1].id
 
 
 def test_a_reply_still_being_stored_is_named_pending() -> None:

@@ -83,5 +83,5 @@ def test_what_parley_does_not_take_is_a_400_naming_it(extra: dict, param: str) -
 
 
 def test_the_neutral_values_clients_send_by_default_are_taken() -> None:
-    neutral = {"logprobs": False, "tools": [], "tool_choice": "auto", "store": False, "n": 1, "logit_bias": None}
+    neutral = {"logprobs": False, "tools": [], "tool_choice": "auto", "store": True, "n": 1, "logit_bias": None}
     assert parse_request({**BASE, **neutral}, 1000).sampling == Sampling()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from schemas import events as ev
 from schemas.endings import CONTEXT_UNAVAILABLE
@@ -227,3 +228,34 @@ async def test_a_strict_policy_checks_the_input_first_and_a_flagged_turn_never_r
     free = ev.GenerationRequested(conversation_id=cid, user_id="u", request_id=str(uuid.uuid4()), parent_id=bad.message_id, client_message_id="c3", tier="free")
     [parallel] = await b.handle(free)  # the free tier's policy checks beside the generation: not here
     assert isinstance(parallel, ev.InferenceRequested)
+
+
+async def test_an_as_sent_turn_is_the_clients_messages_only_whole_and_uncapped() -> None:
+    """The OpenAI API's turn: no system prompt, no memory, nothing left out however far over the budget, and no
+    cap of Parley's on the reply (0: the router gives it the rest of the pool's context)."""
+    cid = str(uuid.uuid4())
+    tight = ContextSettings(system_prompt="sys", budget_tokens=60, summary_tokens=20, max_tokens=77, parent_wait_s=0.3)
+    b = ContextBuilder(tight, Rows(), memory=lambda user_id: ("the user's secret fact",))
+    await b.handle(ev.ConversationCreated(conversation_id=cid, user_id="u"))
+    parent, history = None, []
+    for n in range(12):  # far over 60 tokens
+        m, g = _turn(cid, n, parent)
+        await b.handle(m)
+        history.append(("user", m.content))
+        if n < 11:
+            done = ev.GenerationCompleted(
+                conversation_id=cid, user_id="u", request_id=g.request_id, parent_id=m.message_id, finish_reason="stop",
+                content=f"answer {n}",
+            )
+            await b.handle(done)
+            history.append(("assistant", f"answer {n}"))
+            parent = g.request_id
+    [req] = await b.handle(replace(g, as_sent=True))
+    assert [(m.role, m.content) for m in req.messages] == history
+    assert req.max_tokens == 0 and req.prompt_tokens > tight.budget_tokens
+    [capped] = await b.handle(replace(g, request_id=str(uuid.uuid4()), as_sent=True, max_tokens=9))
+    assert capped.max_tokens == 9
+    # The same turn through Parley's own API: the system prompt and the memory first, the oldest turns left out.
+    [own] = await b.handle(replace(g, request_id=str(uuid.uuid4())))
+    assert [m.content for m in own.messages[:2]] == ["sys", "What you know about the user:\n- the user's secret fact"]
+    assert len(own.messages) < len(history) and own.max_tokens == 77

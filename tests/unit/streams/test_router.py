@@ -232,3 +232,16 @@ def test_comparing_documents_is_hard_work_and_a_missing_document_does_not_count(
     assert routed(router, with_documents(["ready", "ready"])).pool == "medium"
     assert routed(router, with_documents(["ready"] * 4)).pool == "frontier"
     assert routed(router, with_documents(["missing", "missing"])).pool == "small"
+
+
+def test_an_uncapped_turn_gets_the_rest_of_its_pools_context_and_a_repeat_the_same() -> None:
+    """max_tokens 0 (an OpenAI-API turn without a cap): the reply may use what the routed pool's context leaves."""
+    router = Router(policy_from(SETTINGS))
+    req = request(str(uuid.uuid4()), EASY, prompt_tokens=400, max_tokens=0)
+    out = routed(router, req)
+    assert out.pool == "small" and out.request.max_tokens == 1000 - 400
+    assert routed(router, req).request.max_tokens == 600  # the remembered decision, resolved the same way
+    chosen = routed(router, request(str(uuid.uuid4()), EASY, model="m-medium", prompt_tokens=400, max_tokens=0))
+    assert chosen.request.max_tokens == 4000 - 400
+    (refused, *_) = router.route(request(str(uuid.uuid4()), EASY, prompt_tokens=16000, max_tokens=0), 0.0)
+    assert not isinstance(refused, InferenceRouted)  # no room for one token of reply anywhere: context_too_long
