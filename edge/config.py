@@ -24,7 +24,9 @@ and its own trust rules at the boundary:
 - **Streams.** Responses are never buffered (no compression, no cache): SSE passes event
   by event, over HTTP/1.1 or HTTP/2. A response may pause up to PARLEY_EDGE_SILENCE_S.
 
-Every error the edge answers itself is Parley's JSON error shape.
+Every error the edge answers itself is Parley's JSON error shape, but one: a request HAProxy's HTTP/1
+parser cannot frame gets HAProxy's own 400 page and a closed connection (HAProxy 2.6 applies no
+errorfile to its parser's errors; 3.2 does: haproxy/haproxy#3032).
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def _server(g: int, address: tuple[str, int], settings: EdgeSettings) -> str:
     # A refused connection marks the gateway down at once (the request goes on to the next); the health check,
     # every PARLEY_EDGE_HEALTH_S, brings it back at its first 200.
     line = (
-        f"    server g{g} {_address(*address)} check inter {_ms(settings.health_s)} fall 2 rise 1"
+        f"    server g{g} {_address(*address)} check inter {_ms(settings.health_s)} fall 1 rise 1"
         " observe layer4 error-limit 1 on-error mark-down"
     )
     if not _is_ip(address[0]):

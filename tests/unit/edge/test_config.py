@@ -334,3 +334,10 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
         check=True, capture_output=True, timeout=30,
     )  # fmt: skip
     return cert, key
+
+
+def test_a_request_haproxy_cannot_frame_is_refused_and_its_connection_closed(edge: Edge) -> None:
+    # HAProxy 2.6 (Debian 12) answers a parse error with its own HTML page: errorfile and http-error do not
+    # reach errors of its HTTP/1 parser before 3.2 (haproxy/haproxy#3032). Such a request is no API call.
+    head, _ = raw(edge, b"POST /v1/conversations HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello")
+    assert head.startswith(b"HTTP/1.1 400") and b"connection: close" in head.lower(), head
