@@ -28,8 +28,10 @@ from schemas.catalog import TOPICS
 
 log = logging.getLogger(__name__)
 
-#: Parley's Lua for HAProxy: the routing rule, and the hop-by-hop headers it removes.
+#: Parley's Lua for HAProxy: the routing rule, and the hop-by-hop headers it removes (in every thread)...
 LUA = [str(Path(__file__).with_name(name)) for name in ("route.lua", "headers.lua")]
+#: ... and the check that each gateway runs as the shard its place in the list says (once).
+SHARD_CHECK = str(Path(__file__).with_name("shards.lua"))
 
 
 def configuration(settings: EdgeSettings, pem_path: str | None) -> str:
@@ -37,7 +39,7 @@ def configuration(settings: EdgeSettings, pem_path: str | None) -> str:
     telemetry = from_env(TelemetrySettings)
     limits = Limits(from_env(GatewaySettings).max_body_bytes, from_env(DocumentSettings).max_bytes + FORM_OVERHEAD)
     metrics = (telemetry.metrics_host, telemetry.metrics_port) if telemetry.metrics_port > 0 else None
-    return render(settings, limits, TOPICS["chat.tokens"].partitions, LUA, pem_path, metrics)
+    return render(settings, limits, TOPICS["chat.tokens"].partitions, LUA, SHARD_CHECK, pem_path, metrics)
 
 
 def _memfd(name: str, data: bytes) -> str:

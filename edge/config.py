@@ -21,6 +21,8 @@ and its own trust rules at the boundary:
   multipart framing), every other request the gateway's JSON limit: a ``Content-Length``
   over it is a 413 here. A chunked body is passed on and the gateway counts it (it
   streams bodies with the same limits; an upload without a length is a 411 there).
+- **The shard map.** ``edge/shards.lua`` logs a gateway whose ``/readyz`` names another shard than
+  its place in PARLEY_EDGE_GATEWAYS.
 - **Streams.** Responses are never buffered (no compression, no cache): SSE passes event
   by event, over HTTP/1.1 or HTTP/2. A response may pause up to PARLEY_EDGE_SILENCE_S.
 
@@ -76,11 +78,13 @@ def render(
     limits: Limits,
     partitions: int,
     lua_paths: Sequence[str],
+    shard_check: str | None = None,
     pem_path: str | None = None,
     metrics: tuple[str, int] | None = None,
 ) -> str:
-    """haproxy.cfg for ``settings``: ``lua_path`` is edge/route.lua, ``pem_path`` the certificate and key
-    (HTTPS when given), ``metrics`` the (host, port) of HAProxy's Prometheus exporter."""
+    """haproxy.cfg for ``settings``: ``lua_paths`` are loaded in every thread (edge/route.lua, edge/headers.lua),
+    ``shard_check`` once (edge/shards.lua), ``pem_path`` is the certificate and key (HTTPS when given),
+    ``metrics`` the (host, port) of HAProxy's Prometheus exporter."""
     gateways = settings.addresses
     n = len(gateways)
     scheme = "https" if pem_path else "http"
@@ -92,6 +96,12 @@ def render(
         "global",
         "    log stdout format raw local0 info",
         *(f"    lua-load-per-thread {path}" for path in lua_paths),
+        *(
+            [f"    setenv PARLEY_EDGE_SHARD_MAP {','.join(f'[{h}]:{p}' for h, p in gateways)}",
+             f"    setenv PARLEY_EDGE_SHARD_CHECK_MS {max(1000, round(settings.health_s * 1000))}",
+             f"    lua-load {shard_check}"]
+            if shard_check and n > 1 else []
+        ),  # fmt: skip
         f"    tune.bufsize {settings.max_head_bytes + MAXREWRITE}",
         f"    tune.maxrewrite {MAXREWRITE}",
         "    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets",
@@ -152,7 +162,7 @@ def render(
 
 #: One JSON object a line, as Parley's own logs (parley/logs.py); only failed or cut requests are logged.
 _LOG_FORMAT = (
-    '{"ts":"%tr","level":"warning","service":"edge","message":"request ended abnormally",'
+    '{"ts":"%[date,utime(%Y-%m-%dT%H:%M:%SZ)]","level":"warning","service":"edge","message":"request ended abnormally",'
     '"method":"%HM","path":"%HPO","status":%ST,"backend":"%b","server":"%s","termination":"%ts",'
     '"request_ms":%TR,"connect_ms":%Tc,"response_ms":%Tr,"total_ms":%Ta}'
 )

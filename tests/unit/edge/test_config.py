@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from edge.__main__ import LUA
+from edge.__main__ import LUA, SHARD_CHECK
 from edge.config import FORM_OVERHEAD, Limits, render
 from edge.settings import EdgeSettings
 from parley.errors import ConfigError
@@ -40,7 +40,7 @@ LIMITS = Limits(json_bytes=1000, upload_bytes=5000)
 
 def config(**settings: Any) -> str:
     gateways = ",".join(f"http://127.0.0.1:{9001 + i}" for i in range(N))
-    return render(EdgeSettings(**{"gateways": gateways, **settings}), LIMITS, PARTITIONS, LUA, metrics=("127.0.0.1", 9100))
+    return render(EdgeSettings(**{"gateways": gateways, **settings}), LIMITS, PARTITIONS, LUA, SHARD_CHECK, metrics=("127.0.0.1", 9100))
 
 
 def haproxy_accepts(text: str, tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_body_limits_by_route() -> None:
 
 def test_tls_serves_http2_and_http11(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    text = render(EdgeSettings(tls_cert=str(cert), tls_key=str(key)), LIMITS, PARTITIONS, LUA, str(cert))
+    text = render(EdgeSettings(tls_cert=str(cert), tls_key=str(key)), LIMITS, PARTITIONS, LUA, pem_path=str(cert))
     assert f"ssl crt {cert} alpn h2,http/1.1" in text
     assert "X-Forwarded-Proto https" in text
 
@@ -122,12 +122,18 @@ class StandIn(BaseHTTPRequestHandler):
         if self.path.startswith("/v1/stream"):
             self._stream()
             return
-        out = json.dumps({
+        if self.path == "/readyz":  # what a gateway's says: the shard it runs as
+            self._json({"ready": True, "shard": self.server.claims})  # type: ignore[attr-defined]
+            return
+        self._json({
             "gateway": self.server.index,  # type: ignore[attr-defined]
             "path": self.path,
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": len(body),
-        }).encode()  # fmt: skip
+        })  # fmt: skip
+
+    def _json(self, body: object) -> None:
+        out = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(out)))
@@ -160,8 +166,8 @@ class Quiet(ThreadingHTTPServer):
 
 
 class Edge:
-    def __init__(self, url: str, metrics: str, servers: list[Quiet]) -> None:
-        self.url, self.metrics, self.servers = url, metrics, servers
+    def __init__(self, url: str, metrics: str, servers: list[Quiet], log: Path) -> None:
+        self.url, self.metrics, self.servers, self.log = url, metrics, servers, log
 
     def backend_requests(self, backend: str) -> float:
         want = f'haproxy_backend_http_requests_total{{proxy="{backend}"}}'
@@ -175,7 +181,7 @@ def start_edge(tmp_path: Path, extra_env: dict[str, str] | None = None) -> tuple
     servers = []
     for i in range(N):
         server = Quiet(("127.0.0.1", 0), StandIn)
-        server.index, server.seen_first = i, threading.Event()  # type: ignore[attr-defined]
+        server.index, server.claims, server.seen_first = i, f"{i}/{N}", threading.Event()  # type: ignore[attr-defined]
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
     port, metrics = free_port(), free_port()
@@ -192,7 +198,7 @@ def start_edge(tmp_path: Path, extra_env: dict[str, str] | None = None) -> tuple
     log = open(tmp_path / "edge.log", "wb")
     process = subprocess.Popen([sys.executable, "-m", "edge"], env=env, stdout=log, stderr=subprocess.STDOUT)
     scheme = "https" if "PARLEY_EDGE_TLS_CERT" in env else "http"
-    edge = Edge(f"{scheme}://127.0.0.1:{port}", f"http://127.0.0.1:{metrics}/metrics", servers)
+    edge = Edge(f"{scheme}://127.0.0.1:{port}", f"http://127.0.0.1:{metrics}/metrics", servers, tmp_path / "edge.log")
     deadline = time.monotonic() + 30
     while True:
         assert process.poll() is None, (tmp_path / "edge.log").read_text()
@@ -341,3 +347,17 @@ def test_a_request_haproxy_cannot_frame_is_refused_and_its_connection_closed(edg
     # reach errors of its HTTP/1 parser before 3.2 (haproxy/haproxy#3032). Such a request is no API call.
     head, _ = raw(edge, b"POST /v1/conversations HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello")
     assert head.startswith(b"HTTP/1.1 400") and b"connection: close" in head.lower(), head
+
+
+def test_a_gateway_running_as_another_shard_than_its_place_is_logged(edge: Edge) -> None:
+    assert "another shard" not in edge.log.read_text(), "every stand-in says the shard its place gives it"
+    edge.servers[2].claims = "3/4"  # type: ignore[attr-defined]
+    try:
+        deadline = time.monotonic() + 30
+        while "another shard" not in edge.log.read_text():
+            assert time.monotonic() < deadline, edge.log.read_text()[-2000:]
+            time.sleep(0.2)
+    finally:
+        edge.servers[2].claims = "2/4"  # type: ignore[attr-defined]
+    line = next(json.loads(x) for x in edge.log.read_text().splitlines() if "another shard" in x)
+    assert (line["gateway"], line["shard"], line["expected"], line["level"]) == (2, "3/4", "2/4", "error")
