@@ -14,9 +14,10 @@ and its own trust rules at the boundary:
   stream (gateway/tokens.py). The edge strips ``X-Parley-Route``, so no gateway answers 421
   through it.
 - **Trust.** ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are set to what HAProxy saw (a
-  client's own are replaced); ``Forwarded`` is removed. ``/metrics`` is refused. Methods
-  the API does not have (``CONNECT``, ``TRACE``) and protocol upgrades are refused: the
-  API has no WebSocket, and an upgrade's body is where desync attacks hide.
+  client's own are replaced); ``Forwarded`` is removed. ``/metrics`` is refused (404), and
+  methods the API does not have (405: ``CONNECT``, ``TRACE``). Hop-by-hop headers are
+  removed (``edge/headers.lua``), ``Upgrade`` among them: the API has no WebSocket, so an
+  upgrade is served as plain HTTP, its body framed as any other.
 - **Body limits by route.** ``POST /v1/documents`` up to the documents limit (plus the
   multipart framing), every other request the gateway's JSON limit: a ``Content-Length``
   over it is a 413 here. A chunked body is passed on and the gateway counts it (it
@@ -40,7 +41,8 @@ from ipaddress import ip_address
 
 from edge.settings import EdgeSettings
 
-#: Multipart framing around an uploaded file (boundaries, part headers, a conversation id): gateway/documents.py.
+#: Multipart framing around an uploaded file (boundaries, part headers, a conversation id): gateway/documents.py's
+#: FORM_OVERHEAD, which the gateway adds to the same limit.
 FORM_OVERHEAD = 64 * 1024
 #: Methods the API serves; anything else is a 405 at the edge (CONNECT and TRACE above all).
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

@@ -78,6 +78,9 @@ def test_the_clients_forwarding_headers_are_replaced_and_metrics_refused() -> No
 
 
 def test_body_limits_by_route() -> None:
+    from gateway.documents import FORM_OVERHEAD as GATEWAYS_FORM_OVERHEAD
+
+    assert FORM_OVERHEAD == GATEWAYS_FORM_OVERHEAD, "an upload the gateway takes passes the edge"
     text = config()
     assert "if METH_POST upload { req.hdr_val(content-length) gt 5000 }" in text
     assert "if !METH_POST { req.hdr_val(content-length) gt 1000 } || !upload { req.hdr_val(content-length) gt 1000 }" in text
@@ -90,13 +93,13 @@ def test_tls_serves_http2_and_http11(tmp_path: Path) -> None:
     assert "X-Forwarded-Proto https" in text
 
 
-def test_settings_refuse_what_haproxy_could_not_run() -> None:
+def test_settings_refuse_what_haproxy_could_not_run(tmp_path: Path) -> None:
     assert EdgeSettings(gateways="http://127.0.0.1:8001, 10.0.0.2:8002,").addresses == [("127.0.0.1", 8001), ("10.0.0.2", 8002)]
     for bad in ("", "https://h:1", "http://h:1/prefix", "ftp://h"):
         with pytest.raises(ConfigError, match="PARLEY_EDGE_GATEWAYS"):
             EdgeSettings(gateways=bad)
     with pytest.raises(ConfigError, match="PARLEY_EDGE_TLS_KEY"):
-        EdgeSettings(tls_key="/etc/hostname")
+        EdgeSettings(tls_key=str(self_signed(tmp_path)[1]))
     with pytest.raises(ConfigError, match="PARLEY_EDGE_TLS_CERT"):
         EdgeSettings(tls_cert="/nonexistent.pem")
     with pytest.raises(ConfigError, match="PARLEY_EDGE_SILENCE_S"):
