@@ -244,6 +244,15 @@ async def test_smuggling_shapes_through_the_edge_leave_other_users_their_own_ans
                     assert r.status_code == 200 and r.json()["id"] == cid, (shape, r.status_code, r.text[:200])
 
 
+async def test_an_upload_of_megabytes_passes_the_edge(shards: Shards) -> None:
+    client = shards.client()
+    try:  # 3.3 MB: under PARLEY_DOCUMENTS_MAX_BYTES, over the 1 MiB the edge before HAProxy held and refused
+        doc = await client.upload("notes.txt", b"Meltwater lakes grew along the eastern edge.\n" * 75_000, "text/plain")
+        assert doc["status"] == "processing" and doc["size_bytes"] == 45 * 75_000, doc
+    finally:
+        await client.close()
+
+
 async def test_when_the_owner_stops_its_conversations_go_on_through_the_next_gateway(shards: Shards) -> None:
     client = shards.client()
     try:
