@@ -99,8 +99,8 @@ def render(
         "    log stdout format raw local0 info",
         *(f"    lua-load-per-thread {path}" for path in lua_paths),
         *(
-            [f"    setenv PARLEY_EDGE_SHARD_MAP {','.join(f'[{h}]:{p}' for h, p in gateways)}",
-             f"    setenv PARLEY_EDGE_SHARD_CHECK_MS {max(1000, round(settings.health_s * 1000))}",
+            [f"    setenv EDGE_SHARD_MAP {','.join(f'[{h}]:{p}' for h, p in gateways)}",
+             f"    setenv EDGE_SHARD_CHECK_MS {max(1000, round(settings.health_s * 1000))}",
              f"    lua-load {shard_check}"]
             if shard_check and n > 1 else []
         ),  # fmt: skip

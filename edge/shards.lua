@@ -4,10 +4,10 @@
 -- correctness; refusing it would stop a rolling change of N).
 
 local gateways = {}  -- {host, port}, in shard order
-for host, port in (os.getenv("PARLEY_EDGE_SHARD_MAP") or ""):gmatch("%[?([^,%]]+)%]?:(%d+)") do
+for host, port in (os.getenv("EDGE_SHARD_MAP") or ""):gmatch("%[?([^,%]]+)%]?:(%d+)") do
     gateways[#gateways + 1] = { host, tonumber(port) }
 end
-local every_ms = tonumber(os.getenv("PARLEY_EDGE_SHARD_CHECK_MS") or "") or 1000
+local every_ms = tonumber(os.getenv("EDGE_SHARD_CHECK_MS") or "") or 1000
 
 -- The shard a gateway's /readyz names. A plain socket, HTTP/1.0 read to its close: HAProxy's own HTTP
 -- client would log every probe as a request.
