@@ -9,6 +9,7 @@ shapes against the real gateways are in tests/e2e/test_gateway_shards.py.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
@@ -24,6 +25,10 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from edge.__main__ import LUA, SHARD_CHECK
 from edge.config import FORM_OVERHEAD, Limits, render
@@ -314,6 +319,7 @@ def test_the_edges_own_readiness(edge: Edge) -> None:
 
 
 def test_sse_over_tls_and_http2_arrives_event_by_event(tmp_path: Path) -> None:
+    """curl speaks HTTP/2 (infra/local/debian-packages.sh); it prints each event as it arrives (-N)."""
     cert, key = self_signed(tmp_path)
     edge, process = start_edge(tmp_path, {"PARLEY_EDGE_TLS_CERT": str(cert), "PARLEY_EDGE_TLS_KEY": str(key)})
     try:
@@ -336,13 +342,21 @@ def test_sse_over_tls_and_http2_arrives_event_by_event(tmp_path: Path) -> None:
 
 
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    cert, key = tmp_path / "edge.crt", tmp_path / "edge.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=30,
+    """A certificate for 127.0.0.1 and its key, in two PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
     )  # fmt: skip
-    return cert, key
+    cert_path, key_path = tmp_path / "edge.crt", tmp_path / "edge.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
 
 
 def test_a_request_haproxy_cannot_frame_is_refused_and_its_connection_closed(edge: Edge) -> None:
