@@ -90,6 +90,10 @@ def render(
     gateways = settings.addresses
     n = len(gateways)
     scheme = "https" if pem_path else "http"
+    upload_refusal = _json_body(_too_large("too_large", limits.upload_bytes, "PARLEY_DOCUMENTS_MAX_BYTES"))
+    json_refusal = _json_body(_too_large("payload_too_large", limits.json_bytes, "PARLEY_GATEWAY_MAX_BODY"))
+    over_upload = f"{{ req.hdr_val(content-length) gt {limits.upload_bytes} }}"
+    over_json = f"{{ req.hdr_val(content-length) gt {limits.json_bytes} }}"
     bind = f"bind {_address(settings.host, settings.port)}"
     if pem_path:
         bind += f" ssl crt {pem_path} alpn h2,http/1.1"
@@ -123,7 +127,7 @@ def render(
         "    retries 2",
         "    option redispatch 1  # a connection refused is tried on the next server (the backup, once it is down)",
         "    http-reuse safe",
-        *(f"    http-error status {status} content-type application/json string {_quote(_error(status))}" for status in ERRORS),
+        *(f"    http-error status {status} {_json_body(_error(status))}" for status in ERRORS),
         "",
         "frontend api",
         f"    {bind}",
@@ -131,8 +135,8 @@ def render(
         f"    http-request deny deny_status 405 if !{{ method {' '.join(METHODS)} }}",
         "    http-request deny deny_status 404 if { path,url_dec -m reg ^/+metrics(/|$) }",
         "    acl upload path /v1/documents",
-        f"    http-request deny deny_status 413 content-type application/json string {_quote(_too_large('too_large', limits.upload_bytes, 'PARLEY_DOCUMENTS_MAX_BYTES'))} if METH_POST upload {{ req.hdr_val(content-length) gt {limits.upload_bytes} }}",
-        f"    http-request deny deny_status 413 content-type application/json string {_quote(_too_large('payload_too_large', limits.json_bytes, 'PARLEY_GATEWAY_MAX_BODY'))} if !METH_POST {{ req.hdr_val(content-length) gt {limits.json_bytes} }} || !upload {{ req.hdr_val(content-length) gt {limits.json_bytes} }}",
+        f"    http-request deny deny_status 413 {upload_refusal} if METH_POST upload {over_upload}",
+        f"    http-request deny deny_status 413 {json_refusal} if !METH_POST {over_json} || !upload {over_json}",
         "    http-request lua.parley_hop_by_hop",
         "    http-request set-header X-Forwarded-For %[src]",
         f"    http-request set-header X-Forwarded-Proto {scheme}",
@@ -221,6 +225,10 @@ def _error(status: int) -> str:
 def _too_large(code: str, limit: int, setting: str) -> str:
     message = f"request body over {limit} bytes (the limit of this route: {setting})"
     return json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":"))
+
+
+def _json_body(text: str) -> str:
+    return f"content-type application/json string {_quote(text)}"
 
 
 def _quote(text: str) -> str:
