@@ -1,8 +1,9 @@
 # Parley's Python services, for docker-compose.yml.
 FROM python:3.11-slim
 WORKDIR /app
-# OCR of pages without a text layer, and the upload scanner (documents/): Debian's, as infra/local/debian-packages.sh.
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends tesseract-ocr tesseract-ocr-eng clamav \
+# OCR of pages without a text layer, the upload scanner (documents/), the edge's HAProxy (edge/): Debian's, as
+# infra/local/debian-packages.sh.
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends tesseract-ocr tesseract-ocr-eng clamav haproxy \
     && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY parley ./parley

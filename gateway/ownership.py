@@ -1,18 +1,18 @@
-"""A stream for a partition this gateway does not own, sent back to the edge to try the owner.
+"""A stream for a partition this gateway does not own, sent back to a proxy that can try the owner.
 
 The edge routes by the conversation id in the path, or by the partition in a
 ``Last-Event-ID`` cursor. Three requests that open a stream name neither: a
 regenerate and a cursorless resume (``/v1/messages/{id}/…``: a message id says
 nothing of its conversation) and ``POST /v1/chat/completions`` (its conversation
-id is derived from the caller's user id, known only after auth). The edge sends
-those to any gateway with ``X-Parley-Route: reroute``; a sharded gateway that
-finds, once it knows the conversation, that its partition is another shard's
-answers **421 Misdirected Request** with ``X-Parley-Partition`` before anything
-is appended, and the edge sends the request again to that partition's owner
-(without the header, so it is served there even when the owner is down and the
-edge fell back to another gateway). A request without the header (a client
-straight at a gateway, a plain load balancer) is always served: the stream
-then borrows the partition for a while (gateway/tokens.py).
+id is derived from the caller's user id, known only after auth). A proxy that
+can send a request again after a response may send those to any gateway with
+``X-Parley-Route: reroute``; a sharded gateway that finds, once it knows the
+conversation, that its partition is another shard's answers **421 Misdirected
+Request** with ``X-Parley-Partition`` before anything is appended, for the proxy
+to send it on to that partition's owner (without the header). Parley's own edge
+(HAProxy, edge/) cannot, so it removes the header: a request without it (through
+the edge, a client straight at a gateway, a plain load balancer) is always
+served, and the stream borrows the partition for a while (gateway/tokens.py).
 """
 
 from __future__ import annotations

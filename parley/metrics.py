@@ -108,19 +108,6 @@ TOKEN_RECORDS_READ = Counter(
     ["share"],
 )
 
-# ------------------------------------------------------------------ edge
-
-EDGE_ROUTES = Counter(
-    "parley_edge_routes",
-    "Requests the edge sent on, by how it chose the gateway: owner (by the conversation in the path), cursor (by the "
-    "partition of Last-Event-ID), any (round-robin), rerouted (a gateway answered 421 naming the owner), failover "
-    "(the owner was down: the next gateway in ring order)",
-    ["how"],
-)
-EDGE_UPSTREAM_ERRORS = Counter(
-    "parley_edge_upstream_errors", "Connections to a gateway that failed before its response began", ["gateway"]
-)
-
 # ------------------------------------------------------------------ every consumer
 
 MODERATION_CHECKS = Counter(

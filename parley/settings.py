@@ -43,6 +43,7 @@ def _coerce(raw: str, like: Any) -> Any:
 #: a deployment's old name must not be silently ignored.
 RETIRED = {
     "PARLEY_WORKER_ENGINE_URL": "PARLEY_WORKER_ENGINE_URLS (a comma-separated list of engines)",
+    "PARLEY_EDGE_MAX_BODY": "PARLEY_GATEWAY_MAX_BODY and PARLEY_DOCUMENTS_MAX_BYTES (the edge applies the gateway's own limits)",
 }
 
 

@@ -264,7 +264,8 @@ def gateway_cmd(ctx: typer.Context) -> None:
 
 @app.command("edge", context_settings=PASS_THROUGH)
 def edge_cmd(ctx: typer.Context) -> None:
-    """Route HTTP to sharded gateways by conversation (PARLEY_EDGE_PORT, PARLEY_EDGE_GATEWAYS in shard order)."""
+    """HAProxy in front of sharded gateways, routing by conversation (PARLEY_EDGE_PORT, PARLEY_EDGE_GATEWAYS in shard
+    order); `--config` prints its configuration."""
     _exec_module("edge", ctx.args)
 
 

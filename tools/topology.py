@@ -107,9 +107,11 @@ GATEWAY = Service(
     health_url="http://127.0.0.1:{gateway_port}/readyz",
 )
 
-#: In front of sharded gateways (PARLEY_GATEWAY_SHARD): sends each conversation's requests to the gateway that
-#: owns its chat.tokens partition (edge/). Not in SERVICES: `parley run` runs one unsharded gateway, which needs
-#: none; `tools.isolated.start(gateways=N)` and production (an L7 proxy with the same rule) put it in front.
+#: In front of sharded gateways (PARLEY_GATEWAY_SHARD): HAProxy, configured by Parley (edge/), sends each
+#: conversation's requests to the gateway that owns its chat.tokens partition. `python -m edge` execs haproxy, so
+#: this child's pid is HAProxy's, and its metrics (PARLEY_METRICS_PORT) are HAProxy's Prometheus exporter. Not in
+#: SERVICES: `parley run` runs one unsharded gateway, which needs none; `tools.isolated.start(gateways=N)` and
+#: production put it in front.
 EDGE = Service(
     "edge",
     ("edge",),

@@ -1,9 +1,11 @@
-"""Two sharded gateways behind the edge (PARLEY_GATEWAY_SHARD 0/2 and 1/2, `python -m edge`): a
-conversation's streams go to the gateway that owns its chat.tokens partition, which then reads
-nothing of the other's; a resume through the other gateway (a plain load balancer, another device)
-still gets exactly the rest of the reply, borrowing the partition for a moment; a regenerate, whose
-path names no conversation, reaches the owner through a 421; and when the owner stops, its
-conversations go on through the next gateway, a reply in flight resumed there from its cursor.
+"""Two sharded gateways behind the edge (PARLEY_GATEWAY_SHARD 0/2 and 1/2, `python -m edge`: HAProxy
+configured by Parley): a conversation's streams go to the gateway that owns its chat.tokens partition,
+which then reads nothing of the other's; a resume through the other gateway (a plain load balancer,
+another device) still gets exactly the rest of the reply, borrowing the partition for a moment; a
+regenerate, whose path names no conversation, is served wherever it lands (no 421 through the edge, even
+when a client asks for one); the classic request-smuggling shapes through the edge leave every other
+user's requests their own answers; and when the owner stops, its conversations go on through the next
+gateway, a reply in flight resumed there from its cursor.
 
 Its own stack on the shared Kafka and Cassandra; real processes and HTTP; deadlines, no timings.
 """
@@ -11,6 +13,7 @@ Its own stack on the shared Kafka and Cassandra; real processes and HTTP; deadli
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -169,26 +172,88 @@ async def test_a_resume_through_the_other_gateway_gets_exactly_the_rest(shards: 
         await client.close()
 
 
-async def test_a_regenerate_reaches_the_owner_through_a_421(shards: Shards) -> None:
+async def test_a_regenerate_is_served_where_it_lands_and_no_client_gets_a_421(shards: Shards) -> None:
     client = shards.client()
     try:
         cid = await client.create_conversation()
         reply = await client.send(cid, "hello")
         reply_id = reply.head["reply_id"]
         await stored_reply(client, cid, reply_id)
-        edge_metrics = shards.child("edge").metrics_url.rsplit("/", 1)[0]
-        rerouted = metric(edge_metrics, "parley_edge_routes_total", how="rerouted")
-        held = [borrowed(shards, g) for g in shards.gateways]
-        async with httpx.AsyncClient(base_url=shards.edge, headers=shards.headers, timeout=DEADLINE) as http:
-            for _ in range(2):  # round-robin: one of the two lands first on the gateway that does not own it
+        # The edge removes X-Parley-Route: a gateway that does not own the partition serves the stream,
+        # borrowing it, instead of answering 421 to a client that cannot follow one.
+        headers = {**shards.headers, "X-Parley-Route": "reroute"}
+        async with httpx.AsyncClient(base_url=shards.edge, headers=headers, timeout=DEADLINE) as http:
+            for _ in range(2):  # round-robin: one of the two lands on the gateway that does not own it
                 body = {"client_message_id": uuid.uuid4().hex}
                 events: list[SseEvent] = []
                 async with http.stream("POST", f"/v1/messages/{reply_id}/regenerate", json=body) as r:
                     assert r.status_code == 200, await r.aread()
                     await read(parse_sse(r.aiter_lines()), events)
                 assert events[-1].event == "done", events[-1]
-        assert metric(edge_metrics, "parley_edge_routes_total", how="rerouted") == rerouted + 1
-        assert [borrowed(shards, g) for g in shards.gateways] == held, "both regenerates streamed from the owner"
+    finally:
+        await client.close()
+
+
+#: Request smuggling's classic shapes (CL.TE, TE.CL, two lengths, an obfuscated or folded
+#: Transfer-Encoding, an upgrade or a CONNECT carrying a body, obs-fold), each with the status it gets:
+#: the edge's 400 or 405, or the gateway's own answer to the one request HAProxy framed from it (CL.TE and
+#: TE.CL: chunked wins and the length is dropped; a fold is joined; an upgrade's headers are removed and
+#: its body is its own: /healthz answers 200, and a connection whose body never came is never reused).
+SMUGGLING = {
+    "CL.TE": (b"POST /v1/conversations HTTP/1.1\r\nHost: edge\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"0\r\n\r\nG", 401),
+    "TE.CL": (b"POST /v1/conversations HTTP/1.1\r\nHost: edge\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"5c\r\nGPOST /v1/conversations HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n"
+              b"x=1\r\n0\r\n\r\n", 401),
+    "two Content-Lengths": (b"POST /v1/conversations HTTP/1.1\r\nHost: edge\r\nContent-Length: 0\r\nContent-Length: 31\r\n\r\n"
+                            b"GET /v1/smuggled HTTP/1.1\r\n\r\n", 400),
+    "TE obfuscated": (b"POST /v1/conversations HTTP/1.1\r\nHost: edge\r\nContent-Length: 4\r\nTransfer-Encoding: xchunked\r\n\r\n"
+                      b"5c\r\n", 400),
+    "TE space before colon": (b"POST /v1/conversations HTTP/1.1\r\nHost: edge\r\nContent-Length: 4\r\nTransfer-Encoding : chunked\r\n"
+                              b"\r\n5c\r\n", 400),
+    "TE folded": (b"POST /v1/conversations HTTP/1.1\r\nHost: edge\r\nContent-Length: 4\r\nTransfer-Encoding:\r\n chunked\r\n\r\n"
+                  b"5c\r\n", 401),
+    "Upgrade + Content-Length, no body (the review's H1)": (
+        b"GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nContent-Length: 16\r\n\r\n", 200),
+    "Upgrade with a body": (b"GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                            b"Content-Length: 16\r\n\r\nGET /v1/conversa", 200),
+    "CONNECT with a body": (b"CONNECT 127.0.0.1:9042 HTTP/1.1\r\nHost: 127.0.0.1:9042\r\nContent-Length: 5\r\n\r\nhello", 405),
+    "obs-fold": (b"GET /v1/conversations HTTP/1.1\r\nHost: edge\r\nX-Folded: a\r\n b\r\n\r\n", 401),
+}  # fmt: skip
+
+
+def first_answer(url: str, request: bytes) -> bytes:
+    """The status line of the first response to ``request``, sent as these bytes on a connection of its own."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=DEADLINE) as s:
+        s.sendall(request)
+        got = b""
+        while b"\r\n" not in got and (more := s.recv(4096)):
+            got += more
+    return got.split(b"\r\n", 1)[0]
+
+
+async def test_smuggling_shapes_through_the_edge_leave_other_users_their_own_answers(shards: Shards) -> None:
+    client = shards.client()
+    try:
+        cids = [await client.create_conversation() for _ in range(4)]  # on both gateways (round-robin creation)
+    finally:
+        await client.close()
+    with httpx.Client(base_url=shards.edge, headers=shards.headers, timeout=DEADLINE) as user:  # kept alive
+        for shape, (request, expected) in SMUGGLING.items():
+            status = first_answer(shards.edge, request)
+            assert status.startswith(f"HTTP/1.1 {expected} ".encode()), (shape, status)
+            for _ in range(3):  # the next users, on connections the edge may have pooled meanwhile
+                for cid in cids:
+                    r = user.get(f"/v1/conversations/{cid}")
+                    assert r.status_code == 200 and r.json()["id"] == cid, (shape, r.status_code, r.text[:200])
+
+
+async def test_an_upload_of_megabytes_passes_the_edge(shards: Shards) -> None:
+    client = shards.client()
+    try:  # 3.3 MB: under PARLEY_DOCUMENTS_MAX_BYTES, over the 1 MiB the edge before HAProxy held and refused
+        doc = await client.upload("notes.txt", b"Meltwater lakes grew along the eastern edge.\n" * 75_000, "text/plain")
+        assert doc["status"] == "processing" and doc["size_bytes"] == 45 * 75_000, doc
     finally:
         await client.close()
 

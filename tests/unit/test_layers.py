@@ -21,7 +21,7 @@ RANKS = {
     "moderation": 5,  # classifiers and policy: a safety model is called through the workers' engine client
     "streams": 6,  # below gateway: the gateway applies the streams' pure folds (usage, the conversation tree)
     "gateway": 7,  # the HTTP API, the last of the services
-    "edge": 8,  # routes HTTP to the gateways by shard; imports no gateway code (parley's shards, the topic catalog)
+    "edge": 8,  # writes HAProxy's configuration: the topic catalog, the gateway's and documents' body limits
     "tools": 9,  # the CLI, ops, audit, analysts, supervisor and isolated stacks start and read every service
     "bench": 10,  # benchmarks start whole stacks through tools; nothing imports them
 }
@@ -150,6 +150,6 @@ def test_the_purity_check_follows_chains_and_skips_type_checking_blocks() -> Non
 
 
 def test_the_edge_loads_no_kafka_or_cassandra_client() -> None:
-    """A thin proxy: it routes by the shard rule alone, so it needs neither."""
-    for module in ("edge.__main__", "edge.proxy"):
+    """It writes HAProxy's configuration from settings alone, so it needs neither."""
+    for module in ("edge.__main__", "edge.config"):
         assert io_clients_reached(module) == {}, module
