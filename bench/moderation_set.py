@@ -46,6 +46,15 @@ class Example:
         """Every category the text counts as: its own and their parents."""
         return frozenset(self.flagged) | {parent(c) for c in self.flagged}
 
+    def open_to(self, category: str) -> bool:
+        """A sub-category of a parent labelled without one (a public set's "self-harm"): neither right nor wrong."""
+        top = parent(category)
+        return top != category and top in self.flagged and not any(parent(c) == top != c for c in self.flagged)
+
+    def right(self, flagged: frozenset[str]) -> bool:
+        """``flagged`` is exactly this text's labels, sub-categories of an open parent aside."""
+        return {c for c in flagged if not self.open_to(c)} == self.labels()
+
 
 def _positives(categories: tuple[str, ...], *texts: str) -> list[Example]:
     return [Example(t, "positive", categories) for t in texts]
