@@ -116,8 +116,8 @@ async def judge(
     max_pause_s: float = 5.0,
     ids: Mapping[str, object] | None = None,
 ) -> Scores:
-    """``text``'s scores. A try that gives no verdict (``ClassifierUnavailable``, or none within
-    ``timeout_s``) is tried again, backing off from ``first_pause_s`` to ``max_pause_s``; once
+    """``text``'s scores. A try that gives no verdict (``ClassifierUnavailable``, none within
+    ``timeout_s``, or any other exception) is tried again, backing off from ``first_pause_s`` to ``max_pause_s``; once
     ``give_up_s`` have passed without one, ``NoVerdict``. Each failure is logged with ``ids``, never text."""
     deadline = time.monotonic() + give_up_s
     pause, tries = first_pause_s, 0
@@ -135,6 +135,8 @@ async def judge(
             reason, error = "not_a_verdict", str(exc)
         except ClassifierUnavailable as exc:
             reason, error = "unavailable", str(exc)
+        except Exception as exc:  # a bug in a classifier is no pass either; its words may hold the text: type only
+            reason, error = "error", f"{type(exc).__name__} (a classifier bug: see its tests)"
         MODERATION_CLASSIFIER_FAILURES.labels(reason).inc()
         left = deadline - time.monotonic()
         if left <= 0:

@@ -135,7 +135,7 @@ MODERATION_CHECK_SECONDS = Histogram(
 )
 MODERATION_CLASSIFIER_FAILURES = Counter(
     "parley_moderation_classifier_failures",
-    "Tries of a moderation check that gave no verdict (each is tried again), by reason: unavailable | timeout | not_a_verdict",
+    "Tries of a moderation check that gave no verdict (each is tried again), by reason: unavailable | timeout | not_a_verdict | error",
     ["reason"],
 )
 MODERATION_CUT_SECONDS = Histogram(

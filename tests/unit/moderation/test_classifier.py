@@ -89,17 +89,19 @@ NO_VERDICTS = [
     [],  # no answer for the text
     [CLEAN, CLEAN],  # two answers to one text
     [{"violence": 0.9}],  # something that is not Scores
+    KeyError("my secret text"),  # a bug in the classifier: no pass either
 ]
+KINDS = ["unavailable", "not-a-verdict", "timeout", "none", "two", "not-scores", "bug"]
 
 
-@pytest.mark.parametrize("failure", NO_VERDICTS, ids=["unavailable", "not-a-verdict", "timeout", "none", "two", "not-scores"])
+@pytest.mark.parametrize("failure", NO_VERDICTS, ids=KINDS)
 async def test_judge_tries_again_after_each_kind_of_no_verdict(failure):
     classifier = Answers(failure, failure, [FLAGGED])
     scores = await judge(classifier, "t", timeout_s=0.01, give_up_s=60, first_pause_s=0.001)
     assert scores is FLAGGED and classifier.tries == 3
 
 
-@pytest.mark.parametrize("failure", NO_VERDICTS, ids=["unavailable", "not-a-verdict", "timeout", "none", "two", "not-scores"])
+@pytest.mark.parametrize("failure", NO_VERDICTS, ids=KINDS)
 async def test_judge_gives_up_with_no_verdict_never_a_pass(failure):
     classifier = Answers(failure)
     with pytest.raises(NoVerdict, match="no verdict in") as raised:
