@@ -130,7 +130,8 @@ def _strict_screen() -> Checker | None:
     policy = moderation_policy(cfg.policy)
     if not any(p.mode == "strict" for p in policy.tiers.values()):
         return None
-    return Checker(classifier_from(cfg), policy, timeout_s=cfg.timeout_s, give_up_s=cfg.give_up_s)  # organisations' own thresholds: the moderation processor's
+    # Organisations' own thresholds: the moderation processor's.
+    return Checker(classifier_from(cfg), policy, timeout_s=cfg.timeout_s, give_up_s=cfg.give_up_s)
 
 
 def _router(kafka: KafkaSettings) -> Wiring:
