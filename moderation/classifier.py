@@ -2,11 +2,24 @@
 
 ``LocalClassifier`` (moderation/local.py) runs in process with no download;
 ``LlamaGuard`` (moderation/llama_guard.py) asks Llama Guard 3 served by SGLang.
-``classifier_from`` picks one from ``PARLEY_MODERATION_CLASSIFIER``.
+``classifier_from`` picks one from ``PARLEY_MODERATION_CLASSIFIER``;
+``judge`` asks one for one text's verdict, trying again while it gives none.
+
+A classifier that gives no verdict has failed the check; nothing here reads
+it as "not flagged"::
+
+    Unavailable (parley/errors.py)
+     └── ClassifierUnavailable   no verdict this time: down, an HTTP error, a timeout …
+          ├── NotAVerdict        … or an answer that is not a verdict (empty, garbled, an unknown
+          │                      category, cut short); its message names the shape, never the text
+          └── NoVerdict          ``judge`` gave up: none by its deadline (callers fail closed)
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -14,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from moderation.categories import CATEGORIES, parent
 from parley.errors import Unavailable
+from parley.metrics import MODERATION_CLASSIFIER_FAILURES
 
 if TYPE_CHECKING:
     from moderation.settings import ModerationSettings
@@ -48,8 +62,21 @@ class Scores:
         return tuple(c for c in CATEGORIES if self.values[c] >= thresholds.get(c, default))
 
 
+log = logging.getLogger(__name__)
+
+
 class ClassifierUnavailable(Unavailable):
-    """The classifier could not answer now (its engine is down or failed the call): callers retry, nothing is lost."""
+    """The classifier gave no verdict this time (its engine is down, failed or timed out the call, or it
+    answered something else): the check failed, and callers try it again."""
+
+
+class NotAVerdict(ClassifierUnavailable):
+    """The classifier answered, but not with a verdict. The message says how (never the answer's text,
+    which may echo the text judged)."""
+
+
+class NoVerdict(ClassifierUnavailable):
+    """``judge`` gave up: the classifier gave no verdict by the deadline."""
 
 
 class Classifier(Protocol):
@@ -77,3 +104,46 @@ def classifier_from(settings: ModerationSettings) -> Classifier:
 
         return LlamaGuard(SGLangClient(settings.engine_url, timeout_s=settings.timeout_s), settings.guard_model)
     raise ValueError(f"PARLEY_MODERATION_CLASSIFIER={settings.classifier!r}: use 'local' or 'llama-guard'")
+
+
+async def judge(
+    classifier: Classifier,
+    text: str,
+    *,
+    timeout_s: float,
+    give_up_s: float,
+    first_pause_s: float = 0.2,
+    max_pause_s: float = 5.0,
+    ids: Mapping[str, object] | None = None,
+) -> Scores:
+    """``text``'s scores. A try that gives no verdict (``ClassifierUnavailable``, none within
+    ``timeout_s``, or any other exception) is tried again, backing off from ``first_pause_s`` to ``max_pause_s``; once
+    ``give_up_s`` have passed without one, ``NoVerdict``. Each failure is logged with ``ids``, never text."""
+    deadline = time.monotonic() + give_up_s
+    pause, tries = first_pause_s, 0
+    while True:
+        tries += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                answer = await classifier.classify([text])
+            if len(answer) != 1 or not isinstance(answer[0], Scores):
+                raise NotAVerdict(f"{len(answer)} answers to one text")
+            return answer[0]
+        except TimeoutError:
+            reason, error = "timeout", f"no answer within {timeout_s:g} s"
+        except NotAVerdict as exc:
+            reason, error = "not_a_verdict", str(exc)
+        except ClassifierUnavailable as exc:
+            reason, error = "unavailable", str(exc)
+        except Exception as exc:  # a bug in a classifier is no pass either; its words may hold the text: type only
+            reason, error = "error", f"{type(exc).__name__} (a classifier bug: see its tests)"
+        MODERATION_CLASSIFIER_FAILURES.labels(reason).inc()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NoVerdict(f"no verdict in {tries} tries over {give_up_s:g} s; the last: {error}")
+        log.warning(
+            "a moderation check gave no verdict; trying again",
+            extra={**(ids or {}), "attempt": tries, "reason": reason, "retry_in_s": min(pause, left), "error": error},
+        )
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, max_pause_s)

@@ -11,9 +11,13 @@ does not carry). The codes map to Parley's categories by
 guard gives a verdict, not a probability, so thresholds below 1 all read it
 alike.
 
-Errors: the engine's (``EngineError``) pass through, a generation that ends
-"failed" raises ``EngineUnavailable``; an answer that is neither
-verdict raises ``GuardOutputError`` with the answer's first characters.
+Errors are all ``ClassifierUnavailable`` (a failed check, tried again by
+``classifier.judge``, never a pass): the engine's own (``EngineError``: down,
+an HTTP error, a timeout, a broken stream), a generation that ends "failed",
+and ``GuardOutputError`` for an answer that is not a verdict: empty, garbled,
+a hazard code the card does not have, or one that did not end "stop" (cut
+short by the token cap or aborted, it may have lost codes: "S1" from "S10").
+The error says which, never the answer's text (it may echo the text judged).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import uuid
 from collections.abc import Sequence
 
 from moderation.categories import LLAMA_GUARD_3
-from moderation.classifier import ClassifierUnavailable, Scores
+from moderation.classifier import ClassifierUnavailable, NotAVerdict, Scores
 from workers.engine_api import EngineClient, EngineError, GenerateRequest
 from workers.priority import GUARD
 
@@ -58,10 +62,12 @@ _PROMPT = (
     "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 )
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
-MAX_NEW_TOKENS = 20  # "unsafe\nS1,S2,S3,..." is a few tokens; a longer answer is not a verdict
+#: Room for "unsafe" and every code (~3 tokens each); an answer that does not end within it is not a verdict.
+MAX_NEW_TOKENS = 64
+_CODE = re.compile(r"S\d{1,2}")
 
 
-class GuardOutputError(ValueError):
+class GuardOutputError(NotAVerdict):
     """Llama Guard answered something that is neither "safe" nor "unsafe" and hazard codes."""
 
 
@@ -72,15 +78,27 @@ def prompt(text: str) -> str:
 
 
 def parse_verdict(output: str) -> tuple[str, ...]:
-    """The hazard codes of an answer: () for "safe", ("S1", "S10") for "unsafe\\nS1,S10"."""
+    """The hazard codes of an answer: () for "safe", ("S1", "S10") for "unsafe\\nS1,S10"; else ``GuardOutputError``."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
     if lines == ["safe"]:
         return ()
-    if len(lines) == 2 and lines[0] == "unsafe":
+    if not lines:
+        why = "an empty answer"
+    elif lines[0] not in ("safe", "unsafe"):
+        why = "a first line that is neither 'safe' nor 'unsafe'"
+    elif lines[0] == "safe" or len(lines) > 2:
+        why = f"{len(lines)} lines after {lines[0]!r}"
+    elif len(lines) == 1:
+        why = "'unsafe' without hazard codes"
+    else:
         codes = tuple(code.strip() for code in lines[1].split(","))
-        if codes and all(code in LLAMA_GUARD_3 for code in codes):
+        unknown = [code for code in codes if code not in LLAMA_GUARD_3]
+        if not unknown:
             return codes
-    raise GuardOutputError(f"Llama Guard's answer is not a verdict: {output[:80]!r}")
+        # A code-shaped unknown is named (it is the model's, not the user's); anything else is only counted.
+        named = sorted({code for code in unknown if _CODE.fullmatch(code)})
+        why = f"hazard codes the card does not have ({', '.join(named) or 'none code-shaped'}; {len(unknown)} in all)"
+    raise GuardOutputError(f"Llama Guard's answer is not a verdict: {why}")
 
 
 def scores_of(codes: Sequence[str]) -> Scores:
@@ -99,14 +117,17 @@ class LlamaGuard:
             rid=f"guard-{uuid.uuid4().hex}", text=prompt(text), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0,
             priority=GUARD,
         )
-        parts = []
+        parts, finish = [], None
         try:
             async for delta in self.engine.generate(request):
                 if delta.finish_reason == "failed":
                     raise ClassifierUnavailable(f"Llama Guard's generation failed: {delta.error}")
                 parts.append(delta.text)
+                finish = delta.finish_reason or finish
         except EngineError as exc:  # down, refused, broke the protocol: the caller retries
             raise ClassifierUnavailable(f"Llama Guard's engine: {exc}") from exc
+        if finish != "stop":  # cut at the token cap, aborted, or a stream with no ending: maybe codes lost
+            raise GuardOutputError(f"Llama Guard's answer is not a verdict: it ended {finish or 'without a finish reason'}")
         return parse_verdict("".join(parts))
 
     async def classify(self, texts: Sequence[str]) -> list[Scores]:

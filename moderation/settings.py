@@ -38,6 +38,12 @@ class ModerationSettings:
     timeout_s: float = env(
         "PARLEY_MODERATION_TIMEOUT_S", 5.0, "Longest one classification may take (llama-guard: one request to the engine)"
     )
+    give_up_s: float = env(
+        "PARLEY_MODERATION_GIVE_UP_S",
+        20.0,
+        "How long a check whose classifier gives no verdict (down, timed out, not a verdict) is tried again before "
+        "it fails closed: the turn is stopped as if flagged",
+    )
     org_refresh_s: float = env(
         "PARLEY_MODERATION_ORG_REFRESH_S", 10.0, "How often organisations' own policies are read again: a change applies within it"
     )

@@ -120,6 +120,11 @@ MODERATION_CHECK_SECONDS = Histogram(
     "parley_moderation_check_seconds", "Time a classifier took for one check", ["direction"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+MODERATION_CLASSIFIER_FAILURES = Counter(
+    "parley_moderation_classifier_failures",
+    "Tries of a moderation check that gave no verdict (each is tried again), by reason: unavailable | timeout | not_a_verdict | error",
+    ["reason"],
+)
 MODERATION_CUT_SECONDS = Histogram(
     "parley_moderation_cut_seconds", "From a flagged reply chunk being written to the cancel that cuts it",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),

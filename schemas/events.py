@@ -450,7 +450,7 @@ class ModerationResult(ConversationEvent):
     window_end: int = doc("Reply tokens up to the end of the checked text (output)", default=0)
     scores: list[CategoryScore] = doc("Every category's score", default_factory=list)
     categories: list[str] = doc("Categories the turn's policy blocks that reached their threshold", default_factory=list)
-    verdict: str = doc("clean | flagged")
+    verdict: str = doc("clean | flagged | failed (the classifier gave no verdict in time: the turn is stopped as if flagged)")
     action: str = doc("none | cut (the stream was stopped) | withdrawn (it had ended; replaced afterwards)", default="none")
     model: str = doc("Classifier and version that scored it", default="")
     policy: str = doc("The tier whose policy applied", default="")
@@ -461,7 +461,7 @@ class ModerationResult(ConversationEvent):
         _check(self.direction, MODERATION_DIRECTIONS, "direction")
         _check(self.stage, MODERATION_STAGES, "stage")
         _check(self.action, MODERATION_ACTIONS, "action")
-        _check(self.verdict, frozenset({"clean", "flagged"}), "verdict")
+        _check(self.verdict, frozenset({"clean", "flagged", "failed"}), "verdict")
 
 
 # -------------------------------------------------------------------- chat.usage

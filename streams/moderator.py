@@ -20,6 +20,11 @@ stream this instance did not see from its first chunk (it started before a
 restart) is checked whole from its ``GenerationCompleted``, so no text goes
 unchecked. Policy ``mode: strict`` additionally has the context builder check
 the input before the prompt goes out (``Checker.input`` is shared).
+
+A check whose classifier gives no verdict (down, timed out, or an answer that
+is not one) is tried again with backoff for ``give_up_s`` (``classifier.judge``),
+and then fails closed: a ``ModerationResult`` with verdict ``failed`` stops the
+turn as a flag does (cut, or withdrawn if it has ended). It is never a pass.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from moderation.classifier import Classifier, ClassifierUnavailable
+from moderation.classifier import Classifier, NoVerdict, Scores, judge
 from moderation.policy import OrgPolicy, Policy, TierPolicy
 from parley import ids
 from parley.lru import LRU
@@ -42,7 +47,7 @@ from streams.tree import Conversation, Message
 
 log = logging.getLogger(__name__)
 
-#: Longest pause between tries of a classifier that is unavailable.
+#: Longest pause between tries of a dependency (the classifier, Cassandra) that is unavailable.
 RETRY_MAX_S = 5.0
 
 
@@ -58,7 +63,8 @@ class Check:
 
     @property
     def flagged(self) -> bool:
-        return self.result.verdict == "flagged"
+        """The turn is stopped: a category its policy blocks was flagged, or no verdict came (fail closed)."""
+        return self.result.verdict != "clean"
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,19 @@ class Turn:
 class Checker:
     """A classifier under a policy: text → ``Check``. Shared by the processor and the strict context builder."""
 
-    def __init__(self, classifier: Classifier, policy: Policy, redact: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        classifier: Classifier,
+        policy: Policy,
+        redact: Callable[[str], str] | None = None,
+        *,
+        timeout_s: float = 5.0,
+        give_up_s: float = 20.0,
+    ) -> None:
         self.classifier = classifier
         self.policy = policy
+        # One try's longest wait, and how long a check keeps trying before it fails closed (PARLEY_MODERATION_*).
+        self._timeout_s, self._give_up_s = timeout_s, give_up_s
         # What a policy keeps of a flagged text for review, with personal data replaced (moderation/pii.py).
         self._redact = redact
         #: Organisations' own policies (``org_policies``), replaced whole by the processor's refresh timer.
@@ -116,15 +132,21 @@ class Checker:
     ) -> Check:
         policy = self.policy_for(turn.tier, turn.org_id)
         began = time.perf_counter()
-        # An engine-served classifier that is down stalls this check (and its lane), never skips it.
-        (scores,) = await retrying(
-            "a moderation check", lambda: self.classifier.classify([text]), RETRY_MAX_S, on=ClassifierUnavailable, ids=_ids(turn)
-        )
+        # A classifier that gives no verdict stalls this check (and its lane) while it is tried again, never skips it.
+        scores: Scores | None
+        try:
+            scores = await judge(
+                self.classifier, text, timeout_s=self._timeout_s, give_up_s=self._give_up_s, max_pause_s=RETRY_MAX_S,
+                ids=_ids(turn),
+            )
+        except NoVerdict as exc:
+            log.error("a moderation check gave no verdict; the turn is stopped (fail closed)", extra={**_ids(turn), "error": str(exc)})
+            scores = None
         took = time.perf_counter() - began
         MODERATION_CHECK_SECONDS.labels(direction).observe(took)
-        categories = list(policy.flags(scores))
-        verdict = "flagged" if categories else "clean"
-        action = "none" if not categories else ("withdrawn" if ended else "cut")
+        categories = list(policy.flags(scores)) if scores is not None else []
+        verdict = "failed" if scores is None else ("flagged" if categories else "clean")
+        action = "none" if verdict == "clean" else ("withdrawn" if ended else "cut")
         MODERATION_CHECKS.labels(direction, stage, verdict).inc()
         for category in categories:
             MODERATION_FLAGS.labels(category, direction, action).inc()
@@ -142,7 +164,7 @@ class Checker:
             stage=stage,
             window_start=start,
             window_end=end,
-            scores=[ev.CategoryScore(category=c, score=round(s, 4)) for c, s in scores.values.items()],
+            scores=[ev.CategoryScore(category=c, score=round(s, 4)) for c, s in scores.values.items()] if scores is not None else [],
             categories=categories,
             verdict=verdict,
             action=action,
@@ -151,7 +173,7 @@ class Checker:
             text=kept,
             latency_ms=round(took * 1000, 3),
         )
-        if not categories:
+        if verdict == "clean":
             return Check(result, [result])
         marked = ev.GenerationModerated(
             **envelope,

@@ -130,7 +130,8 @@ def _strict_screen() -> Checker | None:
     policy = moderation_policy(cfg.policy)
     if not any(p.mode == "strict" for p in policy.tiers.values()):
         return None
-    return Checker(classifier_from(cfg), policy)  # organisations' own thresholds: the moderation processor's
+    # Organisations' own thresholds: the moderation processor's.
+    return Checker(classifier_from(cfg), policy, timeout_s=cfg.timeout_s, give_up_s=cfg.give_up_s)
 
 
 def _router(kafka: KafkaSettings) -> Wiring:
@@ -262,7 +263,10 @@ def _moderation(kafka: KafkaSettings) -> Wiring:
         os.nice(cfg.nice)  # beside the turn, never in front of it: the chat path's processes take the CPU first
     policy = moderation_policy(cfg.policy)  # a bad policy fails at start-up, by name
     retains = any(p.retain_flagged for p in policy.tiers.values())
-    checker = Checker(classifier_from(cfg), policy, redact=PiiDetector().redact if retains else None)
+    checker = Checker(
+        classifier_from(cfg), policy, redact=PiiDetector().redact if retains else None, timeout_s=cfg.timeout_s,
+        give_up_s=cfg.give_up_s,
+    )
     store = Store(from_env(CassandraSettings))
     moderator = Moderator(checker, store.load, window_tokens=cfg.window_tokens, overlap_tokens=cfg.overlap_tokens)
     return Wiring(

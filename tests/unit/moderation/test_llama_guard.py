@@ -1,11 +1,13 @@
-"""Llama Guard 3: its prompt, its verdicts, and one classification through the real SGLang client over a mock transport."""
+"""Llama Guard 3: its prompt, its verdicts, and classifications through the real SGLang client over a mock transport.
+
+Every answer that is not a verdict is a failed check (``ClassifierUnavailable``, tried again), never a pass."""
 
 import json
 
 import httpx
 import pytest
 
-from moderation.llama_guard import GuardOutputError, LlamaGuard, parse_verdict, prompt, scores_of
+from moderation.llama_guard import HAZARDS, GuardOutputError, LlamaGuard, parse_verdict, prompt, scores_of
 from moderation.classifier import ClassifierUnavailable
 from workers.sglang import SGLangClient
 
@@ -31,10 +33,42 @@ def test_parse_verdict(output, codes):
     assert parse_verdict(output) == codes
 
 
-@pytest.mark.parametrize("output", ["", "I cannot help with that", "unsafe", "unsafe\nS15", "unsafe\nS1\nS2", "Safe", "safe\nS1"])
-def test_unparseable_verdicts_raise(output):
-    with pytest.raises(GuardOutputError, match="not a verdict"):
+GARBLED = [
+    ("", "empty"),
+    ("   \n\n ", "empty"),
+    ("I cannot help with that", "neither 'safe' nor 'unsafe'"),
+    ("Safe", "neither"),
+    ("SAFE", "neither"),
+    ("unsafe", "without hazard codes"),
+    ("unsafe\n", "without hazard codes"),
+    ("unsafe\nS15", "S15"),
+    ("unsafe\nS0", "S0"),
+    ("unsafe\nS1,", "none code-shaped"),  # an empty code after the comma
+    ("unsafe\nS1,,S2", "none code-shaped"),
+    ("unsafe\nviolence", "none code-shaped"),
+    ("unsafe\nS1 S10", "none code-shaped"),
+    ("unsafe\nS1\nS2", "3 lines"),
+    ("safe\nS1", "2 lines after 'safe'"),
+    ("safe\nunsafe\nS1", "3 lines"),
+    ("unsafe\nS1\nI'm sorry", "3 lines"),
+    ("sure! here is how to", "neither"),
+]
+
+
+@pytest.mark.parametrize("output, why", GARBLED)
+def test_answers_that_are_not_verdicts_raise_a_failed_check(output, why):
+    with pytest.raises(GuardOutputError, match="not a verdict") as raised:
         parse_verdict(output)
+    assert why in str(raised.value)
+    assert isinstance(raised.value, ClassifierUnavailable)  # tried again like an outage, never read as "safe"
+
+
+def test_a_garbled_answer_is_not_quoted_in_the_error():
+    secret = "my secret pin is 4111 1111"
+    for output in (secret, f"unsafe\n{secret}", f"safe\n{secret}", f"unsafe\nS1,{secret}"):
+        with pytest.raises(GuardOutputError) as raised:
+            parse_verdict(output)
+        assert "4111" not in str(raised.value) and "secret" not in str(raised.value)
 
 
 def test_scores_of_a_verdict_follow_the_mapping():
@@ -64,6 +98,52 @@ async def test_classify_sends_the_prompt_greedily_and_maps_the_verdict():
     assert scores.over({}) == ("self-harm",)
     assert seen[0]["text"] == prompt("I want to end it all")
     assert seen[0]["sampling_params"]["temperature"] == 0.0
+    await engine.close()
+
+
+@pytest.mark.parametrize("output, _", GARBLED)
+async def test_classify_fails_the_check_on_every_garbled_answer(output, _):
+    engine, _seen = _engine(output)
+    with pytest.raises(ClassifierUnavailable, match="not a verdict"):
+        await LlamaGuard(engine).classify(["hello"])
+    await engine.close()
+
+
+@pytest.mark.parametrize(
+    "finish", [{"type": "length", "length": 64}, {"type": "abort"}],  # cut at the token cap; aborted (cancelled)
+)
+async def test_an_answer_that_did_not_end_stop_is_not_a_verdict_though_it_parses(finish):
+    # "unsafe\nS1" cut from "unsafe\nS10,S11": parsing it would flag the wrong category, or "safe" a cut "safe…".
+    for answer in ("unsafe\nS1", "safe"):
+        engine, _ = _engine(answer, finish=finish)
+        with pytest.raises(GuardOutputError, match="not a verdict: it ended"):
+            await LlamaGuard(engine).classify(["hello"])
+        await engine.close()
+
+
+@pytest.mark.parametrize("status", [500, 503, 400, 404])
+async def test_an_http_error_fails_the_check(status):
+    engine = SGLangClient("http://guard", transport=httpx.MockTransport(lambda _: httpx.Response(status, json={"error": {"message": "no"}})))
+    with pytest.raises(ClassifierUnavailable):
+        await LlamaGuard(engine).classify(["hello"])
+    await engine.close()
+
+
+async def test_a_timeout_fails_the_check():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    engine = SGLangClient("http://guard", transport=httpx.MockTransport(handler))
+    with pytest.raises(ClassifierUnavailable):
+        await LlamaGuard(engine).classify(["hello"])
+    await engine.close()
+
+
+async def test_the_token_cap_fits_a_verdict_naming_every_code():
+    engine, seen = _engine("unsafe\n" + ",".join(code for code, _ in HAZARDS))
+    [scores] = await LlamaGuard(engine).classify(["x"])
+    assert scores.over({})
+    assert seen[0]["sampling_params"]["max_new_tokens"] >= 3 * len(HAZARDS) + 2
     await engine.close()
 
 

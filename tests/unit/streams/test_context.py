@@ -259,3 +259,24 @@ async def test_an_as_sent_turn_is_the_clients_messages_only_whole_and_uncapped()
     [own] = await b.handle(replace(g, request_id=str(uuid.uuid4())))
     assert [m.content for m in own.messages[:2]] == ["sys", "What you know about the user:\n- the user's secret fact"]
     assert len(own.messages) < len(history) and own.max_tokens == 77
+
+
+async def test_a_strict_policy_whose_classifier_gives_no_verdict_stops_the_turn_before_any_engine() -> None:
+    from moderation.classifier import NotAVerdict
+    from moderation.policy import policy_from
+    from schemas.endings import FILTERED_NOTICE
+    from streams.moderator import Checker
+
+    class Garbled:
+        model = "garbled/1"
+
+        async def classify(self, texts):  # type: ignore[no-untyped-def]
+            raise NotAVerdict("garbled")
+
+    b = ContextBuilder(CFG, Rows(), screen=Checker(Garbled(), policy_from('{"plus": {"mode": "strict"}}'), give_up_s=0.01))
+    cid = str(uuid.uuid4())
+    m1, g1 = _turn(cid, 1, None)
+    await b.handle(m1)
+    out = await b.handle(g1)
+    assert [type(e).__name__ for e in out] == ["ModerationResult", "GenerationModerated", "GenerationCompleted", "TokenChunk"]
+    assert out[0].verdict == "failed" and out[2].finish_reason == "content_filter" and out[2].content == FILTERED_NOTICE

@@ -11,7 +11,7 @@ from moderation.categories import CATEGORIES
 from moderation.classifier import Scores
 from moderation.policy import policy_from
 from schemas import events as ev
-from streams.moderator import Checker, Moderator, Windows
+from streams.moderator import Checker, Moderator, Turn, Windows
 from streams.tree import Conversation, Message, frozen_messages
 
 BAD = "forbidden-words"
@@ -249,3 +249,50 @@ def test_a_policy_that_retains_flagged_text_keeps_it_redacted() -> None:
     run(m.on_event(posted(f"{BAD} bob@x.org")))
     result = run(m.on_event(requested()))[0]
     assert result.verdict == "flagged" and result.text == f"{BAD} <EMAIL_ADDRESS>"
+
+
+# ------------------------------------------------------------------ no verdict: tried again, then fail closed
+
+
+class Garbled(WordClassifier):
+    """Answers nothing that is a verdict (Llama Guard's garbled answer): every try fails the check."""
+
+    async def classify(self, texts: Sequence[str]) -> list[Scores]:
+        from moderation.classifier import NotAVerdict
+
+        self.seen.extend(texts)
+        raise NotAVerdict("garbled")
+
+
+def garbled_moderator() -> tuple[Moderator, Garbled]:
+    async def load(cid: str) -> Conversation:
+        return Conversation(conversation_id=cid)
+
+    garbled = Garbled()
+    return Moderator(Checker(garbled, policy_from(""), give_up_s=0.01), load, window_tokens=10, overlap_tokens=3), garbled
+
+
+def test_an_input_check_with_no_verdict_is_tried_again_then_stops_the_turn() -> None:
+    m, garbled = garbled_moderator()
+    run(m.on_event(posted("a harmless question")))
+    out = run(m.on_event(requested()))
+    assert kinds(out) == ["ModerationResult", "GenerationModerated", "GenerationCancelRequested"]
+    result, marked, cancel = out
+    assert (result.verdict, result.action, result.categories, result.scores, result.text) == ("failed", "cut", [], [], None)
+    assert (marked.action, marked.categories, cancel.reason) == ("cut", [], "moderation")
+    assert len(garbled.seen) >= 2  # tried again before giving up
+    assert run(m.on_chunk(chunk(0, "ok ", finish="stop"))) == ()  # the stopped turn's reply is not checked again
+
+
+def test_a_reply_window_with_no_verdict_cuts_the_reply_and_a_final_one_withdraws_it() -> None:
+    m, _ = garbled_moderator()
+    m._turns.put(RID, Turn(CID, UID, RID, MID))  # its input was checked (clean) before the classifier broke
+    window = run(m.on_chunk(chunk(0, "x " * 10, tokens=10)))
+    assert kinds(window) == ["ModerationResult", "GenerationModerated", "GenerationCancelRequested"]
+    assert (window[0].verdict, window[0].stage, window[0].action) == ("failed", "window", "cut")
+
+    m, _ = garbled_moderator()
+    m._turns.put(RID, Turn(CID, UID, RID, MID))
+    final = run(m.on_chunk(chunk(0, "short reply", tokens=2, finish="stop")))
+    assert kinds(final) == ["ModerationResult", "GenerationModerated"]  # it ended: marked, nothing to cancel
+    assert (final[0].verdict, final[0].stage, final[0].action, final[1].action) == ("failed", "final", "withdrawn", "withdrawn")
