@@ -89,7 +89,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import ownership, turns
 from gateway.auth import Principal
-from gateway.errors import ApiError, NotFound, ServiceUnavailable, openai_response
+from gateway.errors import ApiError, Conflict, NotFound, ServiceUnavailable, openai_response
 from gateway.openai_reply import (
     Piece,
     completion,
@@ -103,6 +103,7 @@ from gateway.openai_reply import (
 )
 from gateway.openai_request import (
     ChatRequest,
+    after_deletion,
     Plan,
     conversation_id_for,
     message_keys,
@@ -122,6 +123,8 @@ log = logging.getLogger(__name__)
 #: How long a new turn waits for the previous reply to be stored before treating the history's copy as new.
 REPLY_WAIT_S = 5.0
 IDEMPOTENCY_KEY_MAX = 200
+#: Deleted conversations of one history stepped over before giving up (each resend after a delete makes one).
+DELETED_MAX = 32
 
 
 #: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
@@ -257,13 +260,19 @@ async def _turn(
     trace = trace_id(request)
     keys = message_keys(chat.messages)
     cid = conversation_id_for(user.user_id, chat.end_user, chat.messages, keys)
-    ownership.check(request, svc, cid)  # derived from the user: only now is its partition, and so its owner, known
-    try:
-        conversation = await svc.owned(user, cid, cached_ok=True)
-    except NotFound:  # a new opening: the conversation is created with its first turn
-        conversation, stored = None, []
+    for _ in range(DELETED_MAX):
+        try:
+            conversation = await svc.owned(user, cid, cached_ok=True)
+        except NotFound:
+            conversation = None
+            if await svc.store.deleted(cid):  # never recreated under its id (a ghost): a new one after it
+                cid = after_deletion(cid)
+                continue
+        break
     else:
-        stored = await svc.messages_for_posting(conversation)
+        raise Conflict("this history's conversation was deleted too many times; change its opening", code="deleted")
+    ownership.check(request, svc, cid)  # derived from the user: only now is its partition, and so its owner, known
+    stored = [] if conversation is None else await svc.messages_for_posting(conversation)
     reply = reply_key(keys[-1], idempotency)
     plan = plan_turn(cid, chat.messages, keys, stored, reply)
     if plan.pending is not None and conversation is not None:

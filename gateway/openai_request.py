@@ -211,6 +211,12 @@ def conversation_id_for(user_id: str, end_user: str, messages: Sequence[ChatMess
     return str(uuid.uuid5(ids.NS, "openai:" + json.dumps([user_id, end_user, keys[first_user]])))
 
 
+def after_deletion(conversation_id: str) -> str:
+    """The conversation a history lands in once ``conversation_id`` was deleted: a new one, the same for every
+    resend (so the next turn finds it), never the deleted one brought back."""
+    return str(uuid.uuid5(ids.NS, "openai-after-deletion:" + conversation_id))
+
+
 class Node(Protocol):
     """What the plan reads of a stored message (``gateway.store.MessageRow``)."""
 

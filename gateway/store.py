@@ -212,6 +212,14 @@ class Store:
             str(r.conversation_id), r.user_id, open_text(r.title) or "", r.model, _str(r.selected_leaf_id), r.created_at, bool(r.archived)
         )
 
+    async def deleted(self, conversation_id: str) -> bool:
+        """Whether the conversation existed and was deleted (``conversation`` answers None for both)."""
+        cid = _uuid(conversation_id)
+        if cid is None:
+            return False
+        rows = await self._run("SELECT deleted_at FROM {ks}.conversations WHERE conversation_id = ?", (cid,))
+        return bool(rows) and rows[0].deleted_at is not None
+
     async def conversations_of(self, user_id: str, limit: int = 100, *, archived: bool = False) -> list[dict[str, Any]]:
         """The user's conversations, newest first: the archived ones, or the others; never the deleted."""
         rows = await self._run(

@@ -226,3 +226,28 @@ async def test_a_stream_begins_at_once_and_a_client_that_leaves_cancels_its_repl
     assert rid
     (ended,) = events_of(stack.kafka, "chat.events", GenerationCompleted, rid, lambda es: len(es) >= 1)
     assert ended.finish_reason == "cancelled" and ended.usage.completion_tokens < 5000
+
+
+async def test_a_deleted_conversation_stays_deleted_when_its_history_is_sent_again(stack) -> None:
+    """Resending a deleted conversation's history starts a new conversation; the deleted one never comes back
+    (no ghost row listed, no message rows rewritten)."""
+    key = stack.new_key("plus")
+    client = _client(stack, key)
+    messages = [{"role": "user", "content": "Remember the lighthouse."}]
+    try:
+        await client.chat.completions.create(model="small", messages=messages, max_tokens=8)
+        [first] = await _conversations(stack, key)
+        await _settled(stack, key, first["id"], 1)
+        async with httpx.AsyncClient(base_url=stack.url, headers={"Authorization": f"Bearer {key}"}) as http:
+            assert (await http.delete(f"/v1/conversations/{first['id']}")).status_code == 204
+            again = await client.chat.completions.create(model="small", messages=messages, max_tokens=8)
+            assert again.choices[0].message.content
+            [second] = await _conversations(stack, key)
+            assert second["id"] != first["id"]
+            assert (await http.get(f"/v1/conversations/{first['id']}")).status_code == 404
+            conv = await _settled(stack, key, second["id"], 1)
+            assert [m["content"] for m in conv["messages"]][0] == messages[0]["content"]
+            await client.chat.completions.create(model="small", messages=messages, max_tokens=8)  # and again: the same
+            assert [c["id"] for c in await _conversations(stack, key)] == [second["id"]]
+    finally:
+        await client.close()
