@@ -14,7 +14,7 @@ from gateway.errors import NotFound, Unprocessable
 from gateway.openai_request import MAX_TOKENS
 from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
-from gateway.validation import MISSING, json_body, string, uuid_string
+from gateway.validation import MISSING, client_key, json_body, string, uuid_string
 from parley import ids
 from parley.errors import Unavailable
 from parley.shards import mint_conversation_id
@@ -171,7 +171,7 @@ async def post_message(request: Request) -> Response:
     if unknown:
         raise Unprocessable(f"`{unknown[0]}` is not a field of a message; send {', '.join(sorted(POST_FIELDS))}", code="unknown_field")
     content = string(body, "content", max_chars=svc.settings.max_message_chars)
-    client_message_id = string(body, "client_message_id", max_chars=ID_MAX)
+    client_message_id = client_key(body, ID_MAX)
     sampling, max_tokens = turn_options(body)
     model = string(body, "model", max_chars=ID_MAX, required=False)
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)

@@ -10,7 +10,7 @@ from gateway.auth import Principal
 from gateway.errors import NotFound, Unprocessable
 from gateway.services import Services, services, trace_id
 from gateway.store import MessageRow
-from gateway.validation import json_body, string
+from gateway.validation import client_key, json_body, string
 from parley import ids
 from schemas.events import GenerationCancelRequested, GenerationRequested
 
@@ -48,7 +48,7 @@ async def regenerate(request: Request) -> Response:
     svc = services(request)
     user = await svc.auth(request)
     body = await json_body(request, svc.settings.max_body_bytes)
-    client_message_id = string(body, "client_message_id", max_chars=ID_MAX)
+    client_message_id = client_key(body, ID_MAX)
     model = string(body, "model", max_chars=ID_MAX, required=False)
     conversation_id, message = await _owned_message(svc, user, request.path_params["message_id"])
     if message.role != "assistant" or message.parent_id is None:

@@ -82,3 +82,16 @@ def uuid_string(value: Any, name: str) -> str:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError):
         raise Unprocessable(f"`{name}` is not a valid id") from None
+
+
+#: How every reply id ends its derivation (parley/ids.py): a client key ending so would name another key's reply.
+RESERVED_KEY_SUFFIX = ":reply"
+
+
+def client_key(body: dict[str, Any], max_chars: int) -> str:
+    """``client_message_id``: a non-empty string that cannot derive another message's id (``k:reply`` as a
+    message key is ``k``'s reply id)."""
+    value: str = string(body, "client_message_id", max_chars=max_chars)
+    if value.endswith(RESERVED_KEY_SUFFIX):
+        raise Unprocessable(f"`client_message_id` must not end with `{RESERVED_KEY_SUFFIX}`", code="reserved_key")
+    return value
