@@ -1,7 +1,9 @@
 """One trace id per HTTP request, and the response count by route: an ASGI middleware.
 
-The trace id is the caller's ``X-Request-ID`` when it is a sane token, else a
-new one; every event the request appends carries it (``trace_id`` on the
+The trace id is a fresh one, followed by the caller's ``X-Request-ID`` when that
+is a sane token (``<16 hex>-<caller's id>``): a caller's id finds its requests in
+the logs, but cannot make one request's trace another's (two callers sending the
+same id, or one forging another's, still get distinct traces); every event the request appends carries it (``trace_id`` on the
 envelope) and so does every log line made while handling it (parley.logs).
 The response says it back in ``X-Trace-Id``, so a user's bug report can name
 it. Responses are counted by route template (never the raw path: ids would
@@ -24,9 +26,9 @@ _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
 def trace_for(header: str | None) -> str:
-    """The caller's request id when it is a sane token, else a fresh one (pure but for uuid4)."""
+    """A fresh id, with the caller's request id after it when that is a sane token (pure but for uuid4)."""
     if header and _SANE.match(header):
-        return header
+        return f"{uuid.uuid4().hex[:16]}-{header}"
     return uuid.uuid4().hex
 
 

@@ -134,13 +134,17 @@ async def test_metrics_trace_ids_and_no_message_text_anywhere(observed: isolated
     assert total(gateway, "parley_http_requests_total", route="/v1/conversations/{conversation_id}/messages", status="200") >= 2
 
     # One trace id from the HTTP request through every event of the turn.
+    # The caller's X-Request-ID is in it, after a part of the gateway's own (a caller cannot choose another's).
     reply_id = first.head["reply_id"]
+    traces = set()
     for topic in ("chat.events", "chat.inference", "chat.tokens", "chat.usage"):
         events = events_with(observed.kafka, topic, reply_id)
         assert events, f"no event of the first turn on {topic}"
-        assert {e.trace_id for e in events} == {trace}, topic
+        traces |= {e.trace_id for e in events}
+    (traced,) = traces
+    assert traced.endswith(f"-{trace}") and traced != trace
     logged = {p.name: p.read_text(errors="replace") for p in observed.supervisor.log_dir.glob("*.log")}
-    assert any(trace in text for name, text in logged.items() if name.startswith("worker-")), "the worker logs the trace id"
+    assert any(traced in text for name, text in logged.items() if name.startswith("worker-")), "the worker logs the trace id"
 
     # Privacy: the canary is in the log (Kafka) and the database, and nowhere else.
     for name, text in logged.items():
