@@ -6,7 +6,7 @@ What each route needs is a scope of the caller's credential (gateway/auth.py):
 - ``account`` (the web session, never a key): your keys (``/v1/me/keys``: list, make, revoke; rotate by
   making a new one and revoking the old) and erasing yourself (``DELETE /v1/me?confirm=true``). A key
   pasted into a client can so neither outlive its revocation by minting others nor erase the account;
-- ``admin`` (an admin's web session): running the organisation. Admins add users (they get the
+- ``admin`` (the web session, of a user whose role is admin): running the organisation. Admins add users (they get the
   admin's tier), disable them, change roles, list and revoke their keys, read the organisation's usage
   (counts only), set its name, data-residency label and moderation (PARLEY_MODERATION_ORG_REFRESH_S until
   the moderation processor applies it), and erase members.
@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway import erasure, quotas
-from gateway.auth import Principal, require
+from gateway.auth import Principal
 from gateway.directory import KeyRow, OrgRow, UserRow
 from gateway.errors import Conflict, Forbidden, NotFound, Unprocessable
 from gateway.services import Services, services, trace_id
@@ -51,10 +51,10 @@ async def _caller(request: Request, scope: str | None = None) -> tuple[Services,
 
 async def _admin(request: Request) -> tuple[Services, Principal]:
     """An admin of the caller's organisation, on a credential with the ``admin`` scope (its web session)."""
-    svc, user = await _caller(request)
+    svc, user = await _caller(request, ADMIN)
     if not user.admin:
         raise Forbidden("only an admin of your organisation may do this", code="admin_only")
-    return svc, require(user, ADMIN)
+    return svc, user
 
 
 async def _org(svc: Services, principal: Principal) -> OrgRow:

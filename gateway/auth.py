@@ -1,9 +1,9 @@
 """Authentication: ``Authorization: Bearer <key>`` → the key's user, its organisation and role;
 without the header, the web page's session cookie (gateway/sessions.py, CSRF-checked on writes).
 
-Each credential carries scopes (parley/users.py SCOPES): a key ``chat`` only, a web session ``chat`` and
-``account``, and ``admin`` too for an organisation's admin. A handler names the scope it needs
-(``auth(request, ACCOUNT)``, default ``chat``); a credential without it is a 403 ``insufficient_scope``.
+Each credential carries scopes (parley/users.py SCOPES): a key ``chat`` only, the web session all of them.
+A handler names the scope it needs (``auth(request, ACCOUNT)``, default ``chat``); a credential without it
+is a 403 ``insufficient_scope``, before anything else is looked at.
 
 A key, a user or an organisation that is revoked, disabled or erased stops
 working within ``cache_s`` (the cache's bound) on every gateway.
@@ -21,7 +21,7 @@ from gateway.directory import Directory
 from gateway.errors import Forbidden, Misdirected, Unauthorized
 from gateway.sessions import COOKIE, WebSessions
 from parley.errors import Unavailable
-from parley.users import CHAT, hash_key, session_scopes
+from parley.users import CHAT, SESSION_SCOPES, hash_key
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def require(principal: Principal, scope: str) -> Principal:
     """``principal`` when its credential holds ``scope``, else 403 ``insufficient_scope``."""
     if scope not in principal.scopes:
         raise Forbidden(
-            f"this needs the `{scope}` scope, which an API key does not hold; sign in to the web page (or ask the operator)",
+            f"this needs the `{scope}` scope, which an API key does not hold (keys hold `chat`): use the web page's session",
             code="insufficient_scope",
         )
     return principal
@@ -92,7 +92,7 @@ class Authenticator:
             found = await self.of_user(session.user_id)
             if found is None:
                 raise Unauthorized("this account can no longer sign in", code="session_expired")
-            return require(self._in_region(replace(found, scopes=session_scopes(found.role))), scope)
+            return require(self._in_region(replace(found, scopes=SESSION_SCOPES)), scope)
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():

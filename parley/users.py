@@ -6,11 +6,13 @@ Every read the API serves is keyed by the user, so a user's reads never leave
 its organisation. A key is shown once; only its SHA-256 is stored, and people
 name it by its ``key_id`` (the hash's first 12 hex digits).
 
-What a credential may do is its scopes (``SCOPES``). A key, which its user hands
-to clients, holds ``chat`` only: it reads and writes its user's own content. The
-web session holds ``account`` too (make and revoke keys, erase the account) and,
-for an organisation's admin, ``admin``. Keys store their scopes; a key stored
-before scopes, or with one a key may not hold, has ``chat`` (``key_scopes``).
+What a credential may do is its scopes (``SCOPES``); what a user may do is its
+role. A key, which its user hands to clients, holds ``chat`` only: it reads and
+writes its user's own content. The web session, where the user signed in
+themselves, holds every scope: ``account`` (make and revoke keys, erase the
+account) and ``admin`` (run the organisation, which also needs the admin role).
+Keys store their scopes; a key stored before scopes, or with one a key may not
+hold, has ``chat`` (``key_scopes``).
 
 Writes are built here as CQL statements (``Statement``) and run by whoever
 holds a session: ``execute`` for the CLI and the test stacks (sync driver),
@@ -33,12 +35,15 @@ KEY_PREFIX = "pk_"
 
 #: ``chat``: the caller's own conversations, documents, memory, usage, models, moderations.
 #: ``account``: making and revoking the caller's keys, erasing the caller.
-#: ``admin``: running the caller's organisation (its people, their keys' revocation, usage, settings).
+#: ``admin``: running the caller's organisation (its people, their keys' revocation, usage, settings), for
+#: a user whose role is admin.
 CHAT, ACCOUNT, ADMIN = "chat", "account", "admin"
 SCOPES = (CHAT, ACCOUNT, ADMIN)
 #: What a key may hold: a key pasted into a client must not outlive its own revocation by minting others,
-#: nor erase the account.
+#: erase the account, or run the organisation.
 KEY_SCOPES = frozenset({CHAT})
+#: What the web session holds: the user signed in themselves.
+SESSION_SCOPES = frozenset(SCOPES)
 
 
 @dataclass(frozen=True)
@@ -81,11 +86,6 @@ def key_scopes(stored: object) -> frozenset[str]:
     ``KEY_SCOPES``, whatever a row says."""
     held = frozenset(stored or ()) & KEY_SCOPES  # type: ignore[arg-type]
     return held or frozenset({CHAT})
-
-
-def session_scopes(role: str) -> frozenset[str]:
-    """A web session's scopes: everything its user may do; ``admin`` only for an organisation's admin."""
-    return frozenset({CHAT, ACCOUNT, ADMIN} if role == "admin" else {CHAT, ACCOUNT})
 
 
 def new_org(name: str, *, personal: bool = False, org_id: str | None = None) -> tuple[str, list[Statement]]:

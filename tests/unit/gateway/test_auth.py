@@ -1,6 +1,6 @@
 """Credentials and their scopes (gateway/auth.py, parley/users.py; DESIGN.md §12): a key holds ``chat``
-only, whatever its row says; a web session holds ``account`` too, and ``admin`` for an admin; a
-credential without the scope a route names is a 403 ``insufficient_scope``. The directory and the
+only, whatever its row says; a web session holds every scope (the admin role is checked apart, by
+gateway/admin.py); a credential without the scope a route names is a 403 ``insufficient_scope``. The directory and the
 session rows are in memory here; tests/e2e/test_authz_matrix.py runs the same rules over the real stack."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gateway.errors import ApiError, Forbidden
 from gateway.session_store import WebSession
 from gateway.sessions import COOKIE, WebSessions, hash_session
 from gateway.settings import SessionSettings
-from parley.users import ACCOUNT, ADMIN, CHAT, hash_key, key_scopes, new_key, session_scopes
+from parley.users import ACCOUNT, ADMIN, CHAT, SESSION_SCOPES, hash_key, key_scopes, new_key
 
 KEY, OLD_KEY, FORGED_KEY, ADMIN_KEY = "pk_member", "pk_before_scopes", "pk_row_says_account", "pk_admin"
 
@@ -98,11 +98,10 @@ def test_a_key_on_an_account_or_admin_route_is_a_403_insufficient_scope(key: str
     assert scope in refused.message
 
 
-def test_a_members_session_holds_chat_and_account_and_an_admins_admin_too() -> None:
+def test_a_session_holds_every_scope_whatever_its_users_role() -> None:
     member = _call(_request(session_of="u_member"), ACCOUNT)
-    assert member.scopes == {CHAT, ACCOUNT} and member.key_id == ""
-    assert _call(_request(session_of="u_admin"), ADMIN).scopes == {CHAT, ACCOUNT, ADMIN}
-    assert _refusal(_request(session_of="u_member"), ADMIN).code == "insufficient_scope"
+    assert member.scopes == {CHAT, ACCOUNT, ADMIN} and member.key_id == "" and member.role == "member"
+    assert _call(_request(session_of="u_admin"), ADMIN).admin
 
 
 def test_a_key_sent_beside_a_session_cookie_is_what_counts() -> None:
@@ -119,10 +118,10 @@ def test_without_a_credential_it_is_a_401_before_any_scope() -> None:
 
 
 def test_require_passes_a_held_scope_and_refuses_another() -> None:
-    member = Principal("u", "free", scopes=session_scopes("member"))
-    assert require(member, ACCOUNT) is member
+    session = Principal("u", "free", scopes=SESSION_SCOPES)
+    assert require(session, ACCOUNT) is session
     with pytest.raises(Forbidden):
-        require(member, ADMIN)
+        require(Principal("u", "free", scopes=frozenset({CHAT})), ADMIN)
     assert Principal("u", "free").scopes == {CHAT}  # a principal made without scopes holds chat only
 
 
