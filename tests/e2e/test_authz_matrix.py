@@ -19,6 +19,8 @@ may get follows from the two alone:
 "Served" means past authentication and authorisation: no 401, 403 or 404 (a body a route does not
 like is a 4xx of its own). A route added to the document without ``x-access`` or ``x-parley-scope``,
 or with a required body this module has no example of, fails here: no route skips the matrix.
+"""
+
 from __future__ import annotations
 
 import re
