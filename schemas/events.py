@@ -585,7 +585,7 @@ class MemoryUpdated(Event):
 
 # ------------------------------------------------------------------------ user.erasures
 
-ERASED_BY = frozenset({"self", "admin"})
+ERASED_BY = frozenset({"self", "admin", "operator"})
 
 
 @dataclass(frozen=True, kw_only=True)

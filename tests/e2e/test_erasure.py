@@ -104,6 +104,8 @@ async def test_the_operator_erases_a_user_with_the_cli(stack) -> None:  # type: 
         assert _parley(stack, "users", "erase", "u_nobody", "--confirm").returncode == 1
         done = _parley(stack, "users", "erase", user_id, "--confirm")
         assert done.returncode == 0 and "1 conversations" in done.stderr, done.stdout + done.stderr
+        again = _parley(stack, "users", "erase", user_id, "--confirm")  # repeatable: how a half-done erasure is finished
+        assert again.returncode == 0, again.stdout + again.stderr
         audited = _until_clean(stack, user_id, "--canary", said)
         assert audited.returncode == 0, audited.stdout + audited.stderr
         deadline = time.monotonic() + 60  # the gateway's auth cache (PARLEY_GATEWAY_AUTH_CACHE_S) lets the key go
