@@ -66,10 +66,10 @@ class Result:
         return records / self.step.tokens if self.step.tokens else float("nan")
 
 
-def records_read(url: str) -> tuple[float, float]:
-    """(all, borrowed) token records a gateway has read, from its /metrics."""
+def records_read(gateway: Child) -> tuple[float, float]:
+    """(all, borrowed) token records a gateway has read, from its /metrics (on its metrics port)."""
     total = borrowed = 0.0
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+    for line in httpx.get(str(gateway.metrics_url), timeout=10).text.splitlines():
         if line.startswith(READ + "{"):
             value = float(line.rsplit(" ", 1)[1])
             total += value
@@ -134,13 +134,13 @@ def run_one(stack: isolated.IsolatedStack, key: str, mode: str, n: int, k: int) 
             entry = [edge_url]
         asyncio.run(conversations(entry if mode == "edge" else urls, key, 2 * n, turns=1))  # warm-up: every gateway
 
-        before = [records_read(u) for u in urls]
-        written = token_log_end(stack.kafka)
         gateways = [c for c in children if c is not edge]
+        before = [records_read(g) for g in gateways]
+        written = token_log_end(stack.kafka)
         cpu = sum(cpu_seconds(c.process.pid) for c in gateways), cpu_seconds(edge.process.pid) if edge else 0.0
         step = asyncio.run(conversations(entry, key, k))
         time.sleep(0.5)  # the readers finish the records behind the last chunk
-        after = [records_read(u) for u in urls]
+        after = [records_read(g) for g in gateways]
         cpu_after = sum(cpu_seconds(c.process.pid) for c in gateways), cpu_seconds(edge.process.pid) if edge else 0.0
         return Result(
             mode,

@@ -159,16 +159,16 @@ class HttpEmbedder:
         self._client.close()
 
 
-def warm_in_background(embedder: Embedder) -> threading.Thread | None:
-    """Load ``embedder``'s in-process model on a daemon thread now, so the first question's search does not pay
-    for it (its budget is a second or two, PARLEY_DOCUMENTS_SEARCH_TIMEOUT_S; loading inside it lost the vector
-    half of the first searches after every start). Not awaited: the model (torch, ~12 CPU-seconds, ~1 GB) is
-    not what a context builder needs to join its group and build prompts. A server needs no warming: None."""
+def warm(embedder: Embedder) -> bool:
+    """Load ``embedder``'s in-process model now, before the caller's Kafka consumer starts: the first question's
+    search then does not pay for it (its budget is a second or two, PARLEY_DOCUMENTS_SEARCH_TIMEOUT_S). Not on a
+    thread beside a live consumer: importing torch holds the GIL for seconds at a time (loading libtorch), which
+    starved the consumer's heartbeats, got the context builder evicted from its group at start-up, and held the
+    first turns for minutes (seen in the e2e suite). A server needs no warming: False."""
     if not isinstance(embedder, MiniLM):
-        return None
-    thread = threading.Thread(target=embedder.embed, args=(["warm-up"],), name="embedder-warm-up", daemon=True)
-    thread.start()
-    return thread
+        return False
+    embedder.embed(["warm-up"])
+    return True
 
 
 def embedder_from(settings: DocumentSettings) -> Embedder:

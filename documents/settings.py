@@ -86,8 +86,8 @@ class DocumentSettings:
     embedder_warm: bool = env(
         "PARLEY_DOCUMENTS_EMBEDDER_WARM",
         True,
-        "The context builder loads the in-process embedding model in the background at start-up; false: at the first "
-        "question that names a document, whose search may then answer from keywords alone while the model loads",
+        "The context builder loads the in-process embedding model at start-up, before it joins its group; false: at the "
+        "first question that names a document, whose search may then answer from keywords alone while the model loads",
     )
     reranker_url: str = env(
         "PARLEY_DOCUMENTS_RERANKER_URL", "", "A reranking server's base URL (SGLang /v1/rerank); empty: the fused score"

@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from gateway.app import create_app, drain
 from gateway.settings import GatewaySettings
 from parley.logs import setup_logging
+from parley.metrics import serve_from_env
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 
 log = logging.getLogger("gateway")
@@ -69,12 +70,20 @@ GC_THRESHOLDS = (10_000, 20, 20)
 def serve(settings: GatewaySettings | None = None) -> None:
     settings = settings or from_env(GatewaySettings)
     setup_logging("gateway")
+    serve_from_env("gateway")  # PARLEY_METRICS_PORT, as every service: /metrics is never on the API port
     app = create_app(settings, from_env(KafkaSettings), from_env(CassandraSettings))
     gc.freeze()  # what import and set-up made lives as long as the process: no collection need look at it
     gc.set_threshold(*GC_THRESHOLDS)
-    # Access logs stay off: paths carry ids only, but one line per token stream adds nothing.
+    # Access logs stay off: paths carry ids only, but one line per token stream adds nothing. Proxy headers are
+    # the app's (gateway/client_address.py, PARLEY_GATEWAY_TRUSTED_PROXIES), not uvicorn's FORWARDED_ALLOW_IPS.
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, access_log=False, log_config=None, timeout_graceful_shutdown=30
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=30,
+        proxy_headers=False,
     )
     DrainingServer(config, app).run()
 

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -38,7 +37,7 @@ from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
 from gateway.tracing import TraceMiddleware
-from gateway import oidc, sessions
+from gateway import client_address, oidc, sessions
 from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
 from gateway.settings import OidcSettings, SessionSettings
@@ -72,10 +71,6 @@ async def readyz(request: Request) -> Response:
     ready = checks["tokens"] and checks["kafka"] and not checks["draining"]
     shard = svc.tokens.shard  # the edge checks it against its own list of gateways
     return JSONResponse({"ready": ready, **checks, "shard": str(shard) if shard else None}, status_code=200 if ready else 503)
-
-
-async def metrics(request: Request) -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def openapi(request: Request) -> Response:
@@ -145,7 +140,6 @@ ROUTES = [
     Mount("/static", StaticFiles(directory=STATIC), name="static"),
     Route("/healthz", healthz),
     Route("/readyz", readyz),
-    Route("/metrics", metrics),
     Route("/openapi.yaml", openapi),
     Route("/openapi.json", openapi),
     Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
@@ -238,6 +232,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         routes=ROUTES,
         lifespan=lifespan,
         middleware=[
+            client_address.middleware(settings.proxies),  # request.client: the peer, or what a trusted proxy saw
             Middleware(TraceMiddleware, routes=ROUTES),
             Middleware(SecurityHeadersMiddleware, hsts_s=session_settings.hsts_s),
         ],

@@ -21,7 +21,11 @@ from gateway.directory import Directory
 from gateway.errors import Forbidden, Misdirected, Unauthorized
 from gateway.sessions import COOKIE, WebSessions
 from parley.errors import Unavailable
+from parley.lru import LRU
 from parley.users import CHAT, SESSION_SCOPES, hash_key
+
+#: Principals (and, apart, unknown names) one gateway keeps: far more than its live users.
+CACHE_CAPACITY = 10_000
 
 
 @dataclass(frozen=True)
@@ -51,29 +55,40 @@ def require(principal: Principal, scope: str) -> Principal:
 
 class _Cache:
     """Lookups kept for ``cache_s``; while Cassandra is down one verified within ``stale_s`` keeps
-    working, so users mid-conversation can go on posting; others get the store's 503."""
+    working, so users mid-conversation can go on posting; others get the store's 503.
 
-    def __init__(self, cache_s: float, stale_s: float) -> None:
+    Two bounded LRUs: what was found, and what was not. A flood of junk keys churns only the second,
+    so it never evicts a real user's entry (a single map cleared when full did)."""
+
+    def __init__(self, cache_s: float, stale_s: float, capacity: int = CACHE_CAPACITY) -> None:
         self._cache_s, self._stale_s = cache_s, stale_s
-        self._hits: dict[str, tuple[float, Principal | None]] = {}
+        self._found: LRU[str, tuple[float, Principal]] = LRU(capacity)
+        self._missing: LRU[str, float] = LRU(capacity)
 
     def drop(self, name: str) -> None:
-        self._hits.pop(name, None)
+        self._found.pop(name)
+        self._missing.pop(name)
 
     async def get(self, name: str, lookup: Callable[[], Awaitable[Principal | None]]) -> Principal | None:
         now = time.monotonic()
-        hit = self._hits.get(name)
+        hit = self._found.get(name)
         if hit is not None and now - hit[0] <= self._cache_s:
             return hit[1]
+        missed = self._missing.get(name)
+        if missed is not None and now - missed <= self._cache_s:
+            return None
         try:
             found = await lookup()
         except Unavailable:
-            if hit is None or hit[1] is None or now - hit[0] > self._stale_s:
+            if hit is None or now - hit[0] > self._stale_s:
                 raise
             return hit[1]  # kept with its old time: the next request asks Cassandra again
-        if len(self._hits) > 10_000:
-            self._hits.clear()
-        self._hits[name] = (now, found)
+        if found is None:
+            self._found.pop(name)
+            self._missing.put(name, now)
+        else:
+            self._missing.pop(name)
+            self._found.put(name, (now, found))
         return found
 
 

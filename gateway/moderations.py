@@ -80,6 +80,8 @@ async def _moderate(request: Request) -> Response:
             code="model_not_found",
         )
     tier = policy.for_tier(user.tier)
+    # Each call is a request of the minute, as a generation is: the classifier's CPU is not free.
+    await svc.quotas.check(user, f"moderation-{uuid.uuid4()}")
     try:
         scored = await classifier.classify(texts)
     except ClassifierUnavailable as exc:

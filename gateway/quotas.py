@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 TIERS = ("free", "plus", "enterprise")
 TOKENS_PER_DAY = "tokens_per_day"
 REQUESTS_PER_MINUTE = "requests_per_minute"
+UPLOADS_PER_DAY = "uploads_per_day"
+UPLOAD_BYTES_PER_DAY = "upload_bytes_per_day"
 
 
 # ------------------------------------------------------------------ pure
@@ -99,7 +101,7 @@ def retry_after_s(now: datetime, reset_at: datetime) -> int:
 
 @dataclass(frozen=True)
 class Exceeded:
-    quota: str  # TOKENS_PER_DAY | REQUESTS_PER_MINUTE
+    quota: str  # TOKENS_PER_DAY | REQUESTS_PER_MINUTE | UPLOADS_PER_DAY | UPLOAD_BYTES_PER_DAY
     limit: int
     used: int
     reset_at: datetime
@@ -123,6 +125,19 @@ def judge(limits: Limits, tokens_today: int, requests_this_minute: int, now: dat
             Exceeded(REQUESTS_PER_MINUTE, limits.requests_per_minute, requests_this_minute, reset, retry_after_s(now, reset))
         )
     return max(over, key=lambda e: e.reset_at) if over else None
+
+
+def judge_upload(settings: QuotaSettings, tier: str, uploads_today: tuple[int, int], size: int, now: datetime) -> Exceeded | None:
+    """The upload quota a new document of ``size`` bytes exceeds, given the day's (count, bytes) so far."""
+    tier = tier if tier in TIERS else "free"
+    count_limit, bytes_limit = getattr(settings, f"{tier}_uploads_per_day"), getattr(settings, f"{tier}_upload_bytes_per_day")
+    count, stored = uploads_today
+    reset = day_reset(now)
+    if count_limit and count + 1 > count_limit:
+        return Exceeded(UPLOADS_PER_DAY, count_limit, count, reset, retry_after_s(now, reset))
+    if bytes_limit and stored + size > bytes_limit:
+        return Exceeded(UPLOAD_BYTES_PER_DAY, bytes_limit, stored, reset, retry_after_s(now, reset))
+    return None
 
 
 def iso(value: datetime) -> str:
@@ -152,7 +167,7 @@ class QuotaExceeded(ApiError):
     status, code = 429, "quota_exceeded"
 
     def __init__(self, exceeded: Exceeded) -> None:
-        what = "tokens per day" if exceeded.quota == TOKENS_PER_DAY else "requests per minute"
+        what = exceeded.quota.replace("_", " ")
         super().__init__(
             f"quota of {exceeded.limit} {what} reached; retry after {iso(exceeded.reset_at)}",
             retry_after=exceeded.retry_after,
@@ -213,6 +228,12 @@ class QuotaStore(Store):
             (user_id, minute, request_id),
         )
 
+    async def uploads_on(self, user_id: str, day: date) -> tuple[int, int]:
+        """(documents, bytes) the user uploaded on ``day`` (UTC) that are still kept."""
+        rows = await self._run("SELECT created_at, size_bytes FROM {ks}.documents WHERE user_id = ?", (user_id,))
+        today = [r for r in rows if r.created_at is not None and day_of(r.created_at.replace(tzinfo=timezone.utc)) == day]
+        return len(today), sum(int(r.size_bytes or 0) for r in today)
+
     async def requests_in(self, user_id: str, minute: int) -> int:
         rows = await self._run(
             "SELECT count(*) AS n FROM {ks}.requests_by_minute WHERE user_id = ? AND minute = ?", (user_id, minute)
@@ -250,6 +271,19 @@ class Quotas:
         except (StoreUnavailable, asyncio.TimeoutError) as exc:
             log.warning("quota check skipped, request let through", extra={"error": type(exc).__name__})
             return
+        if verdict is not None:
+            raise QuotaExceeded(verdict)
+
+    async def check_upload(self, user: Principal, size: int) -> None:
+        """Raise QuotaExceeded (429) when ``user`` may not upload a document of ``size`` bytes today.
+        Fails open as ``check`` does."""
+        now = self.clock()
+        try:
+            today = await asyncio.wait_for(self.store.uploads_on(user.user_id, day_of(now)), self.settings.timeout_s)
+        except (StoreUnavailable, asyncio.TimeoutError) as exc:
+            log.warning("upload quota check skipped, upload let through", extra={"error": type(exc).__name__})
+            return
+        verdict = judge_upload(self.settings, user.tier, today, size, now)
         if verdict is not None:
             raise QuotaExceeded(verdict)
 

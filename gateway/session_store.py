@@ -1,13 +1,16 @@
-"""Web sessions, password checks and failed sign-ins in Cassandra (schemas/cql/0012_accounts.cql), as awaitables.
+"""Web sessions and password checks in Cassandra (schemas/cql/0012_accounts.cql), as awaitables.
 
-Every gateway reads and writes the same rows, so a session opened on one works on all of them and the
-sign-in limits count across them. Driver errors are ``StoreUnavailable`` (``parley.cassandra.AsyncCql``).
+Every gateway reads and writes the same rows, so a session opened on one works on all of them. Driver
+errors are ``StoreUnavailable`` (``parley.cassandra.AsyncCql``). The sign-in limits' rows are
+gateway/sign_in_limits.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -41,9 +44,20 @@ def _seconds(value: datetime) -> float:
     return value.replace(tzinfo=timezone.utc).timestamp()  # the driver reads timestamps as naive UTC
 
 
+#: Password checks at once per gateway. Each argon2id hash takes 64 MiB and about 0.15 s of a core; they run
+#: on threads of their own, so a burst of sign-ins neither blocks the event loop nor queues ahead of the
+#: default pool's work (Kafka probes, upload writes), and their memory stays bounded.
+HASH_THREADS = 4
+
+
 class SessionStore:
     def __init__(self, cql: AsyncCql) -> None:
         self._cql = cql
+        self._hashing = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="argon2")
+
+    @property
+    def cql(self) -> AsyncCql:
+        return self._cql
 
     async def insert(self, session: WebSession, ttl_s: int) -> None:
         await self._cql.run_batch(
@@ -90,24 +104,12 @@ class SessionStore:
         )
 
     async def verify(self, email: str, password: str) -> str | None:
-        """``parley.accounts.verify`` off the event loop (it hashes for ~0.15 s)."""
+        """``parley.accounts.verify`` on the hashing threads (it hashes for ~0.15 s)."""
         session = await self._cql.session()
-        return await asyncio.to_thread(accounts.verify, session, email, password, keyspace=self._cql.settings.keyspace)
+        check = functools.partial(accounts.verify, session, email, password, keyspace=self._cql.settings.keyspace)
+        return await asyncio.get_running_loop().run_in_executor(self._hashing, check)
 
     async def erase(self, user_id: str) -> None:
         """``parley.accounts.erase_accounts`` off the event loop: the account, its OpenID links, every session."""
         session = await self._cql.session()
         await asyncio.to_thread(accounts.erase_accounts, session, user_id, keyspace=self._cql.settings.keyspace)
-
-    async def failures(self, scope: str, since: float) -> list[float]:
-        """When the failed sign-ins of ``scope`` after ``since`` happened, oldest first."""
-        rows = await self._cql.run(
-            "SELECT at FROM {ks}.sign_in_failures WHERE scope = ? AND at > ?", (scope, _time(since))
-        )
-        return [_seconds(r.at) for r in rows]
-
-    async def record_failure(self, scope: str, at: float, ttl_s: int) -> None:
-        await self._cql.run(
-            "INSERT INTO {ks}.sign_in_failures (scope, at, attempt) VALUES (?, ?, now()) USING TTL ?",
-            (scope, _time(at), ttl_s),
-        )

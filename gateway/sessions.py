@@ -13,14 +13,15 @@ token in ``X-CSRF-Token`` (compared in constant time) and come from the gateway'
 cookie off other sites' requests, the token and the origin check hold where it does not (an old browser,
 a sibling subdomain). API clients send a key and are not subject to any of it.
 
-Failed sign-ins are limited per client address and per email over a sliding window shared by every
-gateway (429 with Retry-After, before the password is checked); a failure costs one argon2 hash whether
-or not the email has an account.
+Each sign-in attempt takes a slot in the sign-in limits before its password is checked
+(gateway/sign_in_limits.py: per client address, per email and address, per email from unfamiliar
+addresses; 429 with Retry-After when one is full), so concurrent guesses cannot outrun them; the address
+is the one gateway/client_address.py decides. A failure costs one argon2 hash whether or not the email
+has an account.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import logging
@@ -38,9 +39,11 @@ from starlette.routing import Route
 from gateway.errors import ApiError, BadRequest, Unauthorized
 from gateway.session_store import SessionStore, WebSession
 from gateway.settings import SessionSettings
+from gateway.sign_in_limits import AttemptStore, SignInLimits
 from gateway.validation import json_body, string
 from parley import accounts
 from parley.errors import Unavailable
+from parley.lru import LRU
 
 if TYPE_CHECKING:  # gateway/auth.py imports this module: its session branch calls WebSessions
     from gateway.auth import Authenticator, Principal
@@ -51,16 +54,12 @@ log = logging.getLogger(__name__)
 COOKIE = "__Host-parley_session"
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-#: Sessions a gateway keeps looked up; past it the cache starts again.
+#: Sessions a gateway keeps looked up, and apart, unknown or ended ones: junk cookies churn only the latter.
 CACHE_ENTRIES = 10_000
 
 
 class Forbidden(ApiError):
     status, code = 403, "csrf_failed"
-
-
-class TooManySignIns(ApiError):
-    status, code = 429, "too_many_sign_ins"
 
 
 # ------------------------------------------------------------------ pure
@@ -123,58 +122,7 @@ def csrf_refusal(method: str, headers: Headers, session: WebSession, allowed: fr
     return origin_refusal(headers, allowed)
 
 
-def retry_after(times: list[float], now: float, limit: int, window_s: float) -> float | None:
-    """Seconds until one more failure fits in the sliding window (``times``: the failures in it, oldest
-    first), or None when it fits now. ``limit`` 0: no limit."""
-    if not limit or len(times) < limit:
-        return None
-    return max(0.0, times[len(times) - limit] + window_s - now)
-
-
-def scopes(address: str, email: str) -> tuple[str, str]:
-    """The keys of the two sign-in limits; hashed, so the table holds no address or email."""
-    try:
-        email = accounts.normal_email(email)
-    except ValueError:
-        email = email.strip().casefold()
-    return (
-        hashlib.sha256(f"address:{address}".encode()).hexdigest(),
-        hashlib.sha256(f"email:{email}".encode()).hexdigest(),
-    )
-
-
 # ------------------------------------------------------------------ sessions
-
-
-class SignInLimits:
-    """Failed sign-ins per client address and per email, over a sliding window every gateway shares."""
-
-    def __init__(self, settings: SessionSettings, store: SessionStore) -> None:
-        self.settings = settings
-        self.store = store
-
-    async def admit(self, address: str, email: str) -> None:
-        """429 when either limit is reached: nothing is checked, nothing recorded."""
-        s, now = self.settings, time.time()
-        by_address, by_email = scopes(address, email)
-        address_times, email_times = await asyncio.gather(
-            self.store.failures(by_address, now - s.signin_window_s), self.store.failures(by_email, now - s.signin_window_s)
-        )
-        waits = [
-            w
-            for w in (
-                retry_after(address_times, now, s.signin_per_address, s.signin_window_s),
-                retry_after(email_times, now, s.signin_per_email, s.signin_window_s),
-            )
-            if w is not None
-        ]
-        if waits:
-            raise TooManySignIns("too many failed sign-ins; wait before trying again", retry_after=max(1.0, max(waits)))
-
-    async def failed(self, address: str, email: str) -> None:
-        ttl = max(1, round(self.settings.signin_window_s))
-        now = time.time()
-        await asyncio.gather(*(self.store.record_failure(scope, now, ttl) for scope in scopes(address, email)))
 
 
 class WebSessions:
@@ -183,10 +131,11 @@ class WebSessions:
     def __init__(self, settings: SessionSettings, store: SessionStore) -> None:
         self.settings = settings
         self.store = store
-        self.limits = SignInLimits(settings, store)
+        self.limits = SignInLimits(settings, AttemptStore(store.cql))
         #: The idle clock is written at most this often: often enough that the idle expiry is within a tenth.
         self._touch_s = min(60.0, settings.idle_s / 10)
-        self._cache: dict[str, tuple[float, WebSession | None]] = {}
+        self._found: LRU[str, tuple[float, WebSession]] = LRU(CACHE_ENTRIES)
+        self._missing: LRU[str, float] = LRU(CACHE_ENTRIES)
 
     async def open(self, user_id: str) -> tuple[str, WebSession]:
         """A new session of ``user_id``: (the id for the cookie, the session)."""
@@ -237,8 +186,8 @@ class WebSessions:
         """The user's account and every session of theirs gone (the user's erasure): signed out here at once,
         on other gateways within PARLEY_SESSION_CACHE_S."""
         await self.store.erase(user_id)
-        for session_hash, (_, session) in list(self._cache.items()):
-            if session is not None and session.user_id == user_id:
+        for session_hash, (_, session) in self._found.items():
+            if session.user_id == user_id:
                 self._remember(session_hash, None)
 
     def public(self, session: WebSession, user: Principal) -> dict[str, object]:
@@ -254,22 +203,29 @@ class WebSessions:
         }
 
     async def _lookup(self, session_hash: str, *, fresh: bool = False) -> WebSession | None:
-        hit = self._cache.get(session_hash)
-        if not fresh and hit is not None and time.monotonic() - hit[0] <= self.settings.cache_s:
+        now = time.monotonic()
+        hit = self._found.get(session_hash)
+        if not fresh and hit is not None and now - hit[0] <= self.settings.cache_s:
             return hit[1]
+        missed = self._missing.get(session_hash)
+        if not fresh and missed is not None and now - missed <= self.settings.cache_s:
+            return None
         try:
             session = await self.store.get(session_hash)
         except Unavailable:
-            if hit is None or hit[1] is None:
+            if hit is None:
                 raise
             return hit[1]  # Cassandra down: a session this gateway knows goes on until it expires
         self._remember(session_hash, session)
         return session
 
     def _remember(self, session_hash: str, session: WebSession | None) -> None:
-        if len(self._cache) >= CACHE_ENTRIES:
-            self._cache.clear()
-        self._cache[session_hash] = (time.monotonic(), session)
+        if session is None:
+            self._found.pop(session_hash)
+            self._missing.put(session_hash, time.monotonic())
+        else:
+            self._missing.pop(session_hash)
+            self._found.put(session_hash, (time.monotonic(), session))
 
 
 # ------------------------------------------------------------------ routes
@@ -283,10 +239,6 @@ def _authenticator(request: Request) -> Authenticator:
     return request.app.state.services.auth
 
 
-def _address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
-
-
 async def sign_in(request: Request) -> Response:
     sessions = _sessions(request)
     body = await json_body(request, 8192)
@@ -298,13 +250,14 @@ async def sign_in(request: Request) -> Response:
     insecure = insecure_page(request.headers)
     if insecure is not None:
         raise BadRequest(insecure, code="insecure_origin")
-    address = _address(request)
-    await sessions.limits.admit(address, email)
+    # The peer, or what a trusted proxy saw (gateway/client_address.py): never the client's own claim.
+    address = request.client.host if request.client else "unknown"
+    attempt = await sessions.limits.reserve(address, email)  # counted before the password is looked at
     user_id = await sessions.store.verify(email, password)
     user = None if user_id is None else await _authenticator(request).of_user(user_id)
     if user is None:  # a wrong password, no such account, or a disabled user: one answer for all
-        await sessions.limits.failed(address, email)
         raise Unauthorized("that email and password were not accepted", code="invalid_credentials")
+    await sessions.limits.succeeded(attempt)
     session_id, session = await sessions.open(user.user_id)
     response = JSONResponse(sessions.public(session, user), headers={"Cache-Control": "no-store"})
     response.headers["set-cookie"] = cookie(session_id, round(sessions.settings.max_s))

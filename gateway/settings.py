@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from gateway.client_address import trusted_proxies
 from parley.errors import ConfigError
 from parley.settings import env
 from parley.shards import Shard, parse_shard
@@ -56,9 +57,17 @@ class GatewaySettings:
         "A chat.tokens partition this gateway does not own (a resume or failover landed here) is unassigned this many "
         "seconds after its last stream ends (owned ones after 30 s)",
     )
+    trusted_proxies: str = env(
+        "PARLEY_GATEWAY_TRUSTED_PROXIES",
+        "127.0.0.1,::1",
+        "Addresses and CIDR networks of the proxies in front of the gateway (the edge, a TLS terminator): only "
+        "from these is X-Forwarded-For believed, and then only its right-most untrusted address "
+        "(gateway/client_address.py); empty: every peer is the client",
+    )
 
     def __post_init__(self) -> None:
         self.token_shard  # a malformed PARLEY_GATEWAY_SHARD fails at start-up, naming itself
+        self.proxies  # and so does a malformed PARLEY_GATEWAY_TRUSTED_PROXIES
         if self.borrowed_idle_s < 0:
             raise ConfigError(f"PARLEY_GATEWAY_BORROWED_IDLE_S must be >= 0, got {self.borrowed_idle_s}")
 
@@ -66,6 +75,11 @@ class GatewaySettings:
     def token_shard(self) -> Shard | None:
         """The parsed PARLEY_GATEWAY_SHARD (None: unsharded)."""
         return parse_shard(self.shard, TOPICS["chat.tokens"].partitions)
+
+    @property
+    def proxies(self) -> tuple[str, ...]:
+        """The parsed PARLEY_GATEWAY_TRUSTED_PROXIES, as networks."""
+        return trusted_proxies(self.trusted_proxies)
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,20 @@ class QuotaSettings:
     )
     enterprise_requests_per_minute: int = env(
         "PARLEY_QUOTA_ENTERPRISE_REQUESTS_PER_MINUTE", 0, "Generations an enterprise user may start per minute"
+    )
+    free_uploads_per_day: int = env("PARLEY_QUOTA_FREE_UPLOADS_PER_DAY", 20, "Documents a free user may upload per UTC day")
+    free_upload_bytes_per_day: int = env(
+        "PARLEY_QUOTA_FREE_UPLOAD_BYTES_PER_DAY", 100 * 2**20, "Bytes of documents a free user may upload per UTC day"
+    )
+    plus_uploads_per_day: int = env("PARLEY_QUOTA_PLUS_UPLOADS_PER_DAY", 200, "Documents a plus user may upload per UTC day")
+    plus_upload_bytes_per_day: int = env(
+        "PARLEY_QUOTA_PLUS_UPLOAD_BYTES_PER_DAY", 2**30, "Bytes of documents a plus user may upload per UTC day"
+    )
+    enterprise_uploads_per_day: int = env(
+        "PARLEY_QUOTA_ENTERPRISE_UPLOADS_PER_DAY", 0, "Documents an enterprise user may upload per UTC day"
+    )
+    enterprise_upload_bytes_per_day: int = env(
+        "PARLEY_QUOTA_ENTERPRISE_UPLOAD_BYTES_PER_DAY", 0, "Bytes of documents an enterprise user may upload per UTC day"
     )
     timeout_s: float = env(
         "PARLEY_QUOTA_TIMEOUT_S", 1.0, "Longest a quota check waits for Cassandra; after that the request goes through"
@@ -117,10 +145,26 @@ class SessionSettings:
         "PARLEY_SESSION_SIGNIN_WINDOW_S", 900.0, "The sliding window of the sign-in limits, in seconds"
     )
     signin_per_address: int = env(
-        "PARLEY_SESSION_SIGNIN_PER_ADDRESS", 30, "Failed sign-ins one client address may make per window (0: no limit)"
+        "PARLEY_SESSION_SIGNIN_PER_ADDRESS",
+        30,
+        "Sign-in attempts one client address may make per window, to any emails; a success is given back (0: no limit)",
+    )
+    signin_per_email_address: int = env(
+        "PARLEY_SESSION_SIGNIN_PER_EMAIL_ADDRESS",
+        10,
+        "Sign-in attempts to one email from one client address per window; a success is given back (0: no limit)",
     )
     signin_per_email: int = env(
-        "PARLEY_SESSION_SIGNIN_PER_EMAIL", 10, "Failed sign-ins to one email per window (0: no limit)"
+        "PARLEY_SESSION_SIGNIN_PER_EMAIL",
+        20,
+        "Sign-in attempts to one email per window from addresses where it has not signed in lately (addresses where "
+        "it has are not counted or refused); a success is given back (0: no limit)",
+    )
+    signin_familiar_s: float = env(
+        "PARLEY_SESSION_SIGNIN_FAMILIAR_S",
+        30 * 86400.0,
+        "Seconds an address stays familiar to an email after a good sign-in from it (PARLEY_SESSION_SIGNIN_PER_EMAIL "
+        "does not count it)",
     )
     origins: str = env(
         "PARLEY_SESSION_ORIGINS",

@@ -35,6 +35,10 @@ class LRU(Generic[K, V]):
     def pop(self, key: K) -> V | None:
         return self._items.pop(key, None)
 
+    def items(self) -> list[tuple[K, V]]:
+        """A snapshot, least recently used first (the map may change while the caller goes through it)."""
+        return list(self._items.items())
+
     def __len__(self) -> int:
         return len(self._items)
 

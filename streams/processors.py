@@ -33,7 +33,7 @@ from moderation.policy import org_policies_from
 from moderation.policy import policy_from as moderation_policy
 from moderation.pii import PiiDetector
 from moderation.settings import ModerationSettings
-from documents.embedding import embedder_from, warm_in_background
+from documents.embedding import embedder_from, warm
 from documents.index import DocumentIndex
 from documents.retrieval import Retriever, reranker_from
 from documents.settings import DocumentSettings
@@ -97,7 +97,7 @@ def _context(kafka: KafkaSettings) -> Wiring:
     docs = from_env(DocumentSettings)
     embedder = embedder_from(docs)
     if docs.embedder_warm:
-        warm_in_background(embedder)
+        warm(embedder)  # before the consumer joins: see warm()
     retriever = Retriever(
         DocumentIndex(store.cql), embedder, reranker_from(docs), k=docs.retrieve_k, timeout_s=docs.search_timeout_s,
         alpha=docs.hybrid_alpha,

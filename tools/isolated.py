@@ -41,6 +41,11 @@ class IsolatedStack:
     def create_user(self, name: str = "user", tier: str = "plus") -> tuple[str, str]:
         return create_user(self.session, name, tier)  # type: ignore[arg-type]
 
+    def metrics_url(self, name: str = GATEWAY.name) -> str:
+        """Where the child named ``name`` (the last started of that name) serves /metrics: its own port."""
+        child = next(c for c in reversed(self.supervisor.children) if c.log.stem == name)
+        return str(child.metrics_url)
+
     def stop(self) -> None:
         self.supervisor.stop_all()
         self.session.cluster.shutdown()  # type: ignore[attr-defined]  # else its scheduler thread outlives the test run

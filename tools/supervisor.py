@@ -74,12 +74,11 @@ class Supervisor:
             raise StartFailed(f"{name}: {url} already answers: another process holds its port (change the PARLEY_*_PORT setting or stop it)")
         log = self.log_dir / f"{name}.log"
         env = {**self.env, **(extra_env or {})}
-        if service.own_metrics:
-            metrics_url = url.rsplit("/", 1)[0] + "/metrics" if url else None
-        else:  # a port of its own for prometheus-client's server (parley.metrics.serve_from_env)
-            if "PARLEY_METRICS_PORT" not in (extra_env or {}):  # never the parent's one port, shared by every child
-                env["PARLEY_METRICS_PORT"] = str(free_port())
-            metrics_url = f"http://127.0.0.1:{env['PARLEY_METRICS_PORT']}/metrics"
+        # A port of its own for prometheus-client's server (parley.metrics.serve_from_env), never the parent's
+        # one port, which every child would share.
+        if "PARLEY_METRICS_PORT" not in (extra_env or {}):
+            env["PARLEY_METRICS_PORT"] = str(free_port())
+        metrics_url = f"http://127.0.0.1:{env['PARLEY_METRICS_PORT']}/metrics"
         with open(log, "ab") as out:
             process = subprocess.Popen(
                 service.argv(),

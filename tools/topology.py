@@ -20,7 +20,6 @@ class Service:
     produces: tuple[str, ...] = ()
     group: str | None = None  # consumer group; scale by starting more of it
     health_url: str | None = None  # answered 200 once ready ({port} filled from settings)
-    own_metrics: bool = False  # serves /metrics beside health_url; others get PARLEY_METRICS_PORT
 
 
     def argv(self) -> list[str]:
@@ -106,7 +105,6 @@ GATEWAY = Service(
     consumes=("chat.tokens", "fleet.heartbeats"),  # outside any group: live streams' partitions; pool pressure
     produces=("chat.events", "chat.control", "user.memory"),  # turns and edits; cancels; a user's memory
     health_url="http://127.0.0.1:{gateway_port}/readyz",
-    own_metrics=True,
 )
 
 #: In front of sharded gateways (PARLEY_GATEWAY_SHARD): sends each conversation's requests to the gateway that

@@ -494,7 +494,35 @@ function renderThread() {
   if (nearBottom) thread.scrollTop = thread.scrollHeight;
 }
 
+// A streaming reply's body is redrawn at most once a frame, and only after five times what its last
+// redraw took has passed: a long reply's Markdown takes milliseconds to parse and sanitise, and a fast
+// engine sends hundreds of tokens a second, so drawing each one would freeze the page. The reply's end
+// is drawn at once.
+const redraw = { reply: null, frame: 0, notBefore: 0 };
+
 function renderReply(reply) {
+  redraw.reply = reply;
+  if (reply.status === "streaming") {
+    if (!redraw.frame) redraw.frame = requestAnimationFrame(drawPendingReply);
+    return;
+  }
+  cancelAnimationFrame(redraw.frame);
+  redraw.frame = 0;
+  drawReply(reply);
+}
+
+function drawPendingReply(now) {
+  if (now < redraw.notBefore) {
+    redraw.frame = requestAnimationFrame(drawPendingReply);
+    return;
+  }
+  redraw.frame = 0;
+  const start = performance.now();
+  drawReply(redraw.reply);
+  redraw.notBefore = start + 5 * (performance.now() - start);
+}
+
+function drawReply(reply) {
   const thread = $("thread");
   const body = thread.querySelector(`article[data-id="${CSS.escape(reply.id)}"] .body`);
   if (!body) return;

@@ -1,103 +1,68 @@
-// A small, safe Markdown renderer for replies.
+// A reply's Markdown as DOM: markdown-it parses it, DOMPurify sanitises the result (both vendored
+// from npm, unmodified: vendor/README.md).
 //
-// Safety comes from the order of work: the whole source is HTML-escaped first,
-// and only then is a limited subset turned into tags this module writes itself
-// (paragraphs, headings, lists, fenced code, inline code, bold, italic, and
-// links whose target is http or https). No character of the source can open a
-// tag or an attribute. Unclosed constructs (a fence still streaming) render as
-// far as they go.
+// Two locks, each enough alone. markdown-it runs with raw HTML off, so no character of the source
+// opens a tag or an attribute it did not write itself, and a link or autolink keeps its target only
+// when that is http, https or mailto (otherwise it stays text). DOMPurify then keeps only the tags
+// and attributes listed below, working on an inert document, and hands back a DocumentFragment: the
+// page never parses an HTML string of the reply's. An unclosed construct (a fence still streaming)
+// renders as far as it goes.
 
-const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+import markdownit from "./vendor/markdown-it.esm.min.mjs";
+import DOMPurify from "./vendor/purify.es.mjs";
 
-export function escapeHtml(text) {
-  return text.replace(/[&<>"']/g, (c) => ESCAPES[c]);
-}
+/** The only link targets a reply may have. */
+const LINK = /^(?:https?:\/\/|mailto:)/i;
 
-const FENCE = /^\s{0,3}```\s*([A-Za-z0-9_+-]*)\s*$/;
-const LIST_ITEM = /^\s{0,3}(?:([-*+])|(\d{1,9})[.)])\s+(.*)$/;
-const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
-const HOLE = /\u0000(\d+)\u0000/g; // placeholders for spans already rendered
+const md = markdownit({ html: false, linkify: false, breaks: true, typographer: false });
+// An image would be fetched from wherever the model says (the CSP blocks it anyway): `![alt](url)`
+// shows as "!" and a link, as any other text would.
+md.disable("image");
+md.validateLink = (url) => LINK.test(url);
+md.core.ruler.push("parley_page", shapeForThePage);
 
-/** HTML for `source` (a string of Markdown, untrusted). */
+const PURIFY = {
+  ALLOWED_TAGS: [
+    "p", "br", "strong", "em", "s", "code", "pre", "a", "ul", "ol", "li", "blockquote", "hr",
+    "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td",
+  ],
+  ALLOWED_ATTR: ["href", "title", "target", "rel", "class", "start"],
+  // DOMPurify checks every attribute not named URI-safe against this pattern, so the ones that are
+  // never URLs are named: what is left to check is href.
+  ALLOWED_URI_REGEXP: LINK,
+  ADD_URI_SAFE_ATTR: ["target", "rel", "start"],
+  ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
+  RETURN_DOM_FRAGMENT: true,
+};
+
+/** A DocumentFragment for `source` (a string of Markdown, untrusted). */
 export function renderMarkdown(source) {
-  const lines = escapeHtml(source.replace(/\u0000/g, "").replace(/\r\n?/g, "\n")).split("\n");
-  const out = [];
-  let paragraph = [];
-  let list = null; // {ordered, items: [string]}
+  return sanitize(md.render(source));
+}
 
-  const flushParagraph = () => {
-    if (paragraph.length) out.push(`<p>${inline(paragraph.join("\n")).replace(/\n/g, "<br>")}</p>`);
-    paragraph = [];
-  };
-  const flushList = () => {
-    if (!list) return;
-    const tag = list.ordered ? "ol" : "ul";
-    out.push(`<${tag}>${list.items.map((item) => `<li>${inline(item)}</li>`).join("")}</${tag}>`);
-    list = null;
-  };
+/** The second lock alone (exported for its tests): `html` as a fragment of the tags and attributes above. */
+export function sanitize(html) {
+  return DOMPurify.sanitize(html, PURIFY);
+}
 
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i];
-    const fence = FENCE.exec(line);
-    if (fence) {
-      flushParagraph();
-      flushList();
-      const code = [];
-      for (i++; i < lines.length && !/^\s{0,3}```\s*$/.test(lines[i]); i++) code.push(lines[i]);
-      const lang = fence[1] ? ` class="language-${fence[1]}"` : "";
-      out.push(`<pre><code${lang}>${code.join("\n")}</code></pre>`);
-      continue;
+/**
+ * What the page needs of markdown-it's tokens: headings two levels down (the page's own h1 and h2
+ * stay above replies), a table column's alignment as a class (a style attribute would break the
+ * CSP), and links that open apart from the page and tell the other site nothing.
+ */
+function shapeForThePage(state) {
+  for (const token of state.tokens) {
+    if (token.type === "heading_open" || token.type === "heading_close") {
+      token.tag = `h${Math.min(6, Number(token.tag.slice(1)) + 2)}`;
+    } else if (token.type === "th_open" || token.type === "td_open") {
+      const align = /^text-align:(left|center|right)$/.exec(token.attrGet("style") || "")?.[1];
+      token.attrs = align ? [["class", `align-${align}`]] : null;
     }
-    if (line.trim() === "") {
-      flushParagraph();
-      flushList();
-      continue;
+    for (const child of token.children || []) {
+      if (child.type !== "link_open") continue;
+      child.attrSet("target", "_blank");
+      child.attrSet("rel", "noopener noreferrer nofollow");
     }
-    const heading = HEADING.exec(line);
-    if (heading) {
-      flushParagraph();
-      flushList();
-      const level = Math.min(6, heading[1].length + 2); // the page's own h1/h2 stay above replies
-      out.push(`<h${level}>${inline(heading[2])}</h${level}>`);
-      continue;
-    }
-    const item = LIST_ITEM.exec(line);
-    if (item) {
-      flushParagraph();
-      const ordered = item[2] !== undefined;
-      if (list && list.ordered !== ordered) flushList();
-      if (!list) list = { ordered, items: [] };
-      list.items.push(item[3]);
-      continue;
-    }
-    if (list && /^\s+\S/.test(line)) {
-      list.items[list.items.length - 1] += " " + line.trim(); // an item's continuation line
-      continue;
-    }
-    flushList();
-    paragraph.push(line);
   }
-  flushParagraph();
-  flushList();
-  return out.join("");
-}
-
-/** Inline spans of already-escaped text: code, links, bold, italic. */
-function inline(text) {
-  const holes = [];
-  const hold = (html) => `\u0000${holes.push(html) - 1}\u0000`;
-  let s = text.replace(/`([^`\n]+)`/g, (_, code) => hold(`<code>${code}</code>`));
-  s = s.replace(/\[([^\]\n]+)\]\((https?:\/\/[^\s()]+)\)/g, (_, label, url) =>
-    hold(`<a href="${url}" rel="noopener noreferrer nofollow" target="_blank">${emphasis(label)}</a>`),
-  );
-  s = emphasis(s);
-  return s.replace(HOLE, (_, n) => holes[Number(n)]);
-}
-
-function emphasis(s) {
-  return s
-    .replace(/\*\*(?=\S)([^*\n]*?\S)\*\*/g, "<strong>$1</strong>")
-    .replace(/(^|[^\w])__(?=\S)([^_\n]*?\S)__(?=[^\w]|$)/g, "$1<strong>$2</strong>")
-    .replace(/\*(?=\S)([^*\n]*?\S)\*/g, "<em>$1</em>")
-    .replace(/(^|[^\w])_(?=\S)([^_\n]*?\S)_(?=[^\w]|$)/g, "$1<em>$2</em>");
 }

@@ -11,7 +11,7 @@ const $ = (id) => document.getElementById(id);
 /** What the form says for a refused sign-in. */
 function refusal(err) {
   if (err.status === 401) return "That email and password were not accepted.";
-  if (err.status === 429) return `Too many failed sign-ins. Try again in ${Math.ceil(err.retryAfter ?? 60)} seconds.`;
+  if (err.status === 429) return `Too many sign-in attempts. Try again in ${Math.ceil(err.retryAfter ?? 60)} seconds.`;
   return err.message || "Signing in failed.";
 }
 

@@ -1,5 +1,5 @@
-// DOM for the conversation list and the thread. Plain elements and textContent;
-// the only HTML string is the Markdown renderer's, which escapes its input first.
+// DOM for the conversation list and the thread. Plain elements and textContent; a reply's
+// Markdown arrives as a sanitised DocumentFragment (markdown.js). No HTML string is parsed here.
 // Buttons carry data-action and data-id; app.js handles them by delegation.
 
 import { citationLabel, citationsOf, documentsNote, locate, markerCitation, MARKERS, uncited } from "./citations.js";
@@ -147,13 +147,21 @@ export function fillBody(body, m) {
     body.replaceChildren(el("p", { class: "notice notice-filtered", role: "note", text: (m.content || "This reply was withheld.") + cats }));
     return;
   }
-  body.innerHTML = renderMarkdown(m.content || "");
+  body.replaceChildren(renderMarkdown(m.content || ""));
   for (const pre of body.querySelectorAll("pre")) frameCode(pre);
   if (m.citations?.length) markCitations(body, m);
-  if (streaming) {
-    let last = body; // the cursor goes at the end of the last block, not on a line of its own
-    while (last.lastChild?.nodeType === Node.ELEMENT_NODE && last.lastChild.tagName !== "BR") last = last.lastChild;
-    last.append(el("span", { class: "cursor", "aria-hidden": "true" }));
+  if (streaming) lastBlock(body).append(el("span", { class: "cursor", "aria-hidden": "true" }));
+}
+
+/** Where the streaming cursor goes: the end of the last block, not a line of its own. */
+function lastBlock(body) {
+  let last = body;
+  for (;;) {
+    let child = last.lastChild;
+    // Skip the line breaks markdown-it writes between blocks.
+    while (child?.nodeType === Node.TEXT_NODE && !child.data.trim()) child = child.previousSibling;
+    if (child?.nodeType !== Node.ELEMENT_NODE || child.tagName === "BR" || child.tagName === "HR") return last;
+    last = child;
   }
 }
 

@@ -60,7 +60,7 @@ BROWSER_ENV = {
     # A killed worker's partitions move within seconds (test_worker_restart.py).
     "PARLEY_WORKER_SESSION_TIMEOUT_MS": "6000",
     # Every test signs in from 127.0.0.1, some with a wrong password on purpose: the address's limit is out of
-    # reach (test_sign_in.py reaches the email's).
+    # reach (good sign-ins give their attempt back; the wrong ones stay counted for the window).
     "PARLEY_SESSION_SIGNIN_PER_ADDRESS": "10000",
     "PARLEY_DOCUMENTS_EMBEDDER_WARM": "true",  # test_documents searches them (tools/isolated.py defers it)
 }

@@ -7,6 +7,8 @@ import json
 import re
 import time
 
+import httpx
+
 from playwright.sync_api import Route, expect
 
 from tests.browser.chat import Chat, words
@@ -53,7 +55,8 @@ def test_sign_in_send_and_watch_the_reply_stream(page, web_stack, shoot) -> None
     assert words(chat.final_text(reply_id)) == words(stored["content"])
     expect(page.locator(f'a[href="#/c/{cid}"]')).to_have_attribute("aria-current", "page")
     # The page reported its own time to first token (POST /v1/telemetry), kept apart from the server's.
-    metrics = web_stack.http.get("/metrics").text
+    assert web_stack.http.get("/metrics").status_code == 404  # not on the API port
+    metrics = httpx.get(web_stack.inner.metrics_url(), timeout=10).text
     assert re.search(r'^parley_client_ttft_seconds_count\{client="web"\} [1-9]', metrics, re.M), "no client TTFT"
 
     page.get_by_role("button", name="Sign out", exact=True).click()

@@ -47,6 +47,7 @@ class World:
     kafka: object
     mine: Turn
     theirs: Turn
+    metrics_url: str  # the gateway's, on its own port
 
     def http(self, key: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key or self.mine.key}"} if key != "" else {}
@@ -74,7 +75,7 @@ async def _turn(url: str, key: str) -> Turn:
 def world(stack) -> World:
     mine = asyncio.run(_turn(stack.url, stack.new_key("plus")))
     theirs = asyncio.run(_turn(stack.url, stack.new_key("plus")))
-    return World(stack.url, stack.kafka, mine, theirs)
+    return World(stack.url, stack.kafka, mine, theirs, stack.inner.metrics_url())
 
 
 def _events_of(kafka, topic: str, conversation_id: str) -> int:
@@ -166,9 +167,9 @@ def _sse(response: httpx.Response) -> list[tuple[str, str, dict]]:
     return out
 
 
-def _shared_reads(http: httpx.Client) -> float:
+def _shared_reads(world: World) -> float:
     """Records the gateway's shared token reader has read (parley_gateway_token_records_read_total)."""
-    text = http.get("/metrics").text
+    text = httpx.get(world.metrics_url, timeout=10).text
     return sum(float(v) for v in re.findall(r"^parley_gateway_token_records_read_total\{[^}]*\} (\S+)$", text, re.M))
 
 
@@ -179,14 +180,14 @@ def test_cursors_out_of_the_replys_bounds_end_promptly_and_never_move_the_shared
     route = f"/v1/messages/{world.mine.reply_id}/stream"
     with world.http() as http:
         (head,) = [i for e, i, _ in _sse(http.get(route)) if e == "message"]  # just before the reply's first chunk
-        before = _shared_reads(http)
+        before = _shared_reads(world)
         for old in (f"{partition}:-1", head):  # the start of the log, and of the reply: the reply from its start
             events = _sse(http.get(route, headers={"Last-Event-ID": old}))
             assert "".join(d["text"] for e, _, d in events if e == "delta") == world.mine.text
             assert [e for e, _, _ in events][-1] == "done" and events[-1][1] == world.mine.done_cursor
         events = _sse(http.get(route, headers={"Last-Event-ID": world.mine.done_cursor}))
         assert [e for e, _, _ in events] == ["done"] and events[0][2]["finish_reason"] in ("stop", "length")
-        assert _shared_reads(http) == before, "a finished reply's replay moved the shared token reader"
+        assert _shared_reads(world) == before, "a finished reply's replay moved the shared token reader"
         assert_error(http.get(route, headers={"Last-Event-ID": f"{partition}:999999999999"}), 400, "bad_cursor")
 
 

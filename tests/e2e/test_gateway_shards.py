@@ -45,6 +45,8 @@ class Shards:
         self.gateways = inner.gateway_urls
         _, self.key = inner.create_user("shards-user", "enterprise")
         self.headers = {"Authorization": f"Bearer {self.key}"}
+        # Each gateway's metrics server (its own port, never the API's), by the gateway's URL.
+        self.metrics = {url: self.child(f"gateway-{i}").metrics_url.rsplit("/", 1)[0] for i, url in enumerate(self.gateways)}
 
     def client(self, url: str | None = None) -> ParleyClient:
         return ParleyClient(url or self.edge, self.key)
@@ -73,7 +75,7 @@ def owner(cid: str) -> int:
 
 
 def metric(url: str, name: str, **labels: str) -> float:
-    """A sample of a process's /metrics (0 when absent)."""
+    """A sample of a process's /metrics, ``url`` its metrics server (0 when absent)."""
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
         series, _, value = line.rpartition(" ")
@@ -82,12 +84,15 @@ def metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def posts_served(url: str) -> float:
-    return metric(url, "parley_http_requests_total", method="POST", route="/v1/conversations/{conversation_id}/messages", status="200")
+def posts_served(shards: Shards, url: str) -> float:
+    return metric(
+        shards.metrics[url], "parley_http_requests_total", method="POST", route="/v1/conversations/{conversation_id}/messages",
+        status="200",
+    )
 
 
-def borrowed(url: str) -> float:
-    return metric(url, "parley_gateway_token_records_read_total", share="borrowed")
+def borrowed(shards: Shards, url: str) -> float:
+    return metric(shards.metrics[url], "parley_gateway_token_records_read_total", share="borrowed")
 
 
 async def read(events: Any, out: list[SseEvent], deltas: int = 10_000) -> None:
@@ -129,12 +134,12 @@ async def test_new_conversations_live_on_the_gateway_that_made_them_and_their_tu
     try:
         cids = [await client.create_conversation() for _ in range(4)]
         assert {owner(c) for c in cids} == {0, 1}, "round-robin creation, each minted on its creator's partitions"
-        before = [posts_served(g) for g in shards.gateways]
+        before = [posts_served(shards, g) for g in shards.gateways]
         for reply in await asyncio.gather(*(client.send(cid, "hello") for cid in cids)):
             assert reply.final is not None and reply.final.event == "done", reply.final
-        after = [posts_served(g) for g in shards.gateways]
+        after = [posts_served(shards, g) for g in shards.gateways]
         assert [a - b for a, b in zip(after, before)] == [sum(owner(c) == g for c in cids) for g in (0, 1)]
-        assert [borrowed(g) for g in shards.gateways] == [0.0, 0.0], "no gateway read a partition it does not own"
+        assert [borrowed(shards, g) for g in shards.gateways] == [0.0, 0.0], "no gateway read a partition it does not own"
     finally:
         await client.close()
 
@@ -154,12 +159,12 @@ async def test_a_resume_through_the_other_gateway_gets_exactly_the_rest(shards: 
         seen = cursors(first) + cursors(rest)
         assert len(seen) == len(set(seen)), "no chunk twice"
         assert (await stored_reply(client, cid, reply_id))["content"] == text(first + rest), "none missing"
-        assert borrowed(other) > 0, "the other gateway borrowed the partition"
+        assert borrowed(shards, other) > 0, "the other gateway borrowed the partition"
 
         await asyncio.sleep(1 + 1.5)  # PARLEY_GATEWAY_BORROWED_IDLE_S, and then some: given back
-        held = borrowed(other)
+        held = borrowed(shards, other)
         assert (await client.send(cid, "and then?")).final.event == "done"  # type: ignore[union-attr]
-        assert borrowed(other) == held, "the borrowed partition was given back once its stream ended"
+        assert borrowed(shards, other) == held, "the borrowed partition was given back once its stream ended"
     finally:
         await client.close()
 
@@ -173,7 +178,7 @@ async def test_a_regenerate_reaches_the_owner_through_a_421(shards: Shards) -> N
         await stored_reply(client, cid, reply_id)
         edge_metrics = shards.child("edge").metrics_url.rsplit("/", 1)[0]
         rerouted = metric(edge_metrics, "parley_edge_routes_total", how="rerouted")
-        held = [borrowed(g) for g in shards.gateways]
+        held = [borrowed(shards, g) for g in shards.gateways]
         async with httpx.AsyncClient(base_url=shards.edge, headers=shards.headers, timeout=DEADLINE) as http:
             for _ in range(2):  # round-robin: one of the two lands first on the gateway that does not own it
                 body = {"client_message_id": uuid.uuid4().hex}
@@ -183,7 +188,7 @@ async def test_a_regenerate_reaches_the_owner_through_a_421(shards: Shards) -> N
                     await read(parse_sse(r.aiter_lines()), events)
                 assert events[-1].event == "done", events[-1]
         assert metric(edge_metrics, "parley_edge_routes_total", how="rerouted") == rerouted + 1
-        assert [borrowed(g) for g in shards.gateways] == held, "both regenerates streamed from the owner"
+        assert [borrowed(shards, g) for g in shards.gateways] == held, "both regenerates streamed from the owner"
     finally:
         await client.close()
 
@@ -208,6 +213,6 @@ async def test_when_the_owner_stops_its_conversations_go_on_through_the_next_gat
 
         after = await client.send(cid, "still there?")  # a new turn: the next gateway in the ring takes it
         assert after.final is not None and after.final.event == "done", after.final
-        assert borrowed(shards.gateways[1 - gone]) > 0
+        assert borrowed(shards, shards.gateways[1 - gone]) > 0
     finally:
         await client.close()

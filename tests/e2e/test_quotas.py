@@ -34,7 +34,7 @@ from schemas.catalog import TOPICS
 from schemas.events import UsageRecorded
 from streams.usage_fold import fold
 from tools import isolated
-from tools.client import ParleyClient, parse_sse
+from tools.client import ApiError, ParleyClient, parse_sse
 from tools.topology import CHAT_PATH, GATEWAY, USAGE
 
 RPM = 3
@@ -47,6 +47,8 @@ ENV = {
     "PARLEY_QUOTA_FREE_TOKENS_PER_DAY": "0",  # unlimited: the free user tests requests/minute alone
     "PARLEY_QUOTA_PLUS_REQUESTS_PER_MINUTE": "0",
     "PARLEY_QUOTA_PLUS_TOKENS_PER_DAY": "1",  # the first reply uses it up
+    "PARLEY_QUOTA_FREE_UPLOADS_PER_DAY": "2",
+    "PARLEY_QUOTA_PLUS_UPLOAD_BYTES_PER_DAY": "1000",
     "PARLEY_QUOTA_TIMEOUT_S": "15",  # two shared cores: never let a slow check fail open here
 }
 DEADLINE_S = 90.0
@@ -134,10 +136,12 @@ async def test_requests_per_minute_are_shared_by_two_gateways(quotas: Quotas) ->
         r, events, _, _ = await _post(b, key, cid, "m1")
         assert r.status_code == 200 and events[0].data["reply_id"] == admitted[1]
 
-        # Regenerating starts a generation too: refused the same way.
+        # Regenerating starts a generation too, and a moderation call costs a request: refused the same way.
         async with httpx.AsyncClient(base_url=b, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
             r = await http.post(f"/v1/messages/{admitted[0]}/regenerate", json={"client_message_id": "again"})
-        assert r.status_code == 429 and r.json()["error"]["quota"] == "requests_per_minute"
+            assert r.status_code == 429 and r.json()["error"]["quota"] == "requests_per_minute"
+            r = await http.post("/v1/moderations", json={"input": "Is this fine?"})
+            assert r.status_code == 429 and r.json()["error"]["quota"] == "requests_per_minute", r.text
 
         # Nothing refused was appended: the conversation holds the three admitted turns only.
         conv = await client.conversation(cid)
@@ -182,6 +186,29 @@ async def test_tokens_per_day_refuse_on_both_gateways_once_usage_is_folded(quota
         _assert_retry_after(r, before, after, midnight)
     finally:
         await client.close()
+
+
+async def test_uploads_past_the_days_documents_or_bytes_are_refused_and_stored_nothing(quotas: Quotas) -> None:
+    _, free = quotas.inner.create_user("uploads", "free")  # 2 documents a day
+    _, plus = quotas.inner.create_user("bytes", "plus")  # 1,000 bytes a day
+    a, b = quotas.urls
+    one, one_elsewhere = ParleyClient(a, free), ParleyClient(b, free)
+    other = ParleyClient(b, plus)
+    try:
+        for n in range(2):
+            await one.upload(f"note-{n}.txt", b"A short note.\n", "text/plain")
+        with pytest.raises(ApiError) as third:
+            await one_elsewhere.upload("note-3.txt", b"One too many.\n", "text/plain")  # counted across gateways
+        assert third.value.status == 429 and third.value.body["error"]["quota"] == "uploads_per_day"
+        assert len((await one._json("GET", "/v1/documents"))["data"]) == 2
+        await other.upload("small.txt", b"x" * 600, "text/plain")
+        with pytest.raises(ApiError) as big:
+            await other.upload("over.txt", b"y" * 600, "text/plain")
+        error = big.value.body["error"]
+        assert big.value.status == 429 and (error["quota"], error["limit"]) == ("upload_bytes_per_day", 1000)
+    finally:
+        for client in (one, one_elsewhere, other):
+            await client.close()
 
 
 def _usage_events(kafka: KafkaSettings) -> list[UsageRecorded]:

@@ -42,7 +42,8 @@ TABLES = {
     "accounts_by_user",
     "web_sessions",
     "web_sessions_by_user",
-    "sign_in_failures",
+    "sign_in_attempts",
+    "sign_in_familiar",
     "oidc_subjects",
     "oidc_subjects_by_user",
 }

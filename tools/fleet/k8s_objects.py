@@ -28,7 +28,7 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: EFA interfaces, the AWS EFA device plugin's resource on the nodes of groups with ``efa_interfaces``.
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-#: Every Parley process serves /metrics here in the cluster (the gateway on its own HTTP port).
+#: Every Parley process serves /metrics here in the cluster, the gateway too (never on its API port).
 METRICS_PORT = 9100
 #: uid/gid of Parley's processes: the image has no user of its own, so the pod names one.
 PARLEY_UID = 10001

@@ -273,7 +273,7 @@ def gateway(spec: FleetSpec) -> list[Doc]:
             k.env_value("PARLEY_GATEWAY_PORT", 8000),
             k.env_value("PARLEY_GATEWAY_DRAIN_S", GATEWAY_DRAIN_S),
         ],
-        ports=[k.port("http", 8000)],
+        ports=[k.port("http", 8000), k.port("metrics", k.METRICS_PORT)],
         # 503 while draining or while Kafka does not answer: out of the Service, still listening
         readinessProbe=k.http_probe("/readyz", "http", period_s=2, failures=2),
         livenessProbe=k.http_probe("/healthz", "http", period_s=10, failures=3),
@@ -303,7 +303,7 @@ def gateway(spec: FleetSpec) -> list[Doc]:
     }
     return [
         k.deployment(name, ns, label, pod, replicas=None, **strategy),
-        k.service(name, ns, label, [("http", 8000)]),
+        k.service(name, ns, label, [("http", 8000), ("metrics", k.METRICS_PORT)]),
         k.disruption_budget(name, ns, label),
         k.scaled_object(
             name,
@@ -314,7 +314,7 @@ def gateway(spec: FleetSpec) -> list[Doc]:
             [trigger],
             fallback=hold_on_failure(GATEWAY_SCALING),
         ),
-        k.service_monitor(name, ns, label, ["http"]),
+        k.service_monitor(name, ns, label, ["metrics"]),  # never the API port: /metrics is not public
     ]
 
 

@@ -8,7 +8,7 @@ import math
 import httpx
 import pytest
 
-from documents.embedding import DIMS, MINILM, EmbeddingUnavailable, HttpEmbedder, MiniLM, embedder_from, warm_in_background
+from documents.embedding import DIMS, MINILM, EmbeddingUnavailable, HttpEmbedder, MiniLM, embedder_from, warm
 from documents.settings import DocumentSettings
 
 
@@ -78,12 +78,10 @@ def test_embedder_from_settings() -> None:
     assert isinstance(remote, HttpEmbedder) and remote.name == "x"
 
 
-def test_warming_loads_the_in_process_model_off_the_caller_and_asks_no_server() -> None:
+def test_warming_loads_the_in_process_model_and_asks_no_server() -> None:
     cold = MiniLM()
-    thread = warm_in_background(cold)
-    assert thread is not None and thread.daemon  # the caller goes on; the process may exit before it ends
-    thread.join(120)
+    assert warm(cold) is True
     assert cold._model is not None  # loaded before any question, not inside its search budget
     asked: list[httpx.Request] = []
     server = HttpEmbedder("http://embedder", "m", timeout_s=1, client=httpx.Client(transport=httpx.MockTransport(asked.append)))
-    assert warm_in_background(server) is None and asked == []
+    assert warm(server) is False and asked == []

@@ -18,6 +18,7 @@ from gateway.quotas import (
     Quotas,
     day_reset,
     judge,
+    judge_upload,
     limits_for,
     minute_of,
     minute_reset,
@@ -73,6 +74,18 @@ def test_with_both_exhausted_the_later_reset_is_named() -> None:
 def test_zero_is_unlimited() -> None:
     assert judge(Limits(0, 0), 10**12, 10**6, at(12, 0)) is None
     assert Limits(0, 0).unlimited and not Limits(0, 5).unlimited
+
+
+def test_an_upload_is_refused_past_the_days_documents_or_bytes_of_its_tier() -> None:
+    settings = from_env(QuotaSettings, {"PARLEY_QUOTA_FREE_UPLOADS_PER_DAY": "3", "PARLEY_QUOTA_FREE_UPLOAD_BYTES_PER_DAY": "100"})
+    now = at(23, 59, 30)
+    assert judge_upload(settings, "free", (2, 40), 60, now) is None  # the third, and exactly the 100th byte
+    count = judge_upload(settings, "free", (3, 40), 1, now)
+    assert count is not None and (count.quota, count.limit, count.used, count.retry_after) == ("uploads_per_day", 3, 3, 30)
+    size = judge_upload(settings, "free", (1, 40), 61, now)
+    assert size is not None and (size.quota, size.limit, size.used) == ("upload_bytes_per_day", 100, 40)
+    assert judge_upload(settings, "enterprise", (10**6, 10**15), 10**9, now) is None  # 0: unlimited
+    assert "3 uploads per day" in QuotaExceeded(count).message
 
 
 def test_limits_per_tier_from_the_environment() -> None:

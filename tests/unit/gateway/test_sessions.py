@@ -1,4 +1,5 @@
-"""The pure parts of web sessions: CSRF and origin checks, expiry, the sign-in window, the cookie."""
+"""The pure parts of web sessions: CSRF and origin checks, expiry, the cookie (the sign-in limits:
+test_sign_in_limits.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from gateway.sessions import (
     hash_session,
     insecure_page,
     origin_refusal,
-    retry_after,
-    scopes,
 )
 from gateway.settings import SessionSettings
 from parley.errors import ConfigError
@@ -91,22 +90,6 @@ def test_a_session_expires_when_idle_or_when_old() -> None:
     assert used.expires_at(600, 3600) == 4600
     assert used.ttl_s(1000 + 3599.5, 3600) == 1
     assert used.ttl_s(1000 + 10, 3600) == 3590
-
-
-def test_the_sliding_window_counts_the_failures_still_in_it() -> None:
-    assert retry_after([], 100.0, 3, 60) is None
-    assert retry_after([50.0, 60.0], 100.0, 3, 60) is None
-    # Full: the next failure fits once the oldest that keeps it full leaves the window.
-    assert retry_after([50.0, 60.0, 70.0], 100.0, 3, 60) == pytest.approx(10.0)
-    assert retry_after([41.0, 50.0, 60.0, 70.0], 100.0, 3, 60) == pytest.approx(10.0)
-    assert retry_after([1.0] * 100, 100.0, 0, 60) is None  # 0: no limit
-
-
-def test_limit_scopes_hide_the_address_and_fold_the_email() -> None:
-    address, email = scopes("10.0.0.1", " Ann@Example.COM ")
-    assert address != email and "10.0.0.1" not in address and "ann" not in email
-    assert scopes("10.0.0.2", "ann@example.com")[1] == email
-    assert scopes("10.0.0.1", "bob@example.com")[0] == address
 
 
 def test_the_cookie_is_host_only_secure_httponly_strict() -> None:

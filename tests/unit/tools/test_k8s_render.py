@@ -211,6 +211,14 @@ def test_engines_outlive_their_workers_drain(fleet) -> None:
             assert engine["lifecycle"]["preStop"]["sleep"]["seconds"] > drain_s, name
 
 
+def test_the_gateways_metrics_are_scraped_on_their_own_port_never_the_apis() -> None:
+    docs = render(SPECS["example"])
+    endpoints = _of(docs, "ServiceMonitor")["gateway"]["spec"]["endpoints"]
+    assert [e["port"] for e in endpoints] == ["metrics"]
+    (gateway,) = _of(docs, "Deployment")["gateway"]["spec"]["template"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in gateway["ports"]}["metrics"] != 8000
+
+
 def test_gateway_scales_on_the_open_streams_gauge() -> None:
     so = _of(render(SPECS["example"]), "ScaledObject")["gateway"]["spec"]
     (trigger,) = so["triggers"]

@@ -14,7 +14,7 @@ from tools.topology import CONTEXT, ENGINE, GATEWAY, ROUTER, WORKER_SMALL, Servi
 
 
 def recorder(service: Service) -> Service:
-    return replace(service, module_args=("tests.unit.tools.term_recorder", service.name), health_url=None, own_metrics=False)
+    return replace(service, module_args=("tests.unit.tools.term_recorder", service.name), health_url=None)
 
 
 def test_the_gateway_leaves_before_the_rest_are_told_and_the_engine_after_them(tmp_path: Path) -> None:
