@@ -49,6 +49,8 @@ class Directory:
 class Sessions:
     """``SessionStore``'s reads: one live session each for the member and the admin."""
 
+    cql = None  # the sign-in limits' store is built on it; nothing here signs in
+
     def __init__(self) -> None:
         now = time.time()
         self.rows = {hash_session(f"sid-{u}"): WebSession(hash_session(f"sid-{u}"), u, "csrf", now, now) for u in ("u_member", "u_admin")}
