@@ -1,15 +1,21 @@
 """Your account and your organisation: ``/v1/me…`` and ``/v1/org…`` (DESIGN.md §12).
 
-Anyone manages their own keys (``/v1/me/keys``: rotate by making a new key and
-revoking the old). An organisation's admins manage its people: add users (they
-get the admin's tier), disable them, change roles, make and revoke their keys,
-read the organisation's usage, set its name, data-residency label and
-moderation (which categories block, at which scores; PARLEY_MODERATION_ORG_REFRESH_S
-until the moderation processor applies it), and erase them. Anyone may erase themselves (``DELETE /v1/me?confirm=true``). A
-user id of another organisation is a 404, like one that does not exist.
-Admins do not read members' conversations: an organisation's admin is not its
-members' reader. A revoked key or a disabled user stops working within
-``PARLEY_GATEWAY_AUTH_CACHE_S``.
+What each route needs is a scope of the caller's credential (gateway/auth.py):
+
+- ``chat`` (any key or session): who you are (``GET /v1/me``) and your organisation (``GET /v1/org``);
+- ``account`` (the web session, never a key): your keys (``/v1/me/keys``: list, make, revoke; rotate by
+  making a new one and revoking the old) and erasing yourself (``DELETE /v1/me?confirm=true``). A key
+  pasted into a client can so neither outlive its revocation by minting others nor erase the account;
+- ``admin`` (the web session, of a user whose role is admin): running the organisation. Admins add users (they get the
+  admin's tier), disable them, change roles, list and revoke their keys, read the organisation's usage
+  (counts only), set its name, data-residency label and moderation (PARLEY_MODERATION_ORG_REFRESH_S until
+  the moderation processor applies it), and erase members.
+
+An admin never holds a credential of a member's: no route makes a member's key, and a new member
+gets none (they sign in with the organisation's OpenID provider or an account the operator gives them,
+then make their own keys). So an admin reads no member's conversations, documents or memory: every
+content route is keyed by the caller's own user. A user id of another organisation is a 404, like one
+that does not exist. A revoked key or a disabled user stops working within ``PARLEY_GATEWAY_AUTH_CACHE_S``.
 """
 
 from __future__ import annotations
@@ -30,20 +36,22 @@ from gateway.services import Services, services, trace_id
 from gateway.usage import day_range, parse_days, totals_json, usage_json
 from gateway.validation import MISSING, json_body, only, string
 from moderation.policy import org_policy_from
-from parley.users import ROLES, Statement, new_key, new_user, revoke_key
+from parley.users import ACCOUNT, ADMIN, ROLES, Statement, new_key, new_user, revoke_key
 from streams.usage_fold import Totals
 
 MAX_NAME = 200
 MAX_LABEL = 100
 
 
-async def _caller(request: Request) -> tuple[Services, Principal]:
+async def _caller(request: Request, scope: str | None = None) -> tuple[Services, Principal]:
+    """The caller, whose credential holds ``scope`` (default: chat, which every credential holds)."""
     svc = services(request)
-    return svc, await svc.auth(request)
+    return svc, await (svc.auth(request) if scope is None else svc.auth(request, scope))
 
 
 async def _admin(request: Request) -> tuple[Services, Principal]:
-    svc, user = await _caller(request)
+    """An admin of the caller's organisation, on a credential with the ``admin`` scope (its web session)."""
+    svc, user = await _caller(request, ADMIN)
     if not user.admin:
         raise Forbidden("only an admin of your organisation may do this", code="admin_only")
     return svc, user
@@ -100,23 +108,24 @@ async def get_me(request: Request) -> Response:
 
 
 async def list_my_keys(request: Request) -> Response:
-    svc, me = await _caller(request)
+    svc, me = await _caller(request, ACCOUNT)
     return JSONResponse({"keys": [k.public() for k in await svc.directory.keys(me.user_id)]})
 
 
 async def create_my_key(request: Request) -> Response:
-    svc, me = await _caller(request)
+    svc, me = await _caller(request, ACCOUNT)
     return await _new_key(svc, me.user_id, await json_body(request, svc.settings.max_body_bytes, required=False))
 
 
 async def revoke_my_key(request: Request) -> Response:
-    svc, me = await _caller(request)
+    svc, me = await _caller(request, ACCOUNT)
     return await _revoke(svc, me.user_id, request.path_params["key_id"])
 
 
 async def erase_me(request: Request) -> Response:
-    """Erase the caller and everything of theirs (gateway/erasure.py); ``?confirm=true`` is required."""
-    svc, me = await _caller(request)
+    """Erase the caller and everything of theirs (gateway/erasure.py); ``?confirm=true`` is required, and
+    the web session (a key cannot erase the account it belongs to)."""
+    svc, me = await _caller(request, ACCOUNT)
     _confirmed(request)
     user = await svc.directory.user(me.user_id)
     if user is None:
@@ -184,7 +193,9 @@ async def list_members(request: Request) -> Response:
 
 
 async def add_member(request: Request) -> Response:
-    """``{"name", "role"?}`` → the new user and its first key (shown once)."""
+    """``{"name", "role"?}`` → the new user, without a key: a key made here would be the admin's to read
+    the member's content with. The member signs in (the organisation's OpenID provider, or an account from
+    ``parley accounts create``) and makes their own."""
     svc, admin = await _admin(request)
     body = await json_body(request, svc.settings.max_body_bytes)
     only(body, {"name", "role"}, "a user")
@@ -195,10 +206,9 @@ async def add_member(request: Request) -> Response:
     if role not in ROLES:
         raise Unprocessable(f"`role` must be one of {', '.join(ROLES)}", code="invalid_role")
     user_id, _, statements = new_user(name, admin.tier, org_id=admin.org_id, role=role)
-    key_id, key, key_statements = new_key(user_id)
-    await svc.directory.apply(statements + key_statements)
+    await svc.directory.apply(statements)
     user = await svc.directory.user(user_id)
-    return JSONResponse({"user": user.public() if user else None, "key_id": key_id, "api_key": key}, status_code=201)
+    return JSONResponse({"user": user.public() if user else None}, status_code=201)
 
 
 async def update_member(request: Request) -> Response:
@@ -236,12 +246,6 @@ async def list_member_keys(request: Request) -> Response:
     svc, admin = await _admin(request)
     user = await _member(svc, admin, request.path_params["user_id"])
     return JSONResponse({"keys": [k.public() for k in await svc.directory.keys(user.user_id)]})
-
-
-async def create_member_key(request: Request) -> Response:
-    svc, admin = await _admin(request)
-    user = await _member(svc, admin, request.path_params["user_id"])
-    return await _new_key(svc, user.user_id, await json_body(request, svc.settings.max_body_bytes, required=False))
 
 
 async def revoke_member_key(request: Request) -> Response:

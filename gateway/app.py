@@ -177,7 +177,6 @@ ROUTES = [
     Route("/v1/org/users/{user_id}", admin.update_member, methods=["PATCH"]),
     Route("/v1/org/users/{user_id}", admin.erase_member, methods=["DELETE"]),
     Route("/v1/org/users/{user_id}/keys", admin.list_member_keys, methods=["GET"]),
-    Route("/v1/org/users/{user_id}/keys", admin.create_member_key, methods=["POST"]),
     Route("/v1/org/users/{user_id}/keys/{key_id}", admin.revoke_member_key, methods=["DELETE"]),
     Route("/v1/org/usage", admin.org_usage, methods=["GET"]),
     Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),

@@ -1,6 +1,10 @@
 """Authentication: ``Authorization: Bearer <key>`` → the key's user, its organisation and role;
 without the header, the web page's session cookie (gateway/sessions.py, CSRF-checked on writes).
 
+Each credential carries scopes (parley/users.py SCOPES): a key ``chat`` only, the web session all of them.
+A handler names the scope it needs (``auth(request, ACCOUNT)``, default ``chat``); a credential without it
+is a 403 ``insufficient_scope``, before anything else is looked at.
+
 A key, a user or an organisation that is revoked, disabled or erased stops
 working within ``cache_s`` (the cache's bound) on every gateway.
 """
@@ -9,16 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from starlette.requests import Request
 
 from gateway.directory import Directory
-from gateway.errors import Misdirected, Unauthorized
+from gateway.errors import Forbidden, Misdirected, Unauthorized
 from gateway.sessions import COOKIE, WebSessions
 from parley.errors import Unavailable
 from parley.lru import LRU
-from parley.users import hash_key
+from parley.users import CHAT, SESSION_SCOPES, hash_key
 
 #: Principals (and, apart, unknown names) one gateway keeps: far more than its live users.
 CACHE_CAPACITY = 10_000
@@ -32,10 +36,21 @@ class Principal:
     role: str = "member"  # member | admin (of org_id)
     key_id: str = ""  # the API key it signed in with ("" for a session)
     residency: str | None = None  # the organisation's home region label, if it set one
+    scopes: frozenset[str] = field(default_factory=lambda: frozenset({CHAT}))  # what its credential may do
 
     @property
     def admin(self) -> bool:
         return self.role == "admin"
+
+
+def require(principal: Principal, scope: str) -> Principal:
+    """``principal`` when its credential holds ``scope``, else 403 ``insufficient_scope``."""
+    if scope not in principal.scopes:
+        raise Forbidden(
+            f"this needs the `{scope}` scope, which an API key does not hold (keys hold `chat`): use the web page's session",
+            code="insufficient_scope",
+        )
+    return principal
 
 
 class _Cache:
@@ -85,13 +100,14 @@ class Authenticator:
         self._users = _Cache(cache_s, stale_s)
         self.sessions: WebSessions | None = None  # the web page's sessions, set by the app
 
-    async def __call__(self, request: Request) -> Principal:
+    async def __call__(self, request: Request, scope: str = CHAT) -> Principal:
+        """The caller, whose credential holds ``scope`` (else 403)."""
         if self.sessions is not None and "authorization" not in request.headers and request.cookies.get(COOKIE):
             session = await self.sessions.authenticate(request)  # 401 ended, 403 a write failing the CSRF check
             found = await self.of_user(session.user_id)
             if found is None:
                 raise Unauthorized("this account can no longer sign in", code="session_expired")
-            return self._in_region(found)
+            return require(self._in_region(replace(found, scopes=SESSION_SCOPES)), scope)
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
@@ -100,7 +116,7 @@ class Authenticator:
         found = await self._keys.get(digest, lambda: self._key_principal(digest))
         if found is None:
             raise Unauthorized("this API key is not valid", code="invalid_api_key")
-        return self._in_region(found)
+        return require(self._in_region(found), scope)
 
     def _in_region(self, found: Principal) -> Principal:
         """An organisation homed elsewhere is served only there: its rows and log live in that region."""
@@ -125,7 +141,11 @@ class Authenticator:
 
     async def _key_principal(self, digest: str) -> Principal | None:
         key = await self._directory.key(digest)
-        return None if key is None else await self._principal(*key)
+        if key is None:
+            return None
+        user_id, key_id, scopes = key
+        found = await self._principal(user_id, key_id)
+        return None if found is None else replace(found, scopes=scopes)
 
     async def _principal(self, user_id: str, key_id: str) -> Principal | None:
         user = await self._directory.user(user_id)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from parley.cassandra import AsyncCql
-from parley.users import Statement, personal_org_id
+from parley.users import Statement, key_scopes, personal_org_id
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,13 @@ class KeyRow:
     label: str
     created_at: datetime | None
     revoked_at: datetime | None
+    scopes: frozenset[str] = frozenset({"chat"})
 
     def public(self) -> dict[str, Any]:
-        return {"id": self.key_id, "label": self.label, "created_at": _iso(self.created_at), "revoked_at": _iso(self.revoked_at)}
+        return {
+            "id": self.key_id, "label": self.label, "scopes": sorted(self.scopes), "created_at": _iso(self.created_at),
+            "revoked_at": _iso(self.revoked_at),
+        }  # fmt: skip
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -87,12 +91,12 @@ class Directory:
         for s in statements:
             await self._cql.run(s.cql, s.params)
 
-    async def key(self, key_hash: str) -> tuple[str, str] | None:
-        """(user_id, key_id) of a live API key, or None."""
-        rows = await self._cql.run("SELECT user_id, key_id, revoked FROM {ks}.api_keys WHERE key_hash = ?", (key_hash,))
+    async def key(self, key_hash: str) -> tuple[str, str, frozenset[str]] | None:
+        """(user_id, key_id, scopes) of a live API key, or None."""
+        rows = await self._cql.run("SELECT user_id, key_id, revoked, scopes FROM {ks}.api_keys WHERE key_hash = ?", (key_hash,))
         if not rows or rows[0].revoked:
             return None
-        return rows[0].user_id, rows[0].key_id or ""
+        return rows[0].user_id, rows[0].key_id or "", key_scopes(rows[0].scopes)
 
     async def user(self, user_id: str) -> UserRow | None:
         rows = await self._cql.run(_USER, (user_id,))
@@ -116,6 +120,6 @@ class Directory:
 
     async def keys(self, user_id: str) -> list[KeyRow]:
         rows = await self._cql.run(
-            "SELECT key_id, key_hash, label, created_at, revoked_at FROM {ks}.keys_by_user WHERE user_id = ?", (user_id,)
+            "SELECT key_id, key_hash, label, created_at, revoked_at, scopes FROM {ks}.keys_by_user WHERE user_id = ?", (user_id,)
         )
-        return [KeyRow(r.key_id, r.key_hash, r.label or "", r.created_at, r.revoked_at) for r in rows]
+        return [KeyRow(r.key_id, r.key_hash, r.label or "", r.created_at, r.revoked_at, key_scopes(r.scopes)) for r in rows]

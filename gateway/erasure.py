@@ -1,4 +1,6 @@
-"""Erasing a user: ``DELETE /v1/me`` and an admin's ``DELETE /v1/org/users/{id}`` (DESIGN.md §12).
+"""Erasing a user: ``DELETE /v1/me`` and an admin's ``DELETE /v1/org/users/{id}`` (DESIGN.md §12), both on
+the web session (the ``account`` and ``admin`` scopes: an API key erases nothing), and the operator's
+``parley users erase USER`` (``erase_by_operator``), which also finishes an erasure that stopped half way.
 
 Crypto-shredding. The log is forever and copied (archives, replay files), so
 nothing there can be rewritten; but every copy of a user's content is sealed
@@ -22,6 +24,7 @@ from typing import Any
 
 from gateway.directory import UserRow
 from gateway.services import Services
+from parley.settings import CassandraSettings, KafkaSettings
 from parley.users import Statement
 from schemas.events import ConversationDeleted, DocumentDeleted, MemoryUpdated, UserErased
 
@@ -68,3 +71,38 @@ async def erase(svc: Services, user: UserRow, by: str, trace_id: str = "") -> di
     )  # fmt: skip
     log.info("user erased", extra={"user_id": uid, "by": by, "conversations": len(conversations), "documents": len(documents)})
     return {"id": uid, "erased": True, "conversations": len(conversations), "documents": len(documents)}
+
+
+async def erase_by_operator(kafka: KafkaSettings, cassandra: CassandraSettings, user_id: str) -> dict[str, Any]:
+    """``parley users erase``: the same steps, on clients of the CLI's own (no gateway needed). A user whose
+    erasure stopped half way (an outage, a restart) is erased again to the end: every step is a repeatable
+    write. Gateways drop the user's keys and sessions within their caches' bounds, as for a revocation."""
+    from gateway.auth import Authenticator
+    from gateway.directory import Directory
+    from gateway.session_store import SessionStore
+    from gateway.sessions import WebSessions
+    from gateway.settings import GatewaySettings, SessionSettings
+    from gateway.store import Store
+    from parley import keys
+    from parley.cassandra import AsyncCql, connect
+    from parley.kafka import EventProducer
+    from parley.settings import from_env
+
+    settings = from_env(GatewaySettings)
+    session = await asyncio.to_thread(connect, cassandra)
+    producer = EventProducer(kafka)
+    try:
+        key_service = await asyncio.to_thread(keys.install_from_env, session)
+        cql = AsyncCql(cassandra, session)
+        directory = Directory(cql)
+        user = await directory.user(user_id)
+        if user is None:
+            raise ValueError(f"no such user: {user_id}")
+        auth = Authenticator(directory, settings.auth_cache_s)
+        auth.sessions = WebSessions(from_env(SessionSettings), SessionStore(cql))
+        # Only the parts an erasure uses: no token streams or pool pressure (nothing is streamed or admitted).
+        svc = Services(settings, Store(cql), producer, None, auth, session, None, directory=directory, keys=key_service)  # type: ignore[arg-type]
+        return await erase(svc, user, "operator")
+    finally:
+        producer.close(5)
+        session.cluster.shutdown()

@@ -6,6 +6,14 @@ Every read the API serves is keyed by the user, so a user's reads never leave
 its organisation. A key is shown once; only its SHA-256 is stored, and people
 name it by its ``key_id`` (the hash's first 12 hex digits).
 
+What a credential may do is its scopes (``SCOPES``); what a user may do is its
+role. A key, which its user hands to clients, holds ``chat`` only: it reads and
+writes its user's own content. The web session, where the user signed in
+themselves, holds every scope: ``account`` (make and revoke keys, erase the
+account) and ``admin`` (run the organisation, which also needs the admin role).
+Keys store their scopes; a key stored before scopes, or with one a key may not
+hold, has ``chat`` (``key_scopes``).
+
 Writes are built here as CQL statements (``Statement``) and run by whoever
 holds a session: ``execute`` for the CLI and the test stacks (sync driver),
 the gateway's store for the admin API (async), so both write the same rows.
@@ -24,6 +32,18 @@ from cassandra.cluster import Session
 TIERS = ("free", "plus", "enterprise")
 ROLES = ("member", "admin")
 KEY_PREFIX = "pk_"
+
+#: ``chat``: the caller's own conversations, documents, memory, usage, models, moderations.
+#: ``account``: making and revoking the caller's keys, erasing the caller.
+#: ``admin``: running the caller's organisation (its people, their keys' revocation, usage, settings), for
+#: a user whose role is admin.
+CHAT, ACCOUNT, ADMIN = "chat", "account", "admin"
+SCOPES = (CHAT, ACCOUNT, ADMIN)
+#: What a key may hold: a key pasted into a client must not outlive its own revocation by minting others,
+#: erase the account, or run the organisation.
+KEY_SCOPES = frozenset({CHAT})
+#: What the web session holds: the user signed in themselves.
+SESSION_SCOPES = frozenset(SCOPES)
 
 
 @dataclass(frozen=True)
@@ -61,6 +81,13 @@ def check_role(role: str) -> None:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
 
 
+def key_scopes(stored: object) -> frozenset[str]:
+    """A key's scopes from its row: ``chat`` for a key made before scopes (null), and never more than
+    ``KEY_SCOPES``, whatever a row says."""
+    held = frozenset(stored or ()) & KEY_SCOPES  # type: ignore[arg-type]
+    return held or frozenset({CHAT})
+
+
 def new_org(name: str, *, personal: bool = False, org_id: str | None = None) -> tuple[str, list[Statement]]:
     """A new organisation (id ``o_…``) and the statement that writes it."""
     org_id = org_id or f"o_{uuid.uuid4().hex[:16]}"
@@ -92,19 +119,22 @@ def new_user(name: str, tier: str, *, org_id: str | None = None, role: str = "me
     return user_id, org_id, statements
 
 
-def new_key(user_id: str, label: str = "default") -> tuple[str, str, list[Statement]]:
+def new_key(user_id: str, label: str = "default", scopes: frozenset[str] = KEY_SCOPES) -> tuple[str, str, list[Statement]]:
     """(key_id, key, statements) of a new API key for ``user_id``; the key is shown once."""
+    if not scopes or not scopes <= KEY_SCOPES:
+        raise ValueError(f"a key holds only {sorted(KEY_SCOPES)}; {sorted(scopes - KEY_SCOPES) or 'none'} need the web session")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     digest = hash_key(key)
     key_id, now = key_id_of(digest), _now()
+    held = set(scopes)
     return key_id, key, [
         Statement(
-            "INSERT INTO {ks}.api_keys (key_hash, user_id, key_id, label, created_at, revoked) VALUES (?, ?, ?, ?, ?, false)",
-            (digest, user_id, key_id, label, now),
+            "INSERT INTO {ks}.api_keys (key_hash, user_id, key_id, label, created_at, revoked, scopes) VALUES (?, ?, ?, ?, ?, false, ?)",
+            (digest, user_id, key_id, label, now, held),
         ),
         Statement(
-            "INSERT INTO {ks}.keys_by_user (user_id, key_id, key_hash, label, created_at) VALUES (?, ?, ?, ?, ?)",
-            (user_id, key_id, digest, label, now),
+            "INSERT INTO {ks}.keys_by_user (user_id, key_id, key_hash, label, created_at, scopes) VALUES (?, ?, ?, ?, ?, ?)",
+            (user_id, key_id, digest, label, now, held),
         ),
     ]
 

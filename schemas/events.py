@@ -595,7 +595,7 @@ class MemoryUpdated(Event):
 
 # ------------------------------------------------------------------------ user.erasures
 
-ERASED_BY = frozenset({"self", "admin"})
+ERASED_BY = frozenset({"self", "admin", "operator"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -608,7 +608,7 @@ class UserErased(Event):
 
     user_id: str = doc("Who was erased; the Kafka key")
     org_id: str = doc("Their organisation", default="")
-    by: str = doc("self (DELETE /v1/me) | admin (DELETE /v1/org/users/{id})")
+    by: str = doc("self (DELETE /v1/me) | admin (DELETE /v1/org/users/{id}) | operator (parley users erase)")
     conversations: int = doc("Conversations deleted", default=0)
     documents: int = doc("Documents deleted", default=0)
 

@@ -91,14 +91,28 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
                 cursor = value
 
 
+#: The web page's session cookie (gateway/sessions.py COOKIE).
+SESSION_COOKIE = "__Host-parley_session"
+
+
+def session_headers(base_url: str, session_id: str, csrf_token: str) -> dict[str, str]:
+    """What the web page sends on its session: the cookie, the CSRF token and its own origin. Set as a
+    header, since a cookie jar keeps a ``Secure`` cookie off plain HTTP."""
+    return {"Cookie": f"{SESSION_COOKIE}={session_id}", "X-CSRF-Token": csrf_token, "Origin": base_url.rstrip("/")}
+
+
 class ParleyClient:
-    def __init__(self, base_url: str, api_key: str, timeout: float = 120.0, reply_deadline_s: float | None = None) -> None:
+    def __init__(
+        self, base_url: str, api_key: str, timeout: float = 120.0, reply_deadline_s: float | None = None,
+        *, session: tuple[str, str] | None = None,
+    ) -> None:  # fmt: skip
         """``timeout``: the longest wait for any one read; ``reply_deadline_s``: the longest ``send`` waits for a
-        whole reply (None: no limit). A stream kept open by keep-alive comments never trips the first."""
+        whole reply (None: no limit). A stream kept open by keep-alive comments never trips the first.
+        ``session``: (session id, CSRF token) of a web sign-in to call as instead of a key (``api_key`` unused):
+        what the key's ``chat`` scope does not reach (keys, erasure, an organisation's administration)."""
         self._reply_deadline_s = reply_deadline_s
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=httpx.Timeout(timeout, connect=10)
-        )
+        headers = session_headers(base_url, *session) if session else {"Authorization": f"Bearer {api_key}"}
+        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=10))
 
     async def close(self) -> None:
         await self._http.aclose()

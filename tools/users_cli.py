@@ -2,6 +2,8 @@
 
 Each command opens a Cassandra session, runs one function of ``parley/users.py``
 and prints the outcome; a new key is printed alone on the last line, once.
+Keys made here hold the ``chat`` scope, as every key does; ``erase`` runs the
+gateway's erasure (gateway/erasure.py) from the operator's seat.
 """
 
 from __future__ import annotations
@@ -82,6 +84,28 @@ def users_revoke(user_id: str, key_id: str) -> None:
 
     _run(lambda s: revoke(s, user_id, key_id))
     err.print(f"revoked {key_id}")
+
+
+@users_app.command("erase")
+def users_erase(
+    user_id: str,
+    confirm: bool = typer.Option(False, "--confirm", help="Required: erasure destroys the user's content for good"),
+) -> None:
+    """Erase a user: every conversation, document and memory deleted, keys revoked, sign-in and sessions
+    ended, the data key destroyed (as DELETE /v1/me). Run it again to finish an erasure that stopped half way."""
+    import asyncio
+
+    from gateway.erasure import erase_by_operator
+    from gateway.errors import ApiError
+    from parley.settings import KafkaSettings
+
+    if not confirm:
+        _fail(ValueError("erasure destroys every conversation, document and memory of the user for good; add --confirm"))
+    try:
+        done = asyncio.run(erase_by_operator(from_env(KafkaSettings), from_env(CassandraSettings), user_id))
+    except (ValueError, errors.Unavailable, ApiError) as exc:  # ApiError: Kafka did not take an event (503)
+        _fail(exc)
+    err.print(f"erased {user_id}: {done['conversations']} conversations, {done['documents']} documents")
 
 
 DEMO_EMAIL = "demo@parley.local"

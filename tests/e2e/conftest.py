@@ -3,13 +3,16 @@ topics and keyspace, started once for the e2e tests (tools/isolated.py)."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
+from parley.accounts import create_account
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
-from tools.client import ParleyClient
+from tools.client import SESSION_COOKIE, ParleyClient
 
 #: A quick synthetic engine and short replies keep the suite fast on two cores.
 E2E_ENV = {
@@ -44,6 +47,23 @@ class Stack:
 
     def new_key(self, tier: str = "free") -> str:
         return self.inner.create_user("another", tier)[1]
+
+    def sign_in(self, user_id: str) -> tuple[str, str]:
+        """(session id, CSRF token) of a web session of ``user_id``: a password account made for it, signed in
+        as the page does (POST /v1/auth/sign-in from the gateway's own origin)."""
+        return sign_in(self.inner.session, self.url, user_id)
+
+    def web_client(self, user_id: str) -> ParleyClient:
+        """A client on ``user_id``'s web session: the scopes a key lacks (its keys, erasure, administration)."""
+        return ParleyClient(self.url, "", reply_deadline_s=REPLY_DEADLINE_S, session=self.sign_in(user_id))
+
+
+def sign_in(cassandra: object, url: str, user_id: str) -> tuple[str, str]:
+    email, password = f"{user_id}@e2e.parley.test", secrets.token_urlsafe(12)
+    create_account(cassandra, user_id, email, password)  # type: ignore[arg-type]
+    response = httpx.post(f"{url}/v1/auth/sign-in", json={"email": email, "password": password}, headers={"Origin": url}, timeout=60)
+    response.raise_for_status()
+    return response.cookies[SESSION_COOKIE], str(response.json()["csrf_token"])
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,15 @@
 """Every route × every kind of caller, generated from the OpenAPI document (DESIGN.md §12).
 
-Each operation declares ``x-access`` (public | user | owner | admin); the callers are the
-resources' owner, another member of the same organisation, its admin, a user of another
-organisation, a revoked key and no key. What each may get follows from the access alone:
+Each operation declares ``x-access`` (whose resources it serves) and ``x-parley-scope`` (what the
+caller's credential must hold). The callers are API keys (the resources' owner, another member of
+the same organisation, its admin, a user of another organisation, a revoked key, no key) and web
+sessions (the owner's, the other member's, the admin's, the other organisation's user's). What each
+may get follows from the two alone:
 
+- scope ``none``: no credential is needed; ``chat``: any live credential; ``account`` and ``admin``:
+  the web session only: a key gets 403 ``insufficient_scope`` before anything else is looked at;
 - public: anyone is served;
-- user: any live key is served (on its own data); a revoked key or none is a 401;
+- user: any live credential is served (on its own data); a revoked key or none is a 401;
 - owner: only the owner is served; everyone else gets a 404, as for an id that does not exist;
 - admin: the organisation's admin is served; its members get 403; another organisation's
   admin acts on its own organisation (and gets a 404 for a user id of this one);
@@ -13,8 +17,8 @@ organisation, a revoked key and no key. What each may get follows from the acces
   OpenID provider: tests/integration/test_web_sessions.py and tests/browser/test_sign_in.py.
 
 "Served" means past authentication and authorisation: no 401, 403 or 404 (a body a route does not
-like is a 4xx of its own). A route added to the document without ``x-access``, or with a required
-body this module has no example of, fails here: no route skips the matrix.
+like is a 4xx of its own). A route added to the document without ``x-access`` or ``x-parley-scope``,
+or with a required body this module has no example of, fails here: no route skips the matrix.
 """
 
 from __future__ import annotations
@@ -28,11 +32,18 @@ import httpx
 import pytest
 import yaml
 
-from parley.users import create_key, create_org, create_user, hash_key, key_id_of, revoke
+from parley.users import KEY_SCOPES, SCOPES, create_key, create_org, create_user, hash_key, key_id_of, revoke
+from tools.client import session_headers
 
 DOC = yaml.safe_load((Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml").read_text())
 ACCESS = ("public", "user", "owner", "admin", "session")
-CALLERS = ("no key", "revoked", "other org", "same org", "admin", "owner")  # the owner last: its calls may delete
+SESSION = " session"  # the suffix of a caller on a web session
+#: The owner's key and session last: their calls may delete. The owner's session works on resources of its own
+#: (a second conversation and document of the owner's), so the key's deletes leave it something to delete.
+CALLERS = (
+    "no key", "revoked", "other org", "same org", "admin", "other org session", "same org session", "admin session", "owner",
+    "owner session",
+)  # fmt: skip
 DENIED = {401, 403, 404}
 
 
@@ -60,46 +71,55 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
     }
 
 
-def expected(access: str, caller: str, path: str) -> str | int:
-    """'served' or the status the caller must get."""
+def expected(access: str, scope: str, caller: str, path: str) -> str | tuple[int, str]:
+    """'served', or the status (and for a 403 of scopes, the code) the caller must get."""
     if access == "public":
         return "served"
     if caller in ("no key", "revoked"):
-        return 401
+        return 401, ""
+    if not caller.endswith(SESSION) and scope not in KEY_SCOPES:
+        return 403, "insufficient_scope"
+    who = caller.removesuffix(SESSION)
     if access == "user":
         return "served"
     if access == "owner":
-        return "served" if caller == "owner" else 404
-    if caller in ("owner", "same org"):
-        return 403
-    if caller == "other org" and "{user_id}" in path:
-        return 404
+        return "served" if who == "owner" else (404, "")
+    if who in ("owner", "same org"):
+        return 403, "admin_only"
+    if who == "other org" and "{user_id}" in path:
+        return 404, ""
     return "served"
 
 
-def test_every_operation_declares_its_access_and_has_a_body_to_send() -> None:
+def test_every_operation_declares_its_access_and_scope_and_has_a_body_to_send() -> None:
     ids = {"message_id": "m"}
     for method, path, op in _operations():
         assert op.get("x-access") in ACCESS, f"{method.upper()} {path}: x-access must be one of {ACCESS}"
+        assert op.get("x-parley-scope") in (*SCOPES, "none"), f"{method.upper()} {path}: x-parley-scope must be one of {SCOPES} or none"
+        assert (op["x-parley-scope"] == "none") == (op["x-access"] in ("public", "session")), f"{method.upper()} {path}"
         if op.get("requestBody", {}).get("required") and op["x-access"] != "session":
             assert (method, path) in _bodies(ids), f"{method.upper()} {path}: add an example body to _bodies"
 
 
 @pytest.fixture(scope="module")
 def world(stack):  # type: ignore[no-untyped-def]
-    """An organisation with an admin and two members, another organisation's user, a revoked key, and the
-    owner's conversation (with a reply), document and second key."""
+    """An organisation with an admin and two members, another organisation's user, a revoked key, the
+    owner's second key, and a web session of each live user but the revoked one: the credentials by caller."""
     session = stack.inner.session
     team = create_org(session, "team")
     keys: dict[str, str | None] = {"no key": None}
-    owner_id, keys["owner"] = create_user(session, "owner", "plus", org_id=team)
-    _, keys["same org"] = create_user(session, "same", "plus", org_id=team)
-    _, keys["admin"] = create_user(session, "admin", "plus", org_id=team, role="admin")
-    _, keys["other org"] = create_user(session, "other", "plus")
+    users: dict[str, str] = {}
+    users["owner"], keys["owner"] = create_user(session, "owner", "plus", org_id=team)
+    users["same org"], keys["same org"] = create_user(session, "same", "plus", org_id=team)
+    users["admin"], keys["admin"] = create_user(session, "admin", "plus", org_id=team, role="admin")
+    users["other org"], keys["other org"] = create_user(session, "other", "plus")
     revoked_id, keys["revoked"] = create_user(session, "revoked", "plus", org_id=team)
     revoke(session, revoked_id, key_id_of(hash_key(keys["revoked"])))
-    second_key, _ = create_key(session, owner_id, "second")
-    return team, owner_id, second_key, keys
+    second_key, _ = create_key(session, users["owner"], "second")
+    credentials = {caller: {"Authorization": f"Bearer {key}"} if key else {} for caller, key in keys.items()}
+    for who, user_id in users.items():
+        credentials[who + SESSION] = session_headers(stack.url, *stack.sign_in(user_id))
+    return users["owner"], second_key, credentials
 
 
 async def _owner_resources(url: str, key: str) -> dict[str, str]:
@@ -116,36 +136,44 @@ async def _owner_resources(url: str, key: str) -> dict[str, str]:
         await client.close()
 
 
-async def _call(http: httpx.AsyncClient, method: str, url: str, key: str | None, body: dict[str, Any]) -> int:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+async def _call(http: httpx.AsyncClient, method: str, url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, str]:
+    """(status, error code) of one call: a stream's status is all the matrix needs, so it is closed unread."""
     async with http.stream(method.upper(), url, headers=headers, **body) as response:
-        return response.status_code  # a stream's status is all the matrix needs: close it unread
+        if response.status_code != 403:
+            return response.status_code, ""
+        await response.aread()
+        return 403, response.json()["error"]["code"]  # a JSON error with a stable code
 
 
-async def test_every_route_answers_every_caller_as_its_access_says(stack, world) -> None:  # type: ignore[no-untyped-def]
-    team, owner_id, second_key, keys = world
-    ids = await _owner_resources(stack.url, keys["owner"])  # type: ignore[arg-type]
-    ids |= {"user_id": owner_id, "key_id": second_key, "model_id": "auto"}
-    bodies = _bodies(ids)
+async def test_every_route_answers_every_caller_as_its_access_and_scope_say(stack, world) -> None:  # type: ignore[no-untyped-def]
+    owner_id, second_key, credentials = world
+    first = await _owner_resources(stack.url, credentials["owner"]["Authorization"].removeprefix("Bearer "))
+    own = await _owner_resources(stack.url, credentials["owner"]["Authorization"].removeprefix("Bearer "))
+    common = {"user_id": owner_id, "key_id": second_key, "model_id": "auto"}
     wrong: list[str] = []
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         for method, path, op in _operations():
             if op["x-access"] == "session":
                 continue
-            url = re.sub(r"\{(\w+)\}", lambda m: ids[m.group(1)], path)
             for caller in CALLERS:
-                status = await _call(http, method, url, keys[caller], bodies.get((method, path), {}))
-                want = expected(op["x-access"], caller, path)
-                ok = (status not in DENIED and status < 500) if want == "served" else status == want
+                ids = (own if caller == "owner" + SESSION else first) | common
+                url = re.sub(r"\{(\w+)\}", lambda m: ids[m.group(1)], path)
+                status, code = await _call(http, method, url, credentials[caller], _bodies(ids).get((method, path), {}))
+                want = expected(op["x-access"], op["x-parley-scope"], caller, path)
+                if want == "served":
+                    ok = status not in DENIED and status < 500
+                else:
+                    ok = status == want[0] and (not want[1] or code == want[1])
                 if not ok:
-                    wrong.append(f"{method.upper()} {path} as {caller}: {status}, expected {want}")
+                    wrong.append(f"{method.upper()} {path} as {caller}: {status} {code}, expected {want}")
     assert not wrong, "\n".join(wrong)
 
 
 async def test_ids_of_another_organisation_or_of_nothing_are_only_ever_404(stack, world) -> None:  # type: ignore[no-untyped-def]
-    """The fuzz: the other organisation's user tries the owner's ids and random ones on every owner route."""
-    _, _, _, keys = world
-    ids = await _owner_resources(stack.url, keys["owner"])  # type: ignore[arg-type]
+    """The fuzz: the other organisation's user, on its web session (every scope), tries the owner's ids and random
+    ones on every owner route."""
+    _, _, credentials = world
+    ids = await _owner_resources(stack.url, credentials["owner"]["Authorization"].removeprefix("Bearer "))
     statuses: dict[int, int] = {}
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         for method, path, op in _operations():
@@ -157,6 +185,6 @@ async def test_ids_of_another_organisation_or_of_nothing_are_only_ever_404(stack
                 for chosen in (ids, fake):
                     url = re.sub(r"\{(\w+)\}", lambda m: chosen.get(m.group(1), fake.get(m.group(1), "x")), path)
                     body = _bodies({"message_id": chosen["message_id"]}).get((method, path), {})
-                    status = await _call(http, method, url, keys["other org"], body)
+                    status, _ = await _call(http, method, url, credentials["other org" + SESSION], body)
                     statuses[status] = statuses.get(status, 0) + 1
     assert set(statuses) == {404}, statuses

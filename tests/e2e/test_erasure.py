@@ -5,6 +5,7 @@ files on disk (flushed), the audit as the operator's command."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -45,6 +46,7 @@ async def test_an_erased_user_is_gone_from_every_store_and_others_are_untouched(
     said, uploaded, remembered, other = _canary(), _canary(), _canary(), _canary()
     user_id, key = stack.inner.create_user("to-erase", "plus")
     me, bystander = ParleyClient(stack.url, key), ParleyClient(stack.url, stack.new_key("plus"))
+    web = stack.web_client(user_id)
     try:
         cid = await me.create_conversation("secret plans")
         reply = await me.send(cid, f"Please remember the word {said} for me.")
@@ -61,10 +63,13 @@ async def test_an_erased_user_is_gone_from_every_store_and_others_are_untouched(
         # The audit of a user who was not erased fails: their key and rows are there.
         assert _audit(stack, user_id).returncode == 1
 
+        with pytest.raises(ApiError) as by_key:
+            await me._json("DELETE", "/v1/me", params={"confirm": "true"})
+        assert (by_key.value.status, by_key.value.body["error"]["code"]) == (403, "insufficient_scope")  # only the session erases
         with pytest.raises(ApiError) as refused:
-            await me._json("DELETE", "/v1/me")
+            await web._json("DELETE", "/v1/me")
         assert refused.value.status == 422  # ?confirm=true is required
-        erased = await me._json("DELETE", "/v1/me", params={"confirm": "true"})
+        erased = await web._json("DELETE", "/v1/me", params={"confirm": "true"})
         assert erased == {"id": user_id, "erased": True, "conversations": 1, "documents": 1}
         with pytest.raises(ApiError) as gone:
             await me.conversations()
@@ -77,7 +82,38 @@ async def test_an_erased_user_is_gone_from_every_store_and_others_are_untouched(
         assert [m["content"] for m in conversation["messages"] if m["role"] == "user"] == [f"Keep this: {other}"]
     finally:
         await me.close()
+        await web.close()
         await bystander.close()
+
+
+def _parley(stack, *args: str) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    env = {**os.environ, **stack.inner.supervisor.env}
+    return subprocess.run([str(Path(sys.executable).with_name("parley")), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+async def test_the_operator_erases_a_user_with_the_cli(stack) -> None:  # type: ignore[no-untyped-def]
+    """``parley users erase USER --confirm``: the gateway's erasure, from the operator's seat."""
+    said = _canary()
+    user_id, key = stack.inner.create_user("cli-erase", "plus")
+    me = ParleyClient(stack.url, key)
+    try:
+        cid = await me.create_conversation("to go")
+        assert (await me.send(cid, f"The word is {said}.")).final.event == "done"
+        unconfirmed = _parley(stack, "users", "erase", user_id)
+        assert unconfirmed.returncode == 1 and "--confirm" in unconfirmed.stderr
+        assert _parley(stack, "users", "erase", "u_nobody", "--confirm").returncode == 1
+        done = _parley(stack, "users", "erase", user_id, "--confirm")
+        assert done.returncode == 0 and "1 conversations" in done.stderr, done.stdout + done.stderr
+        again = _parley(stack, "users", "erase", user_id, "--confirm")  # repeatable: how a half-done erasure is finished
+        assert again.returncode == 0, again.stdout + again.stderr
+        audited = _until_clean(stack, user_id, "--canary", said)
+        assert audited.returncode == 0, audited.stdout + audited.stderr
+        deadline = time.monotonic() + 60  # the gateway's auth cache (PARLEY_GATEWAY_AUTH_CACHE_S) lets the key go
+        while (status := (await me._http.get("/v1/conversations")).status_code) != 401 and time.monotonic() < deadline:
+            await asyncio.sleep(1)
+        assert status == 401
+    finally:
+        await me.close()
 
 
 async def test_the_audit_finds_a_canary_written_in_the_clear(stack) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 import schemathesis
+import yaml
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -30,8 +31,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from parley.users import create_org, create_user
-from tools.client import ParleyClient
+import yaml
+
+from parley.users import KEY_SCOPES, create_key, create_org, create_user
+from tools.client import ParleyClient, session_headers
 
 #: Not beside another xdist worker (make test's second pytest process): under pytest-xdist the schemathesis
 #: run below answered every operation 4xx only, and the coverage test after it failed; alone it reaches 2xx.
@@ -45,6 +48,7 @@ MAX_EXAMPLES = 30
 STREAM_READ_S = 10.0
 STREAM_EVENTS = 50
 OPENAPI = Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml"
+DOC = yaml.safe_load(OPENAPI.read_text())
 
 #: Status classes each operation answered, to show the fuzzing got past validation.
 ANSWERED: dict[str, set[int]] = defaultdict(set)
@@ -74,6 +78,14 @@ class Ids:
     foreign_document_id: str = ""
     user_id: str = ""  # the caller: an admin of a team organisation
     kept: list[tuple[str, str]] = field(default_factory=list)  # the member PATCH and POST are aimed at
+    session: dict[str, str] = field(default_factory=dict)  # the caller's web session: what the key's chat scope does not reach
+    cassandra: object = None  # the operator's seat: members' keys (an admin makes none)
+
+    def credentials(self, case: schemathesis.Case) -> dict[str, str]:
+        """The key where it reaches (``chat``), else the caller's web session (``account``, ``admin``)."""
+        # A method the path does not serve (the fuzzing sends those too) is the key's to be refused.
+        scope = DOC["paths"].get(case.path, {}).get(case.method.lower(), {}).get("x-parley-scope", "chat")
+        return {"Authorization": f"Bearer {self.key}"} if scope in KEY_SCOPES else self.session
 
     def member(self, *, fresh: bool) -> tuple[str, str]:
         """(user id, key id) of a member of the caller's organisation: a new one for what may erase or revoke
@@ -87,13 +99,15 @@ class Ids:
         return self.kept[0]
 
     def throwaway_member(self) -> tuple[str, str]:
-        response = httpx.post(f"{self.url}/v1/org/users", headers={"Authorization": f"Bearer {self.key}"}, json={"name": "m"})
+        """A new member (added by the caller) and a key of theirs (made by the operator)."""
+        response = httpx.post(f"{self.url}/v1/org/users", headers=self.session, json={"name": "m"})
         response.raise_for_status()
-        return str(response.json()["user"]["id"]), str(response.json()["key_id"])
+        user_id = str(response.json()["user"]["id"])
+        return user_id, create_key(self.cassandra, user_id)[0]  # type: ignore[arg-type]
 
     def throwaway_key(self) -> str:
         """A new key of the caller's (never the one the fuzzing uses): what a generated DELETE may revoke."""
-        response = httpx.post(f"{self.url}/v1/me/keys", headers={"Authorization": f"Bearer {self.key}"}, json={})
+        response = httpx.post(f"{self.url}/v1/me/keys", headers=self.session, json={})
         response.raise_for_status()
         return str(response.json()["key"]["id"])
 
@@ -175,7 +189,10 @@ def ids(stack) -> Ids:
     cid, reply_id, user_message_id = asyncio.run(_turn(stack.url, key))
     foreign_cid, foreign_reply, _ = asyncio.run(_turn(stack.url, other))
     document, foreign_document = _upload(stack.url, key, wait=True), _upload(stack.url, other, wait=True)
-    return Ids(key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url, document, foreign_document, user_id)
+    return Ids(
+        key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url, document, foreign_document, user_id,
+        session=session_headers(stack.url, *stack.sign_in(user_id)), cassandra=stack.inner.session,
+    )  # fmt: skip
 
 
 #: The document the gateway serves at /openapi.yaml (the same file; tests/unit/gateway/test_openapi.py keeps it
@@ -220,7 +237,7 @@ schema = schemathesis.openapi.from_path(
 )
 def test_the_api_answers_fuzzed_requests_as_documented(case: schemathesis.Case, ids: Ids, stack) -> None:
     ids.aim(case)
-    response = case.call_and_validate(base_url=stack.url, headers={"Authorization": f"Bearer {ids.key}"}, checks=CHECKS)
+    response = case.call_and_validate(base_url=stack.url, headers=ids.credentials(case), checks=CHECKS)
     ANSWERED[f"{case.method} {case.path}"].add(response.status_code // 100)
 
 

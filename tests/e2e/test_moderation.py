@@ -102,15 +102,17 @@ def policy_reads(stack) -> float:  # type: ignore[no-untyped-def]
 
 async def test_an_organisation_cannot_loosen_moderation_and_a_personal_one_sets_none(stack) -> None:
     team = create_org(stack.inner.session, "loose-co")
-    _, admin_key = create_user(stack.inner.session, "admin", "free", org_id=team, role="admin")
-    admin = stack.client(admin_key)
-    solo = stack.client(stack.new_key("free"))  # administers its own personal organisation
+    admin_id, admin_key = create_user(stack.inner.session, "admin", "free", org_id=team, role="admin")
+    solo_id, solo_key = stack.inner.create_user("solo", "free")  # administers its own personal organisation
+    admin, solo = stack.client(admin_key), stack.client(solo_key)
+    # An organisation's settings are its admin's web session's to change (the admin scope; keys chat).
+    admin_web, solo_web = stack.web_client(admin_id), stack.web_client(solo_id)
     try:
         loosen = {"block": [], "thresholds": {"violence": 1.0, "harassment/threatening": 1.0}, "default_threshold": 1.0}
         with pytest.raises(ApiError) as personal:
-            await solo._json("PATCH", "/v1/org", json={"moderation_policy": loosen})
+            await solo_web._json("PATCH", "/v1/org", json={"moderation_policy": loosen})
         assert personal.value.status == 409 and personal.value.body["error"]["code"] == "personal_org"
-        stored = await admin._json("PATCH", "/v1/org", json={"moderation_policy": loosen})
+        stored = await admin_web._json("PATCH", "/v1/org", json={"moderation_policy": loosen})
         assert stored["moderation_policy"]["block"] == []  # kept as written; it only ever adds to the tier's
         # Two reads of the policies after the write began: the loosening policy is in force.
         before = policy_reads(stack)
@@ -123,6 +125,8 @@ async def test_an_organisation_cannot_loosen_moderation_and_a_personal_one_sets_
             reply = await client.send(cid, BAD_INPUT, max_tokens=600)
             assert reply.final is not None and reply.final.data["finish_reason"] == "content_filter", reply.final
     finally:
+        await admin_web.close()
+        await solo_web.close()
         await admin.close()
         await solo.close()
 

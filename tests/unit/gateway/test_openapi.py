@@ -68,3 +68,22 @@ def test_the_documented_moderation_categories_are_the_ones_parley_scores() -> No
     schemas = DOC["components"]["schemas"]
     assert tuple(schemas["ModerationCategory"]["enum"]) == CATEGORIES
     assert tuple(schemas["OrgModerationPolicy"]["properties"]["thresholds"]["properties"]) == CATEGORIES
+
+
+def test_every_operation_names_its_scope_and_the_credentials_that_hold_it() -> None:
+    """DESIGN.md §12: ``x-parley-scope`` on every operation; ``security`` says which credentials hold that
+    scope (a key holds ``chat`` only); an operation a key cannot call documents the key's 403."""
+    from parley.users import KEY_SCOPES, SCOPES
+
+    holders = {"none": [], **{s: [{"apiKey": []}, {"webSession": []}] if s in KEY_SCOPES else [{"webSession": []}] for s in SCOPES}}
+    wrong = []
+    for path, method, op in _operations():
+        scope = op.get("x-parley-scope")
+        if scope not in holders:
+            wrong.append(f"{method.upper()} {path}: x-parley-scope {scope!r} is not one of {sorted(holders)}")
+            continue
+        if op.get("security", DOC["security"]) != holders[scope]:
+            wrong.append(f"{method.upper()} {path}: security {op.get('security', DOC['security'])}, expected {holders[scope]}")
+        if scope not in KEY_SCOPES and scope != "none" and "403" not in op["responses"]:
+            wrong.append(f"{method.upper()} {path}: a key's 403 insufficient_scope is not documented")
+    assert not wrong, "\n".join(wrong)
