@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
+from schemas import codec, sealing
 from schemas.events import (
     CANCEL_REASONS,
     EVENT_TYPES,
@@ -49,7 +49,9 @@ def strategy(tp: typing.Any, name: str = "") -> st.SearchStrategy:
     if name in CONSTRAINED:
         return st.sampled_from(sorted(CONSTRAINED[name]))
     if tp is str:
-        return st.text(max_size=40)
+        # Not a value that looks sealed already (``\x00s1:…``): no text Parley takes has a NUL in it
+        # (the gateway refuses one), and decoding would rightly try to open it.
+        return st.text(max_size=40).filter(lambda t: not t.startswith(sealing.PREFIX))
     if tp is int:
         return LONG
     if tp is float:
