@@ -8,11 +8,14 @@ under their data key. In order:
 
 1. the user is marked erased (and so refused, within the auth cache's bound) and every key revoked;
 2. each of their conversations and documents is deleted, and their memory emptied, by the same
-   events a user's own deletes append: the rows go from every read path at once and the
-   projections blank or purge them;
-3. once those are acknowledged, the data key is destroyed: whatever of theirs is still sealed
-   anywhere (the log, an archive, a row not yet purged, a replay file) reads ``[erased]`` from then on;
-4. ``UserErased`` on ``user.erasures`` records it. Usage keeps its counts (no content).
+   events a user's own deletes append, all in one append;
+3. once the log has them, the data key is destroyed: whatever of theirs is still sealed anywhere
+   (the log, an archive, a row not yet purged, a replay file) reads ``[erased]`` from then on;
+4. the rows go from every read path (the projections blank or purge them from the log as well);
+5. ``UserErased`` on ``user.erasures`` records it. Usage keeps its counts (no content).
+
+Every step is a repeatable write, so an erasure that stopped (an outage, a restart) is finished by
+running it again: ``parley users erase`` (the user, refused from step 1, cannot).
 """
 
 from __future__ import annotations
@@ -48,21 +51,22 @@ async def erase(svc: Services, user: UserRow, by: str, trace_id: str = "") -> di
     if svc.auth.sessions is not None:
         await svc.auth.sessions.erase(uid)  # the sign-in account, OpenID links and every web session
     conversations = await svc.store.conversation_ids_of(uid)
-    for cid in conversations:
-        event = ConversationDeleted(conversation_id=cid, user_id=uid, trace_id=trace_id)
-        await svc.append(event)
-        await svc.store.write_through(event)
     documents = await svc.store.documents_of(uid)
-    for document in documents:
-        deleted = DocumentDeleted(
-            document_id=document.id, user_id=uid, conversation_id=document.conversation_id, trace_id=trace_id
-        )
-        await svc.append(deleted)
-        await svc.write_document(deleted)
-    forgotten = MemoryUpdated(user_id=uid, facts=[], trace_id=trace_id)
-    await svc.append(forgotten)
-    await svc.store.write_memory(forgotten)
-    await asyncio.to_thread(svc.keys.erase, uid)
+    deletes: list[Any] = [ConversationDeleted(conversation_id=cid, user_id=uid, trace_id=trace_id) for cid in conversations]
+    deletes += [
+        DocumentDeleted(document_id=d.id, user_id=uid, conversation_id=d.conversation_id, trace_id=trace_id)
+        for d in documents
+    ]
+    deletes.append(MemoryUpdated(user_id=uid, facts=[], trace_id=trace_id))
+    await svc.append(*deletes)  # on the log: the projections will blank and purge from it whatever happens next
+    await asyncio.to_thread(svc.keys.erase, uid)  # at once, not after the rows: the key is what the shred is
+    for event in deletes:  # the read paths now rather than when the materializer gets there
+        if isinstance(event, ConversationDeleted):
+            await svc.store.write_through(event)
+        elif isinstance(event, DocumentDeleted):
+            await svc.write_document(event)
+        else:
+            await svc.store.write_memory(event)
     await svc.append(
         UserErased(
             user_id=uid, org_id=user.org_id, by=by, conversations=len(conversations), documents=len(documents),
