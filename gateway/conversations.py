@@ -14,7 +14,8 @@ from gateway.errors import NotFound, Unprocessable
 from gateway.openai_request import MAX_TOKENS
 from gateway.sampling import RANGES, parse_sampling
 from gateway.services import services, trace_id
-from gateway.validation import MISSING, client_key, json_body, string, uuid_string
+from gateway.models import chosen_model
+from gateway.validation import MISSING, client_key, json_body, only, string, uuid_string
 from parley import ids
 from parley.errors import Unavailable
 from parley.shards import mint_conversation_id
@@ -45,14 +46,15 @@ async def create_conversation(request: Request) -> Response:
     svc = services(request)
     user = await svc.auth(request)
     body = await json_body(request, svc.settings.max_body_bytes, required=False)
+    only(body, {"title", "model"}, "a conversation")
     title = string(body, "title", max_chars=200, required=False, allow_empty=True)
-    model = string(body, "model", max_chars=ID_MAX, required=False)
+    model = chosen_model(request, string(body, "model", max_chars=ID_MAX, required=False))
     event = ConversationCreated(
         # On this gateway's own chat.tokens partitions: the edge sends the conversation's streams back here.
         conversation_id=mint_conversation_id(svc.tokens.shard, TOPICS["chat.tokens"].partitions),
         user_id=user.user_id,
         title="" if title in (MISSING, None) else title,
-        model=None if model is MISSING else model,
+        model=model,
         trace_id=trace_id(request),
     )
     await svc.append(event)
@@ -173,9 +175,8 @@ async def post_message(request: Request) -> Response:
     content = string(body, "content", max_chars=svc.settings.max_message_chars)
     client_message_id = client_key(body, ID_MAX)
     sampling, max_tokens = turn_options(body)
-    model = string(body, "model", max_chars=ID_MAX, required=False)
+    model = chosen_model(request, string(body, "model", max_chars=ID_MAX, required=False))
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
-    model = None if model is MISSING else model
     # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).
     # Its attachments are read beside it (on every turn's way to its first token), used only once it is the user's.
     (conversation, messages), attached = await asyncio.gather(
@@ -280,6 +281,7 @@ async def select_leaf(request: Request) -> Response:
     svc = services(request)
     user = await svc.auth(request)
     body = await json_body(request, svc.settings.max_body_bytes)
+    only(body, {"leaf_id"}, "a branch choice")
     leaf_id = uuid_string(string(body, "leaf_id", max_chars=ID_MAX), "leaf_id")
     conversation = await svc.owned(user, request.path_params["conversation_id"])
     if await svc.store.message(conversation.id, leaf_id) is None:

@@ -10,11 +10,15 @@ from gateway.auth import Principal
 from gateway.errors import NotFound, Unprocessable
 from gateway.services import Services, services, trace_id
 from gateway.store import MessageRow
-from gateway.validation import client_key, json_body, string
+from gateway.conversations import turn_options
+from gateway.models import chosen_model
+from gateway.validation import client_key, json_body, only, string
 from parley import ids
 from schemas.events import GenerationCancelRequested, GenerationRequested
 
 ID_MAX = 200
+#: What a regenerate takes: its key, and the options a post takes for the new reply.
+REGENERATE_FIELDS = frozenset({"client_message_id", "model", "sampling", "max_tokens"})
 
 
 async def _owned_message(svc: Services, user: Principal, message_id: str) -> tuple[str, MessageRow]:
@@ -48,8 +52,10 @@ async def regenerate(request: Request) -> Response:
     svc = services(request)
     user = await svc.auth(request)
     body = await json_body(request, svc.settings.max_body_bytes)
+    only(body, REGENERATE_FIELDS, "a regenerate")
     client_message_id = client_key(body, ID_MAX)
-    model = string(body, "model", max_chars=ID_MAX, required=False)
+    model = chosen_model(request, string(body, "model", max_chars=ID_MAX, required=False))
+    sampling, max_tokens = turn_options(body)
     conversation_id, message = await _owned_message(svc, user, request.path_params["message_id"])
     if message.role != "assistant" or message.parent_id is None:
         raise Unprocessable("regenerate names a reply (an assistant message)", code="not_a_reply")
@@ -66,9 +72,11 @@ async def regenerate(request: Request) -> Response:
         request_id=reply_id,
         parent_id=message.parent_id,
         client_message_id=client_message_id,
-        model=model if isinstance(model, str) else None,
+        model=model,
         tier=user.tier,
         org_id=user.org_id,
+        max_tokens=max_tokens,
+        sampling=sampling,
     )
     return await turns.start_reply(svc, [requested], requested, message.parent_id)
 

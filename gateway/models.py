@@ -15,11 +15,26 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.errors import ApiError, NotFound, openai_response
+from gateway.errors import ApiError, NotFound, Unprocessable, openai_response
 from gateway.services import services
+from gateway.validation import MISSING
+from streams.router import AUTO
 
 #: Shown as every model's ``created``: when this gateway started (no model here has a release date to tell).
 STARTED = int(time.time())
+
+
+def chosen_model(request: Request, value: Any) -> str | None:
+    """A native request's ``model`` (a string field, checked): a pool, a pool's model, or ``auto``/absent (None,
+    the router's choice); 422 ``unknown_model`` naming the choices for any other, before anything is appended
+    (the router would only fail the turn)."""
+    if value is MISSING or value is None or value.strip().lower() in AUTO:
+        return None
+    policy = request.app.state.router_policy
+    if policy.pool_of_model(value.strip()) is None:
+        served = ", ".join(sorted({p.model for p in policy.pools.values()} | set(policy.pools)))
+        raise Unprocessable(f"`model` names no model served here; choose one of: auto, {served}", code="unknown_model")
+    return str(value.strip())
 
 
 def model_list(policy: Any) -> list[dict[str, Any]]:

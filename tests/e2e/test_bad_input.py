@@ -261,6 +261,18 @@ BAD_FIELDS: list[tuple[str, bytes, str]] = [
     ("client_message_id not a string", b'{"content": "hi", "client_message_id": ["x"]}', "invalid"),
     ("parent not an id", b'{"content": "hi", "client_message_id": "p", "parent_id": "x"}', "invalid"),
     ("parent not in the conversation", b'{"content": "hi", "client_message_id": "q", "parent_id": "%s"}', "unknown_parent"),
+    ("a key that names another's reply", b'{"content": "hi", "client_message_id": "m1:reply"}', "reserved_key"),
+    ("a model no pool serves", b'{"content": "hi", "client_message_id": "u", "model": "gpt-4o"}', "unknown_model"),
+]
+
+#: The other routes that take a body: a field they do not take, or a model no pool serves, is refused by name.
+BAD_OTHER_FIELDS: list[tuple[str, str, str, bytes, str]] = [
+    ("regenerate, an unknown field", "POST", "/v1/messages/{reply}/regenerate", b'{"client_message_id": "r1", "temprature": 0}', "unknown_field"),
+    ("regenerate, an unknown model", "POST", "/v1/messages/{reply}/regenerate", b'{"client_message_id": "r2", "model": "gpt-4o"}', "unknown_model"),
+    ("regenerate, a bad sampling", "POST", "/v1/messages/{reply}/regenerate", b'{"client_message_id": "r3", "sampling": {"temperature": 9}}', "invalid"),
+    ("leaf, an unknown field", "PUT", "/v1/conversations/{cid}/leaf", b'{"leaf_id": "{reply}", "x": 1}', "unknown_field"),
+    ("create, an unknown model", "POST", "/v1/conversations", b'{"model": "gpt-4o"}', "unknown_model"),
+    ("create, an unknown field", "POST", "/v1/conversations", b'{"titel": "x"}', "unknown_field"),
 ]
 
 
@@ -294,6 +306,19 @@ def test_a_bad_message_field_is_422_and_appends_nothing(world: World, what: str,
         body = body % str(uuid.uuid4()).encode()
     with world.http() as http, nothing_appended(world, world.mine.conversation_id):
         r = http.post(f"/v1/conversations/{world.mine.conversation_id}/messages", content=body, headers={"Content-Type": "application/json"})
+        assert_error(r, 422, code)
+    _unchanged_tree(world)
+
+
+@pytest.mark.parametrize("what,method,path,body,code", BAD_OTHER_FIELDS, ids=[b[0] for b in BAD_OTHER_FIELDS])
+def test_other_routes_refuse_fields_they_do_not_take_and_unknown_models(
+    world: World, what: str, method: str, path: str, body: bytes, code: str
+) -> None:
+    cid, reply = world.mine.conversation_id, world.mine.reply_id
+    path = path.replace("{reply}", reply).replace("{cid}", cid)
+    body = body.replace(b"{reply}", reply.encode())
+    with world.http() as http, nothing_appended(world, cid):
+        r = http.request(method, path, content=body, headers={"Content-Type": "application/json"})
         assert_error(r, 422, code)
     _unchanged_tree(world)
 
