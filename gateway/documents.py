@@ -68,6 +68,8 @@ async def upload(request: Request) -> Response:
         upload_file = form.get("file")
         if not isinstance(upload_file, UploadFile):
             raise Unprocessable("the file goes in the multipart field `file`", code="missing_file")
+        if len(form.getlist("conversation_id")) > 1 or len(form.getlist("file")) > 1:
+            raise Unprocessable("send `file` and `conversation_id` once each", code="repeated_field")
         conversation_id = form.get("conversation_id") or None
         if conversation_id is not None:
             conversation_id = uuid_string(conversation_id, "conversation_id")

@@ -147,6 +147,14 @@ class Ids:
             elif name == "message_id" and pick:
                 params[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
         body = case.body if isinstance(case.body, dict) else {}
+        if case.path == "/v1/chat/completions" and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+            # Without a cap an OpenAI call's reply runs to the end of the pool's context (20 s on the synthetic
+            # engine), past the read bound: a cap a client could send, so a valid call answers within it.
+            body["max_tokens"] = 16
+        if case.path == "/v1/documents" and body.get("conversation_id") == []:
+            # A form field generated as an array (a negative case) is sent as no field at all, which is a valid
+            # upload: as a client could send it, the array is the field twice (refused: repeated_field).
+            body["conversation_id"] = ["a", "b"]
         for name in ("leaf_id", "parent_id"):  # ids in bodies too: a real message, or another user's
             if isinstance(body.get(name), str) and (pick := zlib.crc32(body[name].encode("utf-8", "surrogatepass")) % 4):
                 body[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
