@@ -89,7 +89,7 @@ class Lookup:
     def take(self, where: Where, offset: int, value: bytes | None) -> None:
         """The record at ``offset`` of ``where``, read in order."""
         assert self.next is not None
-        event = of_request(value, self.request_id)  # raises only Unavailable: then the place stays here
+        event = of_request(value, self.request_id)  # if it raises (the key store away), the place stays here
         if event is not None:
             self.found.append(event)
         if offset + 1 < self.ends[where]:
