@@ -30,6 +30,8 @@ ENGINE_FAILED = "engine_failed"
 ENGINE_PROTOCOL = "engine_protocol"
 #: Workers: a bug of the worker's own.
 WORKER_ERROR = "worker_error"
+#: Workers: a request taken over from a lost worker whose earlier output could not be read (workers/recovery.py).
+HISTORY_UNAVAILABLE = "history_unavailable"
 
 #: What a client is told for the codes whose ``error_message`` comes from an engine or a worker's own failure:
 #: those name engine addresses and quote engine bodies, which stay in the log and the worker's log lines.

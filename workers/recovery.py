@@ -32,9 +32,15 @@ into one of those. The shell (``HistoryReader``, workers/history_reader.py) find
 keyed by conversation (chat.tokens, chat.events) or user (chat.usage), so
 ``parley.partitioning`` names the one partition of each to read, from the
 routed event's ``occurred_at`` minus ``SLACK_S`` (``offsets_for_times``) to
-the end offset at lookup time, outside any consumer group. It is bounded
-(``MAX_RECORDS`` per partition, ``TIMEOUT_S`` in all) and blocking, so the
-worker runs it in threads, ``MAX_CONCURRENT`` at a time.
+the end offset when the lookup began, outside any consumer group.
+
+Only a *complete* history has a verdict: with part of the log unread, "no
+completion in view" does not mean "not finished", and resuming would generate
+a finished reply twice. ``verdict`` refuses an incomplete history; the shell
+reads on in rounds until it is complete, and a lookup that cannot read on for
+long (``GIVE_UP_S``) ends the turn with ``unreadable``: a ``history_unavailable``
+error under the next attempt, which readers follow over any earlier attempt,
+and no generation and no usage.
 
 Only records that were already in the partition when it was assigned, or
 whose turn was asked for before then, can have been started by a previous
@@ -56,6 +62,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from schemas.endings import HISTORY_UNAVAILABLE, ending
 from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, UsageRecorded
 from workers.outcome import Outcome, terminal_events
 
@@ -73,7 +80,8 @@ class Resume:
 
 @dataclass(frozen=True)
 class Finished:
-    """It ended already; ``missing`` are the closing events to produce again, in order (often none)."""
+    """Nothing to generate: it ended already, or ``unreadable`` ends it now; ``missing`` are the closing
+    events to produce, in order (often none)."""
 
     missing: tuple[Event, ...] = ()
 
@@ -88,14 +96,20 @@ class History:
     chunks: tuple[TokenChunk, ...] = ()
     completions: tuple[GenerationCompleted, ...] = ()
     usage: tuple[UsageRecorded, ...] = ()
-    complete: bool = True  # False: a bound stopped the reading before the end
+    complete: bool = True  # False: part of the log is not read yet (no verdict until it is)
+
+
+class IncompleteHistory(ValueError):
+    """``verdict`` was asked of a history read only in part."""
 
 
 # ------------------------------------------------------------------ the pure core
 
 
 def verdict(routed: InferenceRouted, history: History) -> Verdict:
-    """What to do with a redelivered ``routed`` given what earlier attempts left on the log."""
+    """What to do with a redelivered ``routed`` given what earlier attempts left on the log (all of it)."""
+    if not history.complete:
+        raise IncompleteHistory("a redelivered request's history was read only in part: read on, never resume")
     rid = routed.request.request_id
     chunks = [c for c in history.chunks if c.request_id == rid]
     completions = [c for c in history.completions if c.request_id == rid]
@@ -104,7 +118,21 @@ def verdict(routed: InferenceRouted, history: History) -> Verdict:
     if any(c.finish_reason is not None for c in chunks):
         return Finished()  # its completion was acknowledged before this chunk was produced
     text, tokens = known_text(chunks)
-    return Resume(attempt=max([routed.request.attempt, *(c.attempt for c in chunks)]) + 1, text=text, tokens=tokens)
+    return Resume(attempt=_next_attempt(routed, chunks), text=text, tokens=tokens)
+
+
+def unreadable(routed: InferenceRouted, history: History) -> Finished:
+    """``routed``'s turn ended ``history_unavailable``: what it did before could not be read, so it is
+    neither resumed nor skipped. Under the next attempt (of what was read), so readers end the stream there."""
+    rid = routed.request.request_id
+    request = replace(routed.request, attempt=_next_attempt(routed, [c for c in history.chunks if c.request_id == rid]))
+    message = "the worker that took this turn over could not read what the previous one had done"
+    return Finished(tuple(ending(request, "failed", HISTORY_UNAVAILABLE, message, pool=routed.pool, model=routed.model)))
+
+
+def _next_attempt(routed: InferenceRouted, chunks: Iterable[TokenChunk]) -> int:
+    """One above the highest attempt routed or seen: readers drop or truncate away every earlier one."""
+    return max([routed.request.attempt, *(c.attempt for c in chunks)]) + 1
 
 
 def known_text(chunks: Iterable[TokenChunk]) -> tuple[str, int]:

@@ -35,7 +35,7 @@ from workers.engine_health import EngineHealth
 from workers.generation import Generation
 from workers.jobs import Abort, Action, Done, Job, JobBook, LookUp, Resend, Run
 from workers.outcome import Outcome, terminal_events
-from workers.recovery import Resume, Verdict
+from workers.recovery import History, Verdict, unreadable
 from workers.settings import WorkerSettings
 from workers.telemetry import record_load, record_outcome
 
@@ -228,24 +228,18 @@ class Scheduler:
     # ------------------------------------------------------------ a job's life
 
     async def _recovered(self, job: Job) -> None:
-        """Look up what earlier attempts did; the book then closes, resumes or queues ``job``."""
+        """Look up what earlier attempts did; the book then closes, resumes or queues ``job``.
+
+        ``recover`` waits out outages itself (workers/history_reader.py); what escapes it is a bug, and
+        the turn is ended ``history_unavailable``: resuming without the history could answer it twice."""
         assert self._recover is not None
-        delay = 0.5
-        while True:
-            try:
-                found = await self._recover(job.routed)
-                break
-            except asyncio.CancelledError:
-                raise  # abandoned
-            except BrokerUnavailable as exc:  # nothing could be produced either: wait for the broker
-                log.warning("redelivered request not looked up; retrying", extra=job.ids | {"error": str(exc)})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-            except Exception:
-                # A bug: start over visibly (a new attempt from nothing) rather than hold the partition.
-                log.exception("redelivered request could not be looked up; restarting it", extra=job.ids)
-                found = Resume(attempt=job.routed.request.attempt + 1, text="", tokens=0)
-                break
+        try:
+            found = await self._recover(job.routed)
+        except asyncio.CancelledError:
+            raise  # abandoned
+        except Exception:
+            log.exception("redelivered request could not be looked up; ending its turn", extra=job.ids)
+            found = unreadable(job.routed, History(complete=False))
         self._do(self._book.recovered(job, found, self._clock()))
 
     async def _resend(self, job: Job, events: Sequence[Event]) -> None:
@@ -257,7 +251,7 @@ class Scheduler:
             return
         except Exception:  # a bug, as in _run: let the record go rather than hold back the commits
             log.exception("could not resend the closing events of a finished request", extra=job.ids)
-        log.info("redelivered request had finished; not generated again", extra=job.ids | {"resent": len(events)})
+        log.info("redelivered request closed without generating", extra=job.ids | {"resent": len(events)})
         self._do(self._book.ended(job, finished=True))
 
     async def _run(self, job: Job) -> None:

@@ -20,6 +20,8 @@ from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
 from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, Usage, UsageRecorded
 from tests.integration.test_worker import committed, of, read, routed, until
+from workers.history_reader import HistoryReader, Recovery
+from workers.recovery import Finished
 from workers.scripted import ScriptedEngine, scripted_reply
 from workers.settings import WorkerSettings
 from workers.worker import run_worker
@@ -216,5 +218,30 @@ async def test_a_turn_sent_again_after_the_partition_moved_is_looked_up_not_gene
             events = await read(kafka, "chat.events", lambda s: bool(of(rid, GenerationCompleted)(s)))
             assert len(of(rid, GenerationCompleted)(events)) == 1
             assert not [q for q in engine.requests if q.rid.startswith(rid)]  # never generated again
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("bound", [{"max_records": 3}, {"round_s": 0.0}], ids=["record bound", "time bound"])
+async def test_a_lookup_stopped_by_its_bound_reads_on_to_the_completion(kafka: KafkaSettings, bound: dict[str, float]) -> None:
+    """Review C1: each round of the lookup stops at a bound (3 records of a partition, or its first batch)
+    long before the reply's completion, which lies past 20 chunks of other replies of its conversation.
+    The lookup used to call that history incomplete and resume it: a finished reply generated twice."""
+    producer = EventProducer(kafka)
+    r = routed("[[tokens:6]] finished and closed", partition=6)
+    try:
+        for c in text_chunks(r, range(0, 6)):
+            await producer.send(c)
+        for _ in range(20):  # the conversation's other replies, on the same partitions
+            other = replace(r, request=replace(r.request, request_id=str(uuid.uuid4())))
+            for c in text_chunks(other, range(0, 2)):
+                await producer.send(c)
+            await producer.send(completed(other, scripted_reply(2)))
+        await producer.send(completed(r, scripted_reply(6)))
+        final = text_chunks(r, range(0, 6))[-1]
+        await producer.send(replace(final, seq=3, text="", tokens=0, offset_chars=len(scripted_reply(6)), finish_reason="stop"))
+        await producer.send(UsageRecorded(conversation_id=r.conversation_id, user_id=r.user_id, request_id=r.request.request_id))
+        found = await Recovery(HistoryReader(kafka, **bound))(r)  # type: ignore[arg-type]
+        assert found == Finished()  # every closing event found: nothing generated, nothing produced again
     finally:
         producer.close()

@@ -10,8 +10,11 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from gateway.replies import live
 from gateway.tokens import Chunk, Stream
+from schemas.endings import HISTORY_UNAVAILABLE
 from schemas.events import (
     GenerationCompleted,
     InferenceRequested,
@@ -24,7 +27,7 @@ from schemas.events import (
 from tests.unit.workers.test_scheduler import SETTINGS, MemorySink
 from tools.client import SseEvent, reply_text
 from workers.chat_template import render_prompt
-from workers.recovery import Finished, History, Resume, known_text, verdict
+from workers.recovery import Finished, History, Resume, known_text, unreadable, verdict
 from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
 
@@ -185,6 +188,25 @@ def test_the_completion_of_the_latest_attempt_decides() -> None:
     assert isinstance(chunk, TokenChunk) and (chunk.attempt, chunk.seq, chunk.offset_chars) == (1, 1, 4)
 
 
+def test_a_history_read_only_in_part_has_no_verdict() -> None:
+    """Review C1: a lookup stopped by a bound saw no completion, which does not mean there was none.
+    Resuming then would generate a finished reply twice (a second completion, a second usage)."""
+    r = routed()
+    for history in (History(complete=False), History(chunks=tuple(chunks(r, ["ab", "cd"])), complete=False)):
+        with pytest.raises(ValueError, match="read only in part"):  # IncompleteHistory
+            verdict(r, history)
+
+
+def test_an_unreadable_history_ends_the_turn_under_the_next_attempt_without_usage() -> None:
+    r = routed(attempt=1)
+    found = unreadable(r, History(chunks=tuple(chunks(r, ["ab"], attempt=2)), complete=False))
+    completed, last = found.missing
+    assert isinstance(completed, GenerationCompleted) and isinstance(last, TokenChunk)
+    assert (completed.finish_reason, completed.error_code, completed.attempt) == ("failed", HISTORY_UNAVAILABLE, 3)
+    assert (last.finish_reason, last.error_code, last.attempt, last.seq) == ("failed", HISTORY_UNAVAILABLE, 3, 0)
+    assert completed.usage == Usage() and completed.request_id == r.request.request_id
+
+
 # ------------------------------------------------------------------ the scheduler acting on it
 
 
@@ -197,6 +219,8 @@ class Harness:
 
         async def recover(r: InferenceRouted) -> Any:
             self.asked.append(r)
+            if isinstance(found, Exception):
+                raise found
             return found
 
         self.scheduler = Scheduler(
@@ -241,6 +265,21 @@ async def test_a_finished_job_is_not_generated_and_its_missing_events_go_out() -
     assert h.engine.requests == []
     assert h.produced(TokenChunk) == [chunk] and h.produced(GenerationCompleted) == []
     assert h.finished == [(0, 3)]
+
+
+async def test_a_lookup_that_fails_ends_the_turn_and_never_generates() -> None:
+    """Outages are waited out inside the lookup; what escapes it is a bug, and resuming from nothing
+    then could answer a finished turn twice."""
+    r = routed()
+    h = Harness(RuntimeError("a bug in the lookup"))
+    h.scheduler.accept(r, 0, 5, inherited=True)
+    await h.until_finished()
+    assert h.engine.requests == []
+    (completed,) = h.produced(GenerationCompleted)
+    (last,) = h.produced(TokenChunk)
+    assert (completed.error_code, completed.attempt) == (HISTORY_UNAVAILABLE, 1)
+    assert (last.finish_reason, last.error_code) == ("failed", HISTORY_UNAVAILABLE)
+    assert h.produced(UsageRecorded) == [] and h.finished == [(0, 5)]
 
 
 async def test_fresh_traffic_is_not_looked_up() -> None:
