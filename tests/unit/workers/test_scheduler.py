@@ -31,7 +31,7 @@ from schemas.events import (
     UsageRecorded,
     now_us,
 )
-from workers.chat_template import STOP, render_prompt
+from workers.chat_template import CHATML
 from workers.engine_api import EngineLoad
 from workers.engine_health import PROBE_S
 from workers.scheduler import Scheduler
@@ -179,8 +179,8 @@ async def test_the_engine_gets_the_rendered_prompt_under_the_attempts_rid() -> N
     await until(lambda: h.finished == [(1, 0)])
     (sent,) = h.engine.requests
     assert sent.rid == engine_rid("r2", 2) == "r2:2"
-    assert sent.text == render_prompt(r.request.messages)
-    assert (sent.max_new_tokens, sent.stop, sent.temperature) == (100, STOP, SETTINGS.temperature)
+    assert sent.text == CHATML.render_prompt(r.request.messages)
+    assert (sent.max_new_tokens, sent.stop, sent.temperature) == (100, CHATML.stop, SETTINGS.temperature)
     assert h.completed("r2").attempt == 2
 
 
@@ -438,5 +438,5 @@ async def test_the_turns_sampling_reaches_the_engine_and_the_pool_default_fills_
     await until(lambda: len(h.finished) == 2)
     first, second = h.engine.requests
     assert (first.temperature, first.seed, first.frequency_penalty, first.json_schema) == (0.0, 11, 0.5, '{"type":"object"}')
-    assert first.stop == (*STOP, "END")
-    assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, STOP)
+    assert first.stop == (*CHATML.stop, "END")
+    assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, CHATML.stop)
