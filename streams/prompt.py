@@ -6,8 +6,9 @@ change invalidates as little of the engine's prefix cache as possible::
     system prompt → user memory → summary of dropped turns → document passages → recent turns
 
 Everything renders deterministically (no clock, no set order): turn k+1's
-prompt, rendered in the counter's chat template (``workers.chat_template``), begins with turn k's prompt and
-its reply, byte for byte, except when the window over the history moves.
+prompt, rendered in the counter's chat template (``workers.chat_template``),
+begins with turn k's prompt and its reply, byte for byte, except when the
+window over the history moves.
 
 The window moves in blocks. Block boundaries are turn starts fixed by the
 history itself: from one boundary the next is the first user message after at
@@ -152,10 +153,10 @@ def boundaries(msgs: Sequence[Message], costs: Sequence[int], block_tokens: int)
 def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCounter) -> Window:
     """The window for the turn that ends ``branch``: the first boundary whose tail fits the budget."""
     msgs = tuple(usable(branch))
-    costs = [counter.segment(counter.template.render_message(as_prompt_message(m))) for m in msgs]
+    template = counter.template
+    costs = [counter.segment(template.render_message(as_prompt_message(m))) for m in msgs]
     tail = list(accumulate(reversed(costs), initial=0))[::-1]  # tail[i] = tokens of msgs[i:]
     fixed = head(layout) + documents_message(layout)
-    template = counter.template
     base = counter.overhead + sum(counter.segment(template.render_message(h)) for h in fixed) + counter.segment(template.render_prompt([]))
     bounds = boundaries(msgs, costs, layout.block_tokens)
 
