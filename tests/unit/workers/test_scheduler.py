@@ -31,7 +31,7 @@ from schemas.events import (
     UsageRecorded,
     now_us,
 )
-from workers.chat_template import CHATML
+from workers.chat_template import CHATML, DEEPSEEK, LLAMA3, ChatTemplate
 from workers.engine_api import EngineLoad
 from workers.engine_health import PROBE_S
 from workers.scheduler import Scheduler
@@ -182,6 +182,17 @@ async def test_the_engine_gets_the_rendered_prompt_under_the_attempts_rid() -> N
     assert sent.text == CHATML.render_prompt(r.request.messages)
     assert (sent.max_new_tokens, sent.stop, sent.temperature) == (100, CHATML.stop, SETTINGS.temperature)
     assert h.completed("r2").attempt == 2
+
+
+@pytest.mark.parametrize("template", [LLAMA3, DEEPSEEK], ids=lambda t: t.family)
+async def test_the_prompt_is_rendered_in_the_pools_template_with_its_stops(template: ChatTemplate) -> None:
+    h = Harness(template=template)
+    r = routed("r3", "[[tokens:3]]")
+    h.scheduler.accept(r, partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    (sent,) = h.engine.requests
+    assert sent.text == template.render_prompt(r.request.messages) != CHATML.render_prompt(r.request.messages)
+    assert sent.stop[: len(template.stop)] == template.stop
 
 
 async def test_a_resumed_attempt_continues_after_the_text_already_streamed() -> None:
