@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 
 from schemas.events import PromptMessage
-from workers.chat_template import render_prompt
+from workers.chat_template import CHATML
 from workers.engine.torch_model import torch_threads, usable_cpus
 from tools.supervisor import free_port
 
@@ -54,7 +54,7 @@ def prompt(i: int) -> str:
         PromptMessage(role="system", content="You are a helpful assistant."),  # the context builder's default
         PromptMessage(role="user", content=f"Tell me about {TOPICS[i % len(TOPICS)]}."),
     ]
-    return render_prompt(messages)
+    return CHATML.render_prompt(messages)
 
 
 async def one_stream(http: httpx.AsyncClient, text: str, tokens: int) -> Stream:

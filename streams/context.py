@@ -261,7 +261,7 @@ class ContextBuilder:
         previous, out = wanted.previous, []
         for start, end in wanted.steps:
             block = window.usable[start:end]
-            prompt = summary.request_text(previous.content if previous else None, block)
+            prompt = summary.request_messages(previous.content if previous else None, block)
             try:
                 text, model = await self._summariser.write(prompt, limit)
             except WriterUnavailable as exc:

@@ -1,8 +1,13 @@
 """Counting prompt text in the engine's own tokens.
 
 The budget is a promise about what the engine will see, so it is counted with
-the engine's tokenizer (``workers.engine.tokenizer``), on the text the worker
-renders (``workers.chat_template``), never estimated from characters.
+the engine's tokenizer (``workers.engine.tokenizer``), on the text a worker
+renders (``workers.chat_template``), never estimated from characters. The
+counter holds one tokenizer and one template, the default pool's
+(PARLEY_CONTEXT_TOKENIZER, PARLEY_POOL_TEMPLATES): the prompt is built before
+the router picks a pool, so a turn routed elsewhere is counted in the default
+pool's terms, and the pools' PARLEY_ROUTER_CONTEXT_TOKENS keep a margin for it
+(docs/fleet.md).
 
 ``TokenCounter.segment`` counts one piece of a prompt (a rendered message)
 without the tokens the tokenizer adds around every ``encode`` call (a BOS):
@@ -18,6 +23,7 @@ from typing import Callable
 
 from parley.errors import ConfigError
 from parley.lru import LRU
+from workers.chat_template import CHATML, ChatTemplate
 from workers.engine.tokenizer import ByteTokenizer, Tokenizer, WordTokenizer, local_tokenizer
 
 #: Distinct message texts whose counts are remembered: a conversation's history is
@@ -47,17 +53,18 @@ def load_tokenizer(spec: str) -> Tokenizer:
 
 
 class TokenCounter:
-    """Token counts of prompt text under one tokenizer."""
+    """Token counts of prompt text under one tokenizer, rendered in one chat template."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate = CHATML) -> None:
+        self.template = template
         self._encode: Callable[[str], list[int]] = tokenizer.encode
         #: Tokens ``encode`` adds to any text (a BOS): counted once per prompt, not per piece.
         self.overhead = len(self._encode(""))
         self._segments: LRU[str, int] = LRU(_CACHE_ENTRIES)
 
     @classmethod
-    def from_spec(cls, spec: str) -> TokenCounter:
-        return cls(load_tokenizer(spec))
+    def from_spec(cls, spec: str, template: ChatTemplate = CHATML) -> TokenCounter:
+        return cls(load_tokenizer(spec), template)
 
     def count(self, text: str) -> int:
         """Tokens of a whole prompt, as the engine will count it."""

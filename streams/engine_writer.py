@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 
-from workers.chat_template import STOP
+from schemas.events import PromptMessage
+from workers.chat_template import CHATML, ChatTemplate
 from workers.engine_api import EngineClient, EngineError, GenerateRequest
 from workers.priority import BACKGROUND
 
@@ -25,8 +27,18 @@ class WriterUnavailable(Exception):
 
 
 class EngineWriter:
-    def __init__(self, engine: EngineClient, *, timeout_s: float, retry_s: float, purpose: str = "summary") -> None:
+    def __init__(
+        self,
+        engine: EngineClient,
+        *,
+        timeout_s: float,
+        retry_s: float,
+        purpose: str = "summary",
+        template: ChatTemplate = CHATML,
+    ) -> None:
         self._engine = engine
+        #: The small pool's chat template (PARLEY_POOL_TEMPLATES): prompts are rendered as its workers render them.
+        self._template = template
         self._purpose = purpose  # in the engine request's id and in errors
         self._timeout_s = timeout_s
         self._retry_s = retry_s
@@ -37,8 +49,11 @@ class EngineWriter:
         """False while the last failure is recent: the turn goes on without a new summary."""
         return self._failed_at is None or time.monotonic() - self._failed_at >= self._retry_s
 
-    async def write(self, prompt: str, max_tokens: int, stop: tuple[str, ...] = ()) -> tuple[str, str]:
-        """(text, model that wrote it) for the rendered ``prompt``; raises WriterUnavailable."""
+    async def write(
+        self, messages: Sequence[PromptMessage], max_tokens: int, stop: tuple[str, ...] = (), opening: str = ""
+    ) -> tuple[str, str]:
+        """(text, model that wrote it) for ``messages``, the reply begun with ``opening``; raises WriterUnavailable."""
+        prompt = self._template.render_prompt(messages, opening)
         try:
             text = await asyncio.wait_for(self._generate(prompt, max_tokens, stop), self._timeout_s)
         except (EngineError, asyncio.TimeoutError, WriterUnavailable) as exc:
@@ -54,7 +69,7 @@ class EngineWriter:
         # Greedy: the text is written once and read on many turns; no reason to sample.
         request = GenerateRequest(
             rid=f"{self._purpose}-{uuid.uuid4().hex}", text=prompt, max_new_tokens=max_tokens, temperature=0.0,
-            stop=(*STOP, *stop), priority=BACKGROUND,
+            stop=(*self._template.stop, *stop), priority=BACKGROUND,
         )
         parts: list[str] = []
         async for delta in self._engine.generate(request):

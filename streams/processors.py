@@ -59,6 +59,7 @@ from streams.summary_store import SummaryRows
 from streams.titles import Titler, Untitled, Writer
 from streams.usage import UsageFolder
 from streams.wiring import Agent, Timer, Wiring, returning_nothing
+from workers.settings import TemplateSettings
 from workers.sglang import SGLangClient
 
 log = logging.getLogger(__name__)
@@ -88,11 +89,14 @@ def worker_args(argv: Sequence[str]) -> list[str]:
 def _context(kafka: KafkaSettings) -> Wiring:
 
     cfg = from_env(ContextSettings)
+    templates = from_env(TemplateSettings)
     store = Store(from_env(CassandraSettings))
     summariser = None
-    if cfg.summary_url:
+    if cfg.summary_url:  # the small pool's engine
         engine = SGLangClient(cfg.summary_url, timeout_s=cfg.summary_timeout_s)
-        summariser = EngineWriter(engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s)
+        summariser = EngineWriter(
+            engine, timeout_s=cfg.summary_timeout_s, retry_s=cfg.summary_retry_s, template=templates.of("small")
+        )
     memories = MemoryReader(kafka)
     docs = from_env(DocumentSettings)
     embedder = embedder_from(docs)
@@ -102,7 +106,8 @@ def _context(kafka: KafkaSettings) -> Wiring:
         DocumentIndex(store.cql), embedder, reranker_from(docs), k=docs.retrieve_k, timeout_s=docs.search_timeout_s,
         alpha=docs.hybrid_alpha,
     )
-    counter = TokenCounter.from_spec(cfg.tokenizer)
+    # Counted in the default pool's template: the pool is not chosen yet (streams/context_tokens.py).
+    counter = TokenCounter.from_spec(cfg.tokenizer, templates.of(from_env(RouterSettings).default_pool))
     search = DocumentSearch(store, retriever, passages=docs.passages, passage_tokens=docs.passage_tokens, count=counter.segment)
     builder = ContextBuilder(
         cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of, documents=search, counter=counter,
@@ -251,7 +256,10 @@ def _titler(kafka: KafkaSettings) -> Wiring:
         writer: Writer = Untitled()
     else:
         engine = SGLangClient(cfg.engine_url, timeout_s=cfg.timeout_s)
-        writer = EngineWriter(engine, timeout_s=cfg.timeout_s, retry_s=cfg.retry_s, purpose="title")
+        writer = EngineWriter(
+            engine, timeout_s=cfg.timeout_s, retry_s=cfg.retry_s, purpose="title",
+            template=from_env(TemplateSettings).of("small"),  # the small pool's engine
+        )
     titler = Titler(cfg, writer)
     return Wiring(agents=[Agent("chat.events", {Event: titler.handle})], writes=("chat.events",))
 

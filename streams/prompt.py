@@ -6,8 +6,9 @@ change invalidates as little of the engine's prefix cache as possible::
     system prompt → user memory → summary of dropped turns → document passages → recent turns
 
 Everything renders deterministically (no clock, no set order): turn k+1's
-prompt, rendered by ``workers.chat_template``, begins with turn k's prompt and
-its reply, byte for byte, except when the window over the history moves.
+prompt, rendered in the counter's chat template (``workers.chat_template``),
+begins with turn k's prompt and its reply, byte for byte, except when the
+window over the history moves.
 
 The window moves in blocks. Block boundaries are turn starts fixed by the
 history itself: from one boundary the next is the first user message after at
@@ -31,7 +32,6 @@ from itertools import accumulate
 from schemas.events import Passage, PromptMessage
 from streams.context_tokens import TokenCounter
 from streams.tree import Message
-from workers.chat_template import render_message, render_prompt
 
 MEMORY_HEADER = "What you know about the user:\n"
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
@@ -153,10 +153,11 @@ def boundaries(msgs: Sequence[Message], costs: Sequence[int], block_tokens: int)
 def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCounter) -> Window:
     """The window for the turn that ends ``branch``: the first boundary whose tail fits the budget."""
     msgs = tuple(usable(branch))
-    costs = [counter.segment(render_message(as_prompt_message(m))) for m in msgs]
+    template = counter.template
+    costs = [counter.segment(template.render_message(as_prompt_message(m))) for m in msgs]
     tail = list(accumulate(reversed(costs), initial=0))[::-1]  # tail[i] = tokens of msgs[i:]
     fixed = head(layout) + documents_message(layout)
-    base = counter.overhead + sum(counter.segment(render_message(h)) for h in fixed) + counter.segment(render_prompt([]))
+    base = counter.overhead + sum(counter.segment(template.render_message(h)) for h in fixed) + counter.segment(template.render_prompt([]))
     bounds = boundaries(msgs, costs, layout.block_tokens)
 
     def need(start: int, summarised_from: int) -> int:
@@ -189,7 +190,7 @@ def render(window: Window, layout: Layout, counter: TokenCounter, summary: str |
     start = window.start
     while True:
         messages = top + [as_prompt_message(m) for m in window.usable[start:]]
-        tokens = counter.count(render_prompt(messages))
+        tokens = counter.count(counter.template.render_prompt(messages))
         if tokens <= layout.budget_tokens or start >= len(window.usable) - 1:
             return Prompt(messages, tokens, start, summarised)
         start += 1
@@ -199,7 +200,7 @@ def as_sent(branch: Sequence[Message], counter: TokenCounter) -> Prompt:
     """The branch as its client sent it (an OpenAI-API turn): its messages only, none left out. Whether it fits a
     pool is the router's to judge (context_too_long), not a reason to cut it here."""
     messages = [as_prompt_message(m) for m in usable(branch)]
-    return Prompt(messages, counter.count(render_prompt(messages)), 0)
+    return Prompt(messages, counter.count(counter.template.render_prompt(messages)), 0)
 
 
 def build_prompt(branch: Sequence[Message], layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:

@@ -26,7 +26,6 @@ from schemas.events import PromptMessage
 from streams.context_tokens import TokenCounter
 from streams.prompt import Window, summary_message
 from streams.tree import Message
-from workers.chat_template import render_message, render_prompt
 
 INSTRUCTIONS = (
     "You keep a running summary of a conversation for an assistant that can no longer see its older turns. "
@@ -98,19 +97,19 @@ def plan(window: Window, known: Mapping[str, Summary], max_steps: int) -> Plan:
     return Plan(found, tuple((bounds[k], bounds[k + 1]) for k in range(j, len(bounds) - 1)))
 
 
-def request_text(previous: str | None, block: Sequence[Message]) -> str:
-    """The summariser's prompt, rendered as the worker renders any prompt (ChatML)."""
+def request_messages(previous: str | None, block: Sequence[Message]) -> list[PromptMessage]:
+    """The summariser's prompt; the writer renders it in the small pool's chat template."""
     lines = [f"{m.role.capitalize()}: {m.content}" for m in block]
     parts = [f"Summary so far:\n{previous}"] if previous else []
     parts.append("Conversation to add:\n" + "\n".join(lines))
     parts.append("Write the updated summary.")
     user = "\n\n".join(parts)
-    return render_prompt([PromptMessage(role="system", content=INSTRUCTIONS), PromptMessage(role="user", content=user)])
+    return [PromptMessage(role="system", content=INSTRUCTIONS), PromptMessage(role="user", content=user)]
 
 
 def text_budget(counter: TokenCounter, summary_tokens: int) -> int:
     """Tokens the summary's text may take: the reservation less the message's own framing."""
-    return max(1, summary_tokens - counter.segment(render_message(summary_message(""))))
+    return max(1, summary_tokens - counter.segment(counter.template.render_message(summary_message(""))))
 
 
 def clip(text: str, counter: TokenCounter, limit: int) -> str:

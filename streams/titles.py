@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,7 +28,6 @@ from parley.ids import NS
 from parley.lru import LRU
 from schemas import events as ev
 from streams.settings import TitlerSettings
-from workers.chat_template import render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,9 @@ STOPS = ('"', "\n")
 class Writer(Protocol):
     def ready(self) -> bool: ...
 
-    async def write(self, prompt: str, max_tokens: int, stop: tuple[str, ...] = ()) -> tuple[str, str]: ...
+    async def write(
+        self, messages: Sequence[ev.PromptMessage], max_tokens: int, stop: tuple[str, ...] = (), opening: str = ""
+    ) -> tuple[str, str]: ...
 
 
 class Untitled:
@@ -53,7 +55,9 @@ class Untitled:
     def ready(self) -> bool:
         return False
 
-    async def write(self, prompt: str, max_tokens: int, stop: tuple[str, ...] = ()) -> tuple[str, str]:
+    async def write(
+        self, messages: Sequence[ev.PromptMessage], max_tokens: int, stop: tuple[str, ...] = (), opening: str = ""
+    ) -> tuple[str, str]:
         raise RuntimeError("no title engine configured")
 
 
@@ -91,7 +95,7 @@ class Titler:
 
     async def _titled(self, reply: ev.GenerationCompleted, question: str, seen: _Seen) -> list[ev.Event]:
         try:
-            text, _ = await self._writer.write(title_prompt(question), self.cfg.max_tokens, STOPS)
+            text, _ = await self._writer.write(title_prompt(question), self.cfg.max_tokens, STOPS, OPENING)
         except Exception as exc:  # WriterUnavailable, or a bug: the conversation stays untitled for now
             log.warning("no title written", extra={"conversation_id": reply.conversation_id, "error": type(exc).__name__})
             return []
@@ -115,12 +119,10 @@ class Titler:
         ]
 
 
-def title_prompt(question: str) -> str:
-    """The engine's prompt, rendered as a worker renders one (the small pool's chat template)."""
+def title_prompt(question: str) -> list[ev.PromptMessage]:
+    """The engine's prompt; the writer renders it in the small pool's chat template, the reply begun with OPENING."""
     ask = f"Name a conversation that starts with: {question[:EXCERPT_CHARS]}"
-    return render_prompt(
-        [ev.PromptMessage(role="system", content=INSTRUCTION), ev.PromptMessage(role="user", content=ask)], OPENING
-    )
+    return [ev.PromptMessage(role="system", content=INSTRUCTION), ev.PromptMessage(role="user", content=ask)]
 
 
 def clean_title(text: str) -> str:

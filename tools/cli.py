@@ -117,7 +117,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         UsageSettings,
     )
     from workers.engine.settings import EngineSettings
-    from workers.settings import WorkerSettings
+    from workers.settings import TemplateSettings, WorkerSettings
 
     return [
         ("every service: Kafka", KafkaSettings),
@@ -127,6 +127,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("local infrastructure (parley infra)", LocalInfraSettings),
         ("engine (CPU)", EngineSettings),
         ("worker", WorkerSettings),
+        ("workers, titler, context builder: each pool's chat template", TemplateSettings),
         ("stream processors", StreamsSettings),
         ("context builder", ContextSettings),
         ("router", RouterSettings),

@@ -28,7 +28,7 @@ from parley.retry import retrying
 from schemas.endings import ENGINE_UNAVAILABLE
 from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers import priority
-from workers.chat_template import STOP, render_prompt
+from workers.chat_template import CHATML, ChatTemplate
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.engine_health import EngineHealth
@@ -82,8 +82,11 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         recover: Callable[[InferenceRouted], Awaitable[Verdict]] | None = None,
+        template: ChatTemplate = CHATML,
     ) -> None:
         self._settings = settings
+        #: The pool's model's chat template (PARLEY_POOL_TEMPLATES): prompts are rendered in it, its stops sent.
+        self._template = template
         self._engine = engine
         self._sink = sink
         self._on_finished = on_finished
@@ -306,11 +309,11 @@ class Scheduler:
         asked = req.sampling
         request = GenerateRequest(
             rid=job.rid,
-            text=render_prompt(req.messages, req.resume_text),
+            text=self._template.render_prompt(req.messages, req.resume_text),
             max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
             temperature=self._settings.temperature if asked.temperature is None else asked.temperature,
             top_p=1.0 if asked.top_p is None else asked.top_p,
-            stop=(*STOP, *asked.stop),
+            stop=(*self._template.stop, *asked.stop),
             seed=asked.seed,
             presence_penalty=asked.presence_penalty or 0.0,
             frequency_penalty=asked.frequency_penalty or 0.0,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from parley.errors import ConfigError
 from parley.settings import env
 from schemas.catalog import POOLS
+from workers.chat_template import FAMILIES, ChatTemplate, template
 
 
 @dataclass(frozen=True)
@@ -146,3 +147,38 @@ class WorkerSettings:
     def capacity(self) -> int:
         """Records held at once (running + queued): the bound on what is taken from Kafka."""
         return self.max_concurrency + self.max_queued
+
+
+@dataclass(frozen=True)
+class TemplateSettings:
+    """Each pool's chat template family (workers/chat_template.py), read by whatever renders a prompt for a
+    pool's engine: its workers; the titler and the summariser (the small pool's); the context builder, which
+    counts in the default pool's."""
+
+    pools: str = env(
+        "PARLEY_POOL_TEMPLATES",
+        "small=chatml,medium=chatml,frontier=chatml",
+        f"Chat template family of each pool's model, pool=family[,…] for every pool ({' | '.join(FAMILIES)});"
+        " the default is the local stack's SmolLM2 (ChatML); the fleet spec's pools name theirs",
+    )
+
+    def __post_init__(self) -> None:
+        self.families()
+
+    def families(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in filter(None, (p.strip() for p in self.pools.split(","))):
+            pool, _, family = (part.strip() for part in item.partition("="))
+            if pool not in POOLS:
+                raise ConfigError(f"PARLEY_POOL_TEMPLATES: {item!r} is not pool=family with a pool of {', '.join(POOLS)}")
+            if family not in FAMILIES:
+                raise ConfigError(f"PARLEY_POOL_TEMPLATES: {pool}={family!r} is not one of {', '.join(FAMILIES)}")
+            out[pool] = family
+        return out
+
+    def of(self, pool: str) -> ChatTemplate:
+        """``pool``'s template; a pool the setting leaves out is refused, never rendered in another model's."""
+        family = self.families().get(pool)
+        if family is None:
+            raise ConfigError(f"PARLEY_POOL_TEMPLATES names no template for the pool {pool!r}: add {pool}=<family>")
+        return template(family)

@@ -33,7 +33,7 @@ from workers.engine_api import EngineClient, EngineLoad
 from workers.intake import Intake
 from workers.history_reader import HistoryReader, Recovery
 from workers.scheduler import Scheduler
-from workers.settings import WorkerSettings
+from workers.settings import TemplateSettings, WorkerSettings
 from workers.sink import KafkaSink
 from workers.transactions import TransactionalCommitter
 
@@ -71,7 +71,10 @@ async def run_worker(
         assert intake is not None  # nothing is accepted before the intake exists
         intake.finished(partition, offset)
 
-    scheduler = Scheduler(worker, engine, sink, on_finished=finished, recover=Recovery(HistoryReader(kafka)))
+    scheduler = Scheduler(
+        worker, engine, sink, on_finished=finished, recover=Recovery(HistoryReader(kafka)),
+        template=from_env(TemplateSettings).of(worker.pool),
+    )
     scheduler.model = await _model_of(engine, worker)
     intake = Intake(
         kafka, worker.pool, group, producer, scheduler.abandon, committer.commit_offsets,

@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from tests.integration.test_engine import start_engine
 from schemas.events import PromptMessage
-from workers.chat_template import render_prompt
+from workers.chat_template import CHATML
 from workers.engine_api import EngineClient, EngineDelta, EngineRejected, GenerateRequest
 from workers.scripted import ScriptedEngine
 from workers.sglang import SGLangClient
@@ -76,7 +76,7 @@ def _recorded_sglang() -> Subject:
 
 def _over_http(name: str, url: str, context_tokens: int) -> Subject:
     def asked(text: str) -> str:  # what a worker sends: the chat template rendered, ending where the reply begins
-        return render_prompt([PromptMessage(role="user", content=text)])
+        return CHATML.render_prompt([PromptMessage(role="user", content=text)])
 
     prompts = {
         "long": asked("Tell me a very long story about a lighthouse."),

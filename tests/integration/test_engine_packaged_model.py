@@ -16,7 +16,7 @@ import pytest
 from schemas.events import PromptMessage
 from streams.settings import ContextSettings
 from tests.integration.test_engine import generate, start_engine
-from workers.chat_template import STOP, render_prompt
+from workers.chat_template import CHATML
 from workers.engine.packaged_model import MODEL_ID
 from workers.engine_api import GenerateRequest
 from workers.sglang import SGLangClient
@@ -28,7 +28,7 @@ def smol_engine() -> Iterator[str]:
 
 
 def chat(question: str) -> str:
-    return render_prompt(
+    return CHATML.render_prompt(
         [PromptMessage(role="system", content=ContextSettings().system_prompt), PromptMessage(role="user", content=question)]
     )
 
@@ -40,7 +40,7 @@ def mostly_words(text: str) -> bool:
 
 
 async def test_greedy_answer_names_paris_and_ends_on_the_models_eos(smol_engine: str) -> None:
-    req = GenerateRequest(rid="smol-paris", text=chat("What is the capital of France?"), max_new_tokens=48, temperature=0.0, stop=STOP)
+    req = GenerateRequest(rid="smol-paris", text=chat("What is the capital of France?"), max_new_tokens=48, temperature=0.0, stop=CHATML.stop)
     deltas = await generate(smol_engine, req)
     reply = "".join(d.text for d in deltas)
     assert "Paris" in reply and mostly_words(reply), reply

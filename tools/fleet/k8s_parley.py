@@ -144,6 +144,7 @@ def config_map(spec: FleetSpec, engine_urls: dict[str, str]) -> Doc:
         "PARLEY_METRICS_PORT": str(k.METRICS_PORT),
         "PARLEY_STREAMS_DATADIR": "/var/lib/parley/streams",
         "PARLEY_ROUTER_POOLS": ",".join(f"{p.name}={p.served_model_name}" for p in spec.pools),
+        "PARLEY_POOL_TEMPLATES": ",".join(f"{p.name}={p.template}" for p in spec.pools),
         "PARLEY_TITLER_ENGINE_URL": small,
         "PARLEY_CONTEXT_SUMMARY_URL": small,
         "HOME": "/tmp",  # the image has no home for uid 10001; nothing kept there outlives the pod

@@ -29,6 +29,7 @@ import yaml
 
 from parley.errors import ConfigError
 from schemas.catalog import POOLS, TOPICS, inference_topic
+from workers.chat_template import FAMILIES
 
 #: The spec shipped in the repository: `parley fleet plan` with no argument plans it.
 EXAMPLE = Path(__file__).resolve().parents[2] / "infra" / "fleet" / "example.yaml"
@@ -128,6 +129,9 @@ class PoolSpec:
     name: str  # schemas.catalog.POOLS
     model: str  # Hugging Face id or path (--model-path)
     served_model_name: str  # what /get_model_info reports and Parley records
+    # The chat template family the model was trained on (workers/chat_template.py FAMILIES): Parley renders
+    # the pool's prompts in it (PARLEY_POOL_TEMPLATES), since /generate takes text, not messages.
+    template: str
     weights_gib: float  # the weights in memory, all GPUs together (at the dtype served)
     gpu: GpuSpec
     replicas: Range
@@ -308,6 +312,8 @@ def _check(spec: FleetSpec) -> None:
 def _check_pool(pool: PoolSpec, path: str) -> None:
     if pool.name not in POOLS:
         raise ConfigError(f"{path}.name: {pool.name!r} is not a pool; pools are {', '.join(POOLS)}")
+    if pool.template not in FAMILIES:
+        raise ConfigError(f"{path}.template: {pool.template!r} is not one of {FAMILIES} (workers/chat_template.py)")
     _positive(path, engines_per_worker=pool.engines_per_worker)
     _positive(f"{path}.gpu", per_node=pool.gpu.per_node)
     if pool.gpu.memory_gib <= 0:

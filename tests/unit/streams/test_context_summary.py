@@ -18,7 +18,7 @@ from streams.settings import ContextSettings
 from streams.summary import Summary, from_event
 from streams.engine_writer import EngineWriter
 from streams.tree import Conversation, branch, empty, fold
-from workers.chat_template import END, render_prompt
+from workers.chat_template import CHATML
 from workers.engine_api import EngineDelta, EngineUnavailable, GenerateRequest, ModelInfo
 
 SYSTEM = "You are a test assistant."
@@ -120,8 +120,8 @@ def _breaks_and_moves(reqs: list[ev.InferenceRequested]) -> tuple[list[int], lis
     """Turns whose prompt does not start with the previous prompt plus its reply; turns whose window moved."""
     breaks, moves = [], []
     for k in range(1, len(reqs)):
-        before, now = render_prompt(reqs[k - 1].messages), render_prompt(reqs[k].messages)
-        if not now.encode().startswith((before + _reply(k) + END).encode()):
+        before, now = CHATML.render_prompt(reqs[k - 1].messages), CHATML.render_prompt(reqs[k].messages)
+        if not now.encode().startswith((before + _reply(k) + CHATML.END).encode()):
             breaks.append(k)
         if (_first_turn(reqs[k]), _summary_of(reqs[k])) != (_first_turn(reqs[k - 1]), _summary_of(reqs[k - 1])):
             moves.append(k)

@@ -11,8 +11,10 @@ from schemas.events import PromptMessage
 from streams.context_tokens import TokenCounter, load_tokenizer
 from streams.prompt import MEMORY_HEADER, SUMMARY_HEADER, Layout, boundaries, build_prompt, choose_window, render, usable
 from streams.tree import Message
-from workers.chat_template import render_message, render_prompt
+from workers.chat_template import CHATML, TEMPLATES
 from workers.engine.tokenizer import ByteTokenizer
+
+render_message, render_prompt = CHATML.render_message, CHATML.render_prompt
 
 BYTES = TokenCounter.from_spec("bytes")
 
@@ -162,3 +164,14 @@ def test_an_unknown_tokenizer_setting_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="PARLEY_CONTEXT_TOKENIZER"):
         load_tokenizer("/no/such/model")
     assert load_tokenizer("words").encode("two words") != []
+
+
+@pytest.mark.parametrize("family", sorted(TEMPLATES))
+def test_every_familys_prompt_is_counted_whole_under_the_budget(family: str) -> None:
+    """The segments are estimates outside ChatML (a first system block, hoisted system messages); the count is not."""
+    counter = TokenCounter(ByteTokenizer(), TEMPLATES[family])
+    branch = _branch(*(f"question {i} " * 3 if i % 2 == 0 else f"answer {i} " * 5 for i in range(41)))
+    for budget in (300, 600, 1200):
+        p = build_prompt(branch, _layout(budget, block=budget // 4), counter)
+        assert p.prompt_tokens == counter.count(TEMPLATES[family].render_prompt(p.messages)) <= budget
+        assert p.messages[-1].content == branch[-1].content

@@ -15,10 +15,12 @@ from parley.errors import ConfigError
 from streams.context_tokens import TokenCounter
 from streams.prompt import Layout, choose_window
 from streams.settings import ContextSettings
-from streams.summary import Summary, clip, find, plan, request_text, summary_id, text_budget, with_summary
+from streams.summary import Summary, clip, find, plan, request_messages, summary_id, text_budget, with_summary
 from streams.engine_writer import EngineWriter, WriterUnavailable
 from streams.summary_store import summaries_from_rows
 from streams.tree import Message
+from schemas.events import PromptMessage
+from workers.chat_template import TEMPLATES
 from workers.engine_api import EngineDelta, GenerateRequest, ModelInfo
 
 BYTES = TokenCounter.from_spec("bytes")
@@ -80,18 +82,20 @@ def test_clip_keeps_the_summary_within_its_reservation() -> None:
 
 def test_the_summariser_prompt_is_deterministic_and_carries_the_previous_summary() -> None:
     block = _branch(4, size=3)
-    assert request_text("before", block) == request_text("before", list(block))
-    assert "Summary so far:\nbefore" in request_text("before", block)
-    assert "Summary so far" not in request_text(None, block)
-    assert request_text(None, block).endswith("<|im_start|>assistant\n")
+    assert request_messages("before", block) == request_messages("before", list(block))
+    assert "Summary so far:\nbefore" in request_messages("before", block)[-1].content
+    assert "Summary so far" not in request_messages(None, block)[-1].content
+    assert [m.role for m in request_messages(None, block)] == ["system", "user"]
 
 
 class Engine:
     def __init__(self, deltas: list[EngineDelta], *, hang: bool = False) -> None:
         self.deltas, self.hang, self.calls = deltas, hang, 0
+        self.requests: list[GenerateRequest] = []
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[EngineDelta]:
         self.calls += 1
+        self.requests.append(request)
         assert request.temperature == 0.0 and request.max_new_tokens == 50
         if self.hang:
             await asyncio.Event().wait()
@@ -106,9 +110,12 @@ def _delta(text: str, finish: str | None = None) -> EngineDelta:
     return EngineDelta(text=text, completion_tokens=1, prompt_tokens=1, cached_tokens=0, finish_reason=finish)
 
 
+PROMPT = [PromptMessage(role="system", content="Summarise."), PromptMessage(role="user", content="a <|im_start|>b")]
+
+
 async def test_the_summariser_returns_the_text_and_the_model() -> None:
     s = EngineWriter(Engine([_delta("a "), _delta("summary", "length")]), timeout_s=5, retry_s=60)
-    assert await s.write("prompt", 50) == ("a summary", "m-small")
+    assert await s.write(PROMPT, 50) == ("a summary", "m-small")
     assert s.ready()
 
 
@@ -124,7 +131,7 @@ async def test_the_summariser_returns_the_text_and_the_model() -> None:
 async def test_every_engine_failure_is_summary_unavailable_and_pauses_asking(engine: Engine) -> None:
     s = EngineWriter(engine, timeout_s=0.2, retry_s=3600)
     with pytest.raises(WriterUnavailable):
-        await s.write("prompt", 50)
+        await s.write(PROMPT, 50)
     assert not s.ready()
     assert EngineWriter(engine, timeout_s=0.2, retry_s=0).ready()
 
@@ -158,3 +165,14 @@ def test_a_summary_row_from_before_the_frozen_column_loses_the_duplicates_its_re
 def test_bad_settings_name_their_variable(change: dict[str, float], variable: str) -> None:
     with pytest.raises(ConfigError, match=variable):
         ContextSettings(**change)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("family", sorted(TEMPLATES))
+async def test_the_writer_renders_in_its_pools_template_and_sends_its_stops(family: str) -> None:
+    engine = Engine([_delta("a title", "stop")])
+    template = TEMPLATES[family]
+    s = EngineWriter(engine, timeout_s=5, retry_s=60, purpose="title", template=template)
+    await s.write(PROMPT, 50, stop=('"',), opening='Title: "')
+    [sent] = engine.requests
+    assert sent.text == template.render_prompt(PROMPT, 'Title: "') and sent.text.endswith('Title: "')
+    assert sent.stop == (*template.stop, '"')

@@ -15,14 +15,18 @@ CID, U = "5b0c4f7e-0c3e-4b67-9a0e-4f1b2f3c4d5e", "u1"
 class FakeWriter:
     def __init__(self, answer: str = "Paris, the capital of France") -> None:
         self.answer = answer
-        self.prompts: list[str] = []
+        self.prompts: list[list[ev.PromptMessage]] = []
+        self.openings: list[str] = []
         self.fail = False
 
     def ready(self) -> bool:
         return True
 
-    async def write(self, prompt: str, max_tokens: int, stop: tuple[str, ...] = ()) -> tuple[str, str]:
-        self.prompts.append(prompt)
+    async def write(
+        self, messages: list[ev.PromptMessage], max_tokens: int, stop: tuple[str, ...] = (), opening: str = ""
+    ) -> tuple[str, str]:
+        self.prompts.append(messages)
+        self.openings.append(opening)
         if self.fail:
             raise WriterUnavailable("engine down")
         return self.answer, "small-model"
@@ -51,7 +55,8 @@ async def test_the_first_good_reply_gets_one_automatic_title() -> None:
     titler = Titler(TitlerSettings(), writer)
     out = await run(titler, [*opening(), reply(), reply("Another answer.")])
     assert [(type(e), e.title, e.by) for e in out] == [(ev.ConversationRenamed, "Paris, the capital of France", "auto")]
-    assert len(writer.prompts) == 1 and "What is the capital of France?" in writer.prompts[0]
+    assert len(writer.prompts) == 1 and "What is the capital of France?" in writer.prompts[0][-1].content
+    assert writer.openings == ['Title: "']  # the reply is begun for the model, which writes inside the quotes
     again = await run(Titler(TitlerSettings(), FakeWriter()), [*opening(), reply()])
     assert again[0].event_id == out[0].event_id  # one title event per conversation, whoever writes it
 
@@ -93,4 +98,4 @@ def test_the_answer_is_cleaned_into_a_title() -> None:
     long = clean_title("word " * 30)
     assert len(long) <= 60 and not long.endswith(" ")
     assert clean_title("   ") == ""
-    assert title_prompt("q").endswith('<|im_start|>assistant\nTitle: "')
+    assert [m.role for m in title_prompt("q")] == ["system", "user"]

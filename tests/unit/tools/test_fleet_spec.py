@@ -28,6 +28,15 @@ def test_the_example_is_the_default_and_has_every_pool():
     assert tuple(p.name for p in spec.pools) == POOLS
 
 
+def test_each_example_pool_names_its_models_chat_template():
+    """/generate takes text: a pool rendered in another model's template gets malformed prompts."""
+    assert {p.model: p.template for p in load().pools} == {
+        "meta-llama/Llama-3.1-8B-Instruct": "llama3",
+        "Qwen/Qwen3-30B-A3B": "chatml",
+        "deepseek-ai/DeepSeek-V3-0324": "deepseek",
+    }
+
+
 def test_a_side_inherits_what_it_does_not_set():
     frontier = load().pool("frontier")
     prefill, decode = frontier.engines
@@ -89,6 +98,8 @@ REFUSED = [
     (_set("pools.medium.speculative.draft_model", None), "pools[1].speculative.draft_model", "EAGLE3 needs"),
     (_set("pools.medium.speculative.algorithm", "MEDUSA"), "pools[1].speculative.algorithm", "one of"),
     (_set("pools.medium.speculative.num_draft_tokens", 8), "pools[1].speculative.num_draft_tokens", "num_steps + 1"),
+    (_set("pools.small.template", "mistral"), "pools[0].template", "one of"),
+    (_set("pools.small.template", None), "pools[0].template", "missing"),
     (_set("pools.small.schedule_policy", "lpm"), "pools[0].priority_scheduling", "fcfs"),
     (_set("pools.small.schedule_policy", "random"), "pools[0].schedule_policy", "one of"),
     (_set("pools.small.weights_gib", 70), "pools[0].mem_fraction_static", "no KV cache"),

@@ -238,6 +238,18 @@ def test_the_gateways_scaling_gauge_is_exported() -> None:
 # ------------------------------------------------------------------ wiring
 
 
+def test_every_process_renders_each_pool_in_its_models_template(fleet) -> None:
+    """Workers, the titler and the context builder all read PARLEY_POOL_TEMPLATES from parley-config."""
+    from parley.settings import from_env
+    from workers.settings import TemplateSettings
+
+    spec, docs = fleet
+    data = _of(docs, "ConfigMap")[k8s_parley.CONFIG]["data"]
+    templates = from_env(TemplateSettings, {"PARLEY_POOL_TEMPLATES": data["PARLEY_POOL_TEMPLATES"]})
+    assert {p.name: templates.of(p.name).family for p in spec.pools} == {p.name: p.template for p in spec.pools}
+    assert templates.of("small").family == "llama3"  # Llama-3.1 in both specs, not the local stack's ChatML
+
+
 def test_workers_front_their_own_engines(fleet) -> None:
     spec, docs = fleet
     services = _of(docs, "Service")

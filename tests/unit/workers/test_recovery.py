@@ -26,7 +26,7 @@ from schemas.events import (
 )
 from tests.unit.workers.test_scheduler import SETTINGS, MemorySink
 from tools.client import SseEvent, reply_text
-from workers.chat_template import render_prompt
+from workers.chat_template import CHATML
 from workers.recovery import Finished, History, Resume, known_text, unreadable, verdict
 from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
@@ -246,7 +246,7 @@ async def test_a_resumed_job_continues_after_the_text_with_the_next_attempt() ->
 
     (request,) = h.engine.requests
     assert request.rid == f"{r.request.request_id}:1"
-    assert request.text == render_prompt(r.request.messages, scripted_reply(4))
+    assert request.text == CHATML.render_prompt(r.request.messages, scripted_reply(4))
     (completed,) = h.produced(GenerationCompleted)
     assert (completed.attempt, completed.content) == (1, scripted_reply(10))  # the whole reply, once
     texts = [c for c in h.produced(TokenChunk) if c.finish_reason is None]

@@ -31,7 +31,7 @@ from schemas.events import (
     UsageRecorded,
     now_us,
 )
-from workers.chat_template import STOP, render_prompt
+from workers.chat_template import CHATML, DEEPSEEK, LLAMA3, ChatTemplate
 from workers.engine_api import EngineLoad
 from workers.engine_health import PROBE_S
 from workers.scheduler import Scheduler
@@ -179,9 +179,20 @@ async def test_the_engine_gets_the_rendered_prompt_under_the_attempts_rid() -> N
     await until(lambda: h.finished == [(1, 0)])
     (sent,) = h.engine.requests
     assert sent.rid == engine_rid("r2", 2) == "r2:2"
-    assert sent.text == render_prompt(r.request.messages)
-    assert (sent.max_new_tokens, sent.stop, sent.temperature) == (100, STOP, SETTINGS.temperature)
+    assert sent.text == CHATML.render_prompt(r.request.messages)
+    assert (sent.max_new_tokens, sent.stop, sent.temperature) == (100, CHATML.stop, SETTINGS.temperature)
     assert h.completed("r2").attempt == 2
+
+
+@pytest.mark.parametrize("template", [LLAMA3, DEEPSEEK], ids=lambda t: t.family)
+async def test_the_prompt_is_rendered_in_the_pools_template_with_its_stops(template: ChatTemplate) -> None:
+    h = Harness(template=template)
+    r = routed("r3", "[[tokens:3]]")
+    h.scheduler.accept(r, partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    (sent,) = h.engine.requests
+    assert sent.text == template.render_prompt(r.request.messages) != CHATML.render_prompt(r.request.messages)
+    assert sent.stop[: len(template.stop)] == template.stop
 
 
 async def test_a_resumed_attempt_continues_after_the_text_already_streamed() -> None:
@@ -438,5 +449,5 @@ async def test_the_turns_sampling_reaches_the_engine_and_the_pool_default_fills_
     await until(lambda: len(h.finished) == 2)
     first, second = h.engine.requests
     assert (first.temperature, first.seed, first.frequency_penalty, first.json_schema) == (0.0, 11, 0.5, '{"type":"object"}')
-    assert first.stop == (*STOP, "END")
-    assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, STOP)
+    assert first.stop == (*CHATML.stop, "END")
+    assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, CHATML.stop)
