@@ -5,6 +5,7 @@
      ├── Unavailable        a backing service cannot be reached right now (retry later)
      │    ├── BrokerUnavailable
      │    └── StoreUnavailable
+     ├── BadInput           this record breaks its event's rules: dead-letter it, retrying cannot help
      └── MigrationError     the CQL migrations and the database disagree
 """
 
@@ -27,6 +28,12 @@ class BrokerUnavailable(Unavailable):
 
 class StoreUnavailable(Unavailable):
     pass
+
+
+class BadInput(ParleyError, ValueError):
+    """The record in hand is bad (an id no row can hold, a field out of range): a core raises it to have
+    the record dead-lettered (streams/handling.py). Also a ``ValueError``, which cores raise for the same
+    reason; the message names what is wrong, never the payload."""
 
 
 class Fenced(ParleyError):

@@ -137,6 +137,18 @@ MODERATION_ORG_READS = Counter(
 )
 INJECTION_FLAGS = Counter("parley_injection_flags", "Retrieved passages that read as instructions, by rule", ["rule"])
 DEAD_LETTERS = Counter("parley_dead_letters", "Records sent to a DLQ", ["topic", "consumer"])
+PROCESSOR_RETRIES = Counter(
+    "parley_processor_retries",
+    "Tries of a record's handling that failed and are tried again in place (streams/handling.py), by processor and "
+    "exception class: a broker or Cassandra outage, a timeout, an error of no known kind",
+    ["processor", "error_type"],
+)
+PROCESSOR_GAVE_UP = Counter(
+    "parley_processor_gave_up",
+    "Records dead-lettered after an error of no known kind outlasted its retries (a bug, or an outage no one "
+    "translated), by processor and exception class",
+    ["processor", "error_type"],
+)
 
 
 def cache_outcome(cached_tokens: int, prompt_tokens: int) -> str:

@@ -1,17 +1,18 @@
 """The faust-streaming shell every processor shares: the one runner of a ``streams.wiring.Wiring``.
 
 ``wired_app`` turns any processor's wiring into a faust App (an agent per topic
-it reads, dispatching by event type; produce with ack; dead-letter), so a
+it reads, dispatching by event type; produce with ack; dead-letter bad input,
+retry the rest in place: streams/handling.py), so a
 processor itself never imports faust. ``make_app`` builds a faust App from Parley's settings (faust speaks to Kafka
 through aiokafka; both work against Kafka 4.x, proven by
 ``tests/integration/test_faust.py``), reading only committed records. Topics are raw bytes to faust: Parley's
-codec decodes them, and ``decoded_records`` dead-letters what it cannot decode, so an
-agent only ever sees current event types and a poison record never stops a
-partition.
+codec decodes them, so an agent only ever sees current event types and a poison
+record never stops a partition (``decoded_records`` does the same for a plain stream).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -20,10 +21,12 @@ from typing import Any
 
 import aiokafka
 import faust
+from aiokafka.errors import KafkaTimeoutError, KafkaUnavailableError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.auth import CredentialsT
 
+from parley.cassandra import DRIVER_ERRORS
 from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for
 from parley.logs import TRACE_ID
 from parley.metrics import DEAD_LETTERS, Readiness
@@ -32,6 +35,7 @@ from parley.transport_security import kafka_tls
 from schemas import codec
 from schemas.catalog import dlq_name, topic_name_for
 from schemas.events import Event, InferenceRouted
+from streams.handling import TRANSIENT, RecordHandler, Rejected, Retry, Taken
 from streams.lanes import Lanes
 from streams.settings import StreamsSettings
 from streams.wiring import Agent, RebalanceHook, Wiring
@@ -42,6 +46,11 @@ log = logging.getLogger(__name__)
 LANE_DEPTH = 64
 #: What a fetch waits to fill when the processor's wiring lets it wait (Wiring.fetch_wait_ms).
 FETCH_MIN_BYTES = 64 * 1024
+#: The exit status of a processor whose agent failed with records in hand (EX_SOFTWARE).
+EXIT_AGENT_FAILED = 70
+#: Transient for the runner (streams/handling.py): the Cassandra driver's errors, and aiokafka's timeouts,
+#: which (unlike its connection errors) do not call themselves retriable.
+TRANSIENT_HERE = (*TRANSIENT, *DRIVER_ERRORS, KafkaTimeoutError, KafkaUnavailableError)
 
 
 class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -120,9 +129,7 @@ async def decoded_records(
     when ``stream`` leaves acking to its reader)."""
     async for record in stream.events():
         try:
-            if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
-                raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
-            event = codec.decode(record.value)
+            event = decode(record)
         except codec.CodecError as exc:
             TRACE_ID.set("")
             await dead_letter(app, record, consumer, exc)
@@ -133,7 +140,16 @@ async def decoded_records(
         yield record, event
 
 
-async def dead_letter(app: faust.App, record: faust.EventT, consumer: str, error: Exception) -> None:
+def decode(record: Taken) -> Event:
+    """The event of a record; ``codec.CodecError`` (``EventTooLarge`` past 512 KiB) when it has none."""
+    if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
+        raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
+    return codec.decode(record.value)
+
+
+async def dead_letter(
+    app: faust.App, record: faust.EventT, consumer: str, error: BaseException, *, gave_up: bool = False
+) -> None:
     """Send ``record`` to its topic's DLQ and wait for the acknowledgement: nothing is lost."""
     msg = record.message
     letter = dead_letter_for(
@@ -142,9 +158,12 @@ async def dead_letter(app: faust.App, record: faust.EventT, consumer: str, error
         offset=msg.offset,
         key=msg.key,
         value=record.value,
-        error=error,
+        error=error,  # type: ignore[arg-type]
         consumer=consumer,
     )
+    if gave_up or not isinstance(error, (codec.CodecError, ValueError)):
+        # Not the codec's or a core's word on bad input: its text may quote what was being handled.
+        letter = dataclasses.replace(letter, error_type="handler_error", error=type(error).__name__)
     await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None)
     DEAD_LETTERS.labels(msg.topic, consumer).inc()
     log.warning(
@@ -184,7 +203,7 @@ def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wi
 
     for agent in wiring.agents:
         app.agent(raw_topic(app, kafka, agent.topic), name=agent.topic)(
-            _agent_loop(app, group, agent, sinks, streams.lanes)
+            _agent_loop(app, group, processor, agent, sinks, streams.lanes)
         )
     for task in wiring.tasks:
         app.task(task)
@@ -219,38 +238,62 @@ def wired_app(streams: StreamsSettings, kafka: KafkaSettings, processor: str, wi
 
 
 def _agent_loop(
-    app: faust.App, group: str, agent: Agent, sinks: Mapping[str, faust.TopicT], lanes: int
+    app: faust.App,
+    group: str,
+    processor: str,
+    agent: Agent,
+    sinks: Mapping[str, faust.TopicT],
+    lanes: int,
+    *,
+    exit_process: Callable[[int], object] = os._exit,
 ) -> Callable[[faust.StreamT], Awaitable[None]]:
-    async def handle(item: tuple[faust.EventT, Event]) -> None:
-        record, event = item
-        TRACE_ID.set(event.trace_id)
-        handler = agent.handler_for(event)
-        if handler is None:  # no business on this topic: not dropped silently
-            await dead_letter(app, record, group, TypeError(f"unexpected {type(event).__name__}"))
-        else:
-            try:
-                out = await handler(event)
-            except ValueError as exc:  # an id that is not a UUID, and the like: the record is bad
-                await dead_letter(app, record, group, exc)
-                out = []
-            except Exception as exc:  # a bug meets this record: kept in the DLQ, not lost, not a crash loop
-                log.exception("a handler failed; the record is dead-lettered", extra={"event": type(event).__name__})
-                await dead_letter(app, record, group, exc)
-                out = []
-            for produced in out:
-                partition = produced.partition if isinstance(produced, InferenceRouted) else None
-                await send_event(sinks[topic_name_for(produced)], produced, partition=partition)
-        # Only now may its offset be committed: what it produced is on the broker. A send that
-        # failed leaves it unacknowledged and fails the agent (Lanes re-raises it); faust commits
-        # only up to the first offset not acknowledged, so it and what follows are read again
-        # by the next owner of the partition.
-        record.ack()
+    async def send(produced: Event) -> None:
+        partition = produced.partition if isinstance(produced, InferenceRouted) else None
+        await send_event(sinks[topic_name_for(produced)], produced, partition=partition)
+
+    async def reject(record: Taken, rejected: Rejected) -> None:
+        await dead_letter(app, record, group, rejected.error, gave_up=rejected.gave_up)  # type: ignore[arg-type]
+
+    def owns(record: Taken) -> bool:
+        try:
+            return record.message.tp in app.consumer.assignment()  # type: ignore[attr-defined]
+        except Exception:  # a consumer between assignments: keep trying, a revocation comes as a rebalance
+            return True
+
+    # A record is acknowledged only once what it produced (or its dead letter) is on the broker; faust
+    # commits only up to the first offset not acknowledged, so a record being retried holds the commit.
+    handle = RecordHandler(
+        agent, Retry(processor, transient=TRANSIENT_HERE), decode=decode, send=send, dead_letter=reject, owns=owns
+    )
+
+    def fail(exc: Exception) -> None:
+        # The handler retries or dead-letters every error, so this is a bug in the runner. faust would
+        # restart the agent on the same stream, past the records the lanes held: holes not read again
+        # until a rebalance, while the other lanes go on. Exit instead, as a kill would: the group
+        # reassigns the partitions, read again from the last commit, which stops before the first record
+        # not acknowledged.
+        log.critical(
+            "an agent failed with records in hand; exiting so they are read again",
+            extra={"processor": processor, "topic": agent.topic, "error_type": type(exc).__name__},
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        exit_process(EXIT_AGENT_FAILED)
+
+    async def handle_or_exit(record: Taken) -> None:
+        try:
+            await handle(record)
+        except Exception as exc:
+            fail(exc)
+            raise
 
     async def loop(stream: faust.StreamT) -> None:
-        ordered = Lanes(lanes, LANE_DEPTH, handle, name=f"{group}:{agent.topic}")
+        ordered = Lanes(lanes, LANE_DEPTH, handle_or_exit, name=f"{group}:{agent.topic}")
         try:
-            async for record, event in decoded_records(app, stream.noack(), consumer=group):
-                await ordered.put(record.message.key, (record, event))
+            async for record in stream.noack().events():
+                await ordered.put(record.message.key, record)
+        except Exception as exc:
+            fail(exc)
         finally:
             await ordered.close()
 

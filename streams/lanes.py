@@ -20,7 +20,9 @@ spans keys would need ``PARLEY_STREAMS_LANES=1``.
 
 A full lane blocks ``put``: the reader stops pulling records, and faust's
 buffer pauses the partitions (backpressure, not unbounded memory). A handler
-that raises fails the agent as it did before: ``put`` and ``close`` raise it.
+that raises fails its lane, and the next ``put`` raises it. The runner's
+handler retries or dead-letters every error itself (streams/handling.py), and
+exits the process if one escapes anyway (streams/app.py).
 """
 
 from __future__ import annotations

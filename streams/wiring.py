@@ -3,15 +3,18 @@
 A processor is a core (a plain class: state and ``handle(event) -> events``)
 wired by a function of its settings into a ``Wiring``: which topics it reads
 in its consumer group and which handler takes each event type there, plus the
-background tasks, timers and rebalance hooks it needs. ``streams.app.run``
+background tasks, timers and rebalance hooks it needs. ``streams.app.wired_app``
 executes any wiring the same way: decode, dispatch, dead-letter, produce with
 the broker's acknowledgement, and let faust commit. ``streams.processors``
 names the processors, one row each.
 
 Dispatch is by event type, the most specific class first (a handler for
 ``Event`` takes everything). An event type with no handler, or a handler that
-raises ``ValueError`` (an id that is not a UUID, a record no row can hold),
-sends the record to its topic's DLQ; the partition carries on.
+raises ``ValueError`` (``parley.errors.BadInput``: an id that is not a UUID, a
+record no row can hold), sends the record to its topic's DLQ; the partition
+carries on. Any other error is retried in place (streams/handling.py): a
+handler need not retry an outage itself, and may be called again with the same
+event.
 """
 
 from __future__ import annotations

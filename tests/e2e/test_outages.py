@@ -223,6 +223,17 @@ def log_events(kafka: KafkaSettings, conversation_ids: set[str]) -> list[Event]:
         consumer.close()
 
 
+def dead_letters(kafka: KafkaSettings) -> dict[str, int]:
+    """Records on each DLQ of the stack, where any. Nothing this module sends is bad input, and an
+    outage is not bad input: the processors retry it in place (streams/handling.py), so none may be there."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"outage-{uuid.uuid4().hex[:6]}"})
+    try:
+        counts = {name: watermarks(consumer, TopicPartition(kafka.topic(name), 0), 10) for name in TOPICS if name.endswith(".dlq")}
+    finally:
+        consumer.close()
+    return {name: high - low for name, (low, high) in counts.items() if high > low}
+
+
 # ------------------------------------------------------------------ Kafka restart
 
 
@@ -315,6 +326,7 @@ async def test_a_kafka_restart_under_load_answers_503_then_recovers_and_loses_no
             await asyncio.sleep(0.3)
         for rid, events in finished.items():
             assert stored[rid]["content"] == text_of(events), rid
+        assert dead_letters(s.inner.kafka) == {}
     finally:
         stop.set()
         await client.close()
@@ -397,6 +409,7 @@ async def test_with_cassandra_down_reads_answer_503_replies_still_stream_and_row
                     assert _str(row.parent_id) == e.parent_id
         finally:
             session.cluster.shutdown()
+        assert dead_letters(s.inner.kafka) == {}
     finally:
         await client.close()
 

@@ -1,5 +1,6 @@
 """A faust-streaming agent (aiokafka underneath) consumes and produces through real Kafka 4.x,
-reads committed records only, and dead-letters poison through the shared DLQ shape."""
+reads committed records only, and dead-letters poison through the shared DLQ shape; the one runner
+(``streams.app.wired_app``) dead-letters bad input and retries an outage in place, in order."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from confluent_kafka import Consumer, Producer
 
 from parley.settings import KafkaSettings
 from schemas import codec
-from schemas.events import GenerationCancelRequested
+from schemas.events import GenerationCancelRequested, TokenChunk
 
 PROBE = Path(__file__).with_name("faust_probe.py")
+RUNNER_PROBE = Path(__file__).with_name("runner_probe.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -75,3 +77,39 @@ def test_faust_agent_relays_committed_events_and_dead_letters_poison(kafka: Kafk
     assert [(l.raw_key, l.raw_value, l.error_type) for l in letters] == [
         (cid.encode(), b"\x00poison", "undecodable")
     ]
+
+
+def test_the_runner_retries_an_outage_in_place_in_order_and_dead_letters_only_bad_input(kafka: KafkaSettings, tmp_path: Path) -> None:
+    cid = str(uuid.uuid4())
+    asked = ["flaky", "after-flaky", "bad", "last"]  # one conversation: one partition, one lane, this order
+    raw = Producer({"bootstrap.servers": kafka.bootstrap})
+    raw.produce(kafka.topic("chat.control"), key=cid.encode(), value=b"\x00poison")
+    for rid in asked:
+        e = GenerationCancelRequested(conversation_id=cid, user_id="u", request_id=rid, reason="user")
+        raw.produce(kafka.topic("chat.control"), key=e.key, value=codec.encode(e))
+    assert raw.flush(30) == 0
+
+    env = os.environ | {
+        "PARLEY_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "PARLEY_TOPIC_PREFIX": kafka.topic_prefix,
+        "PARLEY_STREAMS_GROUP_PREFIX": f"runner-probe-{uuid.uuid4().hex[:6]}.",
+        "PARLEY_STREAMS_DATADIR": str(tmp_path / "faust"),
+        "PARLEY_METRICS_PORT": "0",
+        "PYTHONPATH": str(ROOT),
+    }
+    log = tmp_path / "runner-probe.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(RUNNER_PROBE), "worker", "--without-web", "-l", "warn"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        answered = _read(kafka, "chat.tokens", 3, timeout=90, key=cid.encode())
+        letters = _read(kafka, "chat.control.dlq", 2, timeout=30, key=cid.encode())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log.read_text()
+    # The outage was retried in place (twice), and the record after it waited for it.
+    assert [c.request_id for c in answered if isinstance(c, TokenChunk)] == ["flaky", "after-flaky", "last"], text[-3000:]
+    assert text.count("retrying in place") == 2, text[-3000:]
+    # Only the poison and the bad input were dead-lettered, each at once.
+    assert [(l.raw_value == b"\x00poison", l.error_type) for l in letters] == [(True, "undecodable"), (False, "invalid")]
+    assert codec.decode(letters[1].raw_value).request_id == "bad"
