@@ -6,6 +6,9 @@ Every processor that reads Kafka through confluent-kafka uses ``EventConsumer``:
   ``max_event_bytes``) is produced to ``<topic>.dlq`` as a ``DeadLetter``, and
   only once the broker acknowledged that is its offset marked done; the
   partition carries on. Nothing is dropped silently and nothing crash-loops.
+* a good record whose data key cannot be read now (``KeyUnavailable``:
+  Cassandra is away) is neither dead-lettered nor raised: its partition is
+  read again from it at the next poll.
 * offsets are committed only for records the caller marked done (``done``),
   so a crash redelivers whatever was in flight (at-least-once; consumers are
   idempotent by event ids).
@@ -24,7 +27,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from parley.errors import BrokerUnavailable
+from parley.errors import BrokerUnavailable, Unavailable
 from parley.metrics import DEAD_LETTERS
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
@@ -36,6 +39,9 @@ from schemas.events import DeadLetter, Event
 log = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=Event)
+
+#: Pause after a poll that met a record whose data key could not be read (parley/keys.py KeyUnavailable).
+AGAIN_S = 0.5
 
 #: Larger records are dead-lettered unread: no legitimate event comes near it
 #: (the gateway caps message text far lower), and the broker refuses 1 MiB.
@@ -270,15 +276,34 @@ class EventConsumer:
         except KafkaException as exc:
             raise BrokerUnavailable(f"consume failed: {exc}") from exc
         out = []
+        behind: set[tuple[str, int]] = set()  # partitions read again from a record whose data key did not answer
         for msg in messages:
             if msg.error():
                 log.warning("consumer error", extra={"group": self.group, "error": msg.error().str()})
+                continue
+            if (msg.topic(), msg.partition()) in behind:
                 continue
             try:
                 out.append(self._decode(msg))
             except codec.CodecError as exc:
                 self._dead_letter(msg, exc)
+            except Unavailable as exc:  # KeyUnavailable: a good record, its key unread while Cassandra is away
+                behind.add((msg.topic(), msg.partition()))
+                self._again(msg, exc)
+        if behind:
+            time.sleep(AGAIN_S)  # no hot loop while Cassandra is away
         return out
+
+    def _again(self, msg: Message, error: Exception) -> None:
+        """Read the partition again from ``msg`` at the next poll (its later records in this batch too)."""
+        log.warning(
+            "record not readable yet; read again",
+            extra={"group": self.group, "partition": msg.partition(), "offset": msg.offset(), "error": type(error).__name__},
+        )
+        try:
+            self._consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+        except KafkaException:
+            pass  # revoked meanwhile: its new owner reads it
 
     def _decode(self, msg: Message) -> Delivery:
         value = msg.value()

@@ -307,8 +307,9 @@ class KeyService:
             if self._flights.get(user_id) is future:
                 del self._flights[user_id]
 
-    def _held(self, user_id: str, create: bool) -> tuple[_Held | None, _Held | None]:
-        """(what serves now, or None: a read is needed; what is held, expired or not)."""
+    def _held(self, user_id: str, create: bool, *, stale_ok: bool = False) -> tuple[_Held | None, _Held | None]:
+        """(what serves now, or None: a read is needed; what is held, expired or not). ``stale_ok``: an
+        expired key serves while it is read again (for a synchronous call on an event loop)."""
         if not user_id:
             raise ValueError("content without an owner cannot be sealed, blinded or opened")
         now = self._clock()
@@ -327,12 +328,17 @@ class KeyService:
             if held.key is None:
                 raise KeyUnavailable("the data key of a user cannot be read: Cassandra did not answer just now")
             return held, held  # expired, but Cassandra is down: the key held goes on working
+        if stale_ok and held.key is not None:
+            self._flight(user_id, False, held)  # the loop does not wait: the key serves for one read's time more
+            return held, held
         return None, held
 
     def _key(self, user_id: str, *, create: bool) -> DataKey | None:
-        """The key, waiting on this thread for a read if none is held (the path for code without a loop)."""
+        """The key, waiting on this thread for a read if none is held (the path for code without a loop;
+        on a loop, only a key never prefetched is waited for)."""
+        on_loop = _on_loop()
         while True:
-            held, before = self._held(user_id, create)
+            held, before = self._held(user_id, create, stale_ok=on_loop)
             if held is None:
                 held = self._flight(user_id, create, before).result()
             if held.serves(create):
@@ -417,6 +423,14 @@ class KeyService:
         if key is None or str(key.version) != version:
             return sealing.ERASED
         return key.aead.decrypt(raw[:NONCE], raw[NONCE:], f"{user_id}:{version}".encode()).decode()
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def kms_from(settings: KeySettings, data_dir: Path) -> Kms:

@@ -122,7 +122,7 @@ async def decoded_records(
         try:
             if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
                 raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
-            event = codec.decode(record.value)
+            event = await codec.decode_async(record.value)  # keys fetched off the loop first (parley/keys.py)
         except codec.CodecError as exc:
             TRACE_ID.set("")
             await dead_letter(app, record, consumer, exc)
@@ -271,5 +271,5 @@ async def send_event(topic: faust.TopicT, event: Event, *, partition: int | None
     Waiting keeps "acked input ⇒ output on the broker": faust commits the
     input offset once the agent moves on, so nothing may still be in flight then.
     """
-    pending = await topic.send(key=event.key, value=codec.encode(event), partition=partition)
+    pending = await topic.send(key=event.key, value=await codec.encode_async(event), partition=partition)
     await pending

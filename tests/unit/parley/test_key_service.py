@@ -258,3 +258,25 @@ def test_the_mark_wins_over_a_key_made_in_a_race_with_the_erasure(services: Any,
     value = service.seal("u1", "x")
     table.rows["u1"][0] = type(table.rows["u1"][1])(version=0, wrapped=None, kek_id=ERASED_MARK)  # both rows
     assert services().open(value) == sealing.ERASED
+
+
+def test_on_an_event_loop_an_expired_key_serves_while_it_is_read_again(services: Any, table: Table, clock: Clock) -> None:
+    """A synchronous call on a loop never waits for a key it holds: it is read again in the background
+    (the erasure bound grows by that one read); off a loop the caller waits for the read."""
+    service = services(cache_s=60.0)
+    value = service.seal("u1", "x")
+    clock.now += 61
+    table.gate.clear()
+    table.waiting.clear()
+
+    async def on_loop() -> str:
+        return service.open(value)
+
+    assert asyncio.run(on_loop()) == "x"  # served with the gate still shut
+    _wait(table.waiting.is_set)
+    services_erased = services()
+    services_erased.erase("u1")  # the read in flight already has its rows (the key): it lands, then the next one sees the mark
+    table.gate.set()
+    _wait(lambda: not service._flights)
+    clock.now += 61
+    assert service.open(value) == sealing.ERASED  # off a loop: waits for the read, which finds the mark
