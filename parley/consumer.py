@@ -166,20 +166,28 @@ def records_since(consumer: Consumer, starts: list[TopicPartition], timeout_s: f
 def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: float, what: str) -> tuple[list[E], int]:
     """For readers outside any group that every instance runs (heartbeats, memory, cancels): the
     decoded events of ``kind`` in a batch, and how many records were skipped as undecodable. Every
-    instance reads the same records, so a bad one is logged and skipped, not dead-lettered N times."""
+    instance reads the same records, so a bad one is logged and skipped, not dead-lettered N times. A good
+    one whose data key cannot be read now is read again at the next call (``read_again``), not lost."""
     try:
         messages = poll_batch(consumer, max_records, timeout)
     except KafkaException as exc:
         raise BrokerUnavailable(f"consume ({what}) failed (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
     out: list[E] = []
     skipped = 0
+    behind: set[tuple[str, int]] = set()
     for msg in messages:
         if msg.error() or msg.value() is None:  # a tombstone, or a transient error librdkafka retries
+            continue
+        if (msg.topic(), msg.partition()) in behind:
             continue
         try:
             if len(msg.value()) > DEFAULT_MAX_EVENT_BYTES:  # as EventConsumer: never read, whatever it holds
                 raise EventTooLarge(f"record of {len(msg.value())} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             event = codec.decode(msg.value())
+        except Unavailable as exc:  # its data key did not answer: read it again next time, lose nothing
+            behind.add((msg.topic(), msg.partition()))
+            read_again(consumer, msg, exc, what)
+            continue
         except codec.CodecError as exc:
             skipped += 1
             log.warning(
@@ -190,6 +198,20 @@ def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: fl
         if isinstance(event, kind):
             out.append(event)
     return out, skipped
+
+
+def read_again(consumer: Consumer, msg: Message, error: Exception, reader: str) -> None:
+    """Have ``consumer`` read ``msg``'s partition again from ``msg`` (a good record whose data key could
+    not be read: parley/keys.py ``KeyUnavailable``); the caller skips the partition's later records of
+    this batch."""
+    log.warning(
+        "record not readable yet; read again",
+        extra={"reader": reader, "partition": msg.partition(), "offset": msg.offset(), "error": type(error).__name__},
+    )
+    try:
+        consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+    except KafkaException:
+        pass  # revoked meanwhile: its new owner reads it
 
 
 class EventTooLarge(codec.CodecError):
@@ -289,21 +311,10 @@ class EventConsumer:
                 self._dead_letter(msg, exc)
             except Unavailable as exc:  # KeyUnavailable: a good record, its key unread while Cassandra is away
                 behind.add((msg.topic(), msg.partition()))
-                self._again(msg, exc)
+                read_again(self._consumer, msg, exc, self.group)
         if behind:
             time.sleep(AGAIN_S)  # no hot loop while Cassandra is away
         return out
-
-    def _again(self, msg: Message, error: Exception) -> None:
-        """Read the partition again from ``msg`` at the next poll (its later records in this batch too)."""
-        log.warning(
-            "record not readable yet; read again",
-            extra={"group": self.group, "partition": msg.partition(), "offset": msg.offset(), "error": type(error).__name__},
-        )
-        try:
-            self._consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
-        except KafkaException:
-            pass  # revoked meanwhile: its new owner reads it
 
     def _decode(self, msg: Message) -> Delivery:
         value = msg.value()

@@ -348,13 +348,15 @@ class KeyService:
         """Have the keys of ``user_ids`` held, so that the synchronous calls that follow do not wait on
         Cassandra; the reads run on fetcher threads and this awaits them. ``create``: make missing keys
         (before sealing). Raises ``KeyUnavailable`` when a key cannot be read and none is held."""
-        for user_id in {u for u in user_ids if u}:
-            while True:
-                held, before = self._held(user_id, create)
-                if held is None:
-                    held = await asyncio.wrap_future(self._flight(user_id, create, before))
-                if held.serves(create):
-                    break
+        await asyncio.gather(*(self._ready(u, create) for u in {u for u in user_ids if u}))
+
+    async def _ready(self, user_id: str, create: bool) -> None:
+        while True:
+            held, before = self._held(user_id, create)
+            if held is None:
+                held = await asyncio.wrap_future(self._flight(user_id, create, before))
+            if held.serves(create):
+                return
 
     def erase(self, user_id: str) -> None:
         """Destroy the user's data key, leave the mark that stops a new one being made, and drop it
