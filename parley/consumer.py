@@ -197,6 +197,8 @@ def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: fl
             continue
         if isinstance(event, kind):
             out.append(event)
+    if behind:
+        time.sleep(AGAIN_S)  # no hot loop while Cassandra is away
     return out, skipped
 
 

@@ -11,7 +11,9 @@ from dataclasses import replace
 import fastavro
 import pytest
 
-from parley.consumer import Delivery, EventConsumer
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from parley.consumer import Delivery, EventConsumer, read_events, reader
 from parley.kafka import EventProducer, admin
 from parley.topics import ensure_topics
 from schemas.catalog import TOPICS
@@ -197,6 +199,20 @@ def test_a_record_whose_key_cannot_be_read_is_read_again_not_dead_lettered(kafka
         sealing.install(held)
         got = _drain(consumer, 1)
         assert [d.event for d in got] == [sent] and consumer.dead_lettered == 0
+
+        # The same for a reader outside any group (memory, cancels): the batch is read again, not lost.
+        plain = reader(kafka, "test-keys")
+        plain.assign([TopicPartition(kafka.topic("chat.tokens"), p, OFFSET_BEGINNING) for p in range(TOPICS["chat.tokens"].partitions)])
+        sealing.install(away)
+        before = met()
+        while met() < before + 3 and time.monotonic() < deadline + 60:
+            assert read_events(plain, TokenChunk, 100, 0.5, "test") == ([], 0)
+        sealing.install(held)
+        found: list[TokenChunk] = []
+        while not found and time.monotonic() < deadline + 90:
+            found, _ = read_events(plain, TokenChunk, 100, 0.5, "test")
+        plain.close()
+        assert found == [sent]
     finally:
         sealing.install(held)
         away.close()
