@@ -291,12 +291,15 @@ class KeyService:
             self._cache.put(user_id, held)
         return held
 
-    def _flight(self, user_id: str, create: bool, before: _Held | None) -> Future[_Held]:
-        """The read in flight for ``user_id``, started if there is none (one per user)."""
+    def _flight(self, user_id: str, create: bool, before: _Held | None) -> Future[_Held] | None:
+        """The read in flight for ``user_id``, started if there is none (one per user); None when a read
+        landed since the caller looked at ``before`` (look again)."""
         with self._lock:
             flying = self._flights.get(user_id)
             if flying is not None and not flying.done():
                 return flying  # if it only reads and finds no key, a caller that must create asks again
+            if self._cache.get(user_id) is not before:
+                return None
             future = self._fetchers.submit(self._fetch, user_id, create, before)
             self._flights[user_id] = future
         future.add_done_callback(lambda _: self._landed(user_id, future))
@@ -340,7 +343,10 @@ class KeyService:
         while True:
             held, before = self._held(user_id, create, stale_ok=on_loop)
             if held is None:
-                held = self._flight(user_id, create, before).result()
+                flight = self._flight(user_id, create, before)
+                if flight is None:
+                    continue
+                held = flight.result()
             if held.serves(create):
                 return held.key
 
@@ -354,7 +360,10 @@ class KeyService:
         while True:
             held, before = self._held(user_id, create)
             if held is None:
-                held = await asyncio.wrap_future(self._flight(user_id, create, before))
+                flight = self._flight(user_id, create, before)
+                if flight is None:
+                    continue
+                held = await asyncio.wrap_future(flight)
             if held.serves(create):
                 return
 

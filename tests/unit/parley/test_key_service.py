@@ -280,3 +280,30 @@ def test_on_an_event_loop_an_expired_key_serves_while_it_is_read_again(services:
     _wait(lambda: not service._flights)
     clock.now += 61
     assert service.open(value) == sealing.ERASED  # off a loop: waits for the read, which finds the mark
+
+
+def test_the_loop_goes_on_while_a_decode_waits_for_its_key(services: Any, table: Table) -> None:
+    event = MessagePosted(conversation_id=CID, user_id="u1", message_id=MID, content="x", client_message_id="c")
+    writer, reader = services(), services()
+    sealing.install(writer)
+    data = codec.encode(event)
+    sealing.install(reader)
+    table.gate.clear()
+    table.waiting.clear()
+
+    async def run() -> None:
+        decoding = asyncio.create_task(codec.decode_async(data))
+        ticks = 0
+        while not table.waiting.is_set():  # the read has begun, on a fetcher thread
+            await asyncio.sleep(0.01)
+        for _ in range(5):
+            await asyncio.sleep(0)
+            ticks += 1  # the loop runs other work while the key is read
+        assert ticks == 5 and not decoding.done()
+        table.gate.set()
+        assert await decoding == event
+
+    try:
+        asyncio.run(run())
+    finally:
+        sealing.install(None)
