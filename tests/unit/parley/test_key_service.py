@@ -232,7 +232,7 @@ def test_with_the_store_down_a_missing_key_is_a_transient_error_and_a_held_one_g
         clock.now += 61  # the writer's key has expired, but Cassandra does not answer: it goes on working
         sealing.install(writer)
         assert codec.decode(data) == event
-        asyncio.run(codec.decode_async(data))
+        assert asyncio.run(codec.decode_async(data)) == event
     finally:
         sealing.install(None)
     table.down = False
