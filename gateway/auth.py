@@ -23,6 +23,7 @@ from gateway.sessions import COOKIE, WebSessions
 from parley.errors import Unavailable
 from parley.lru import LRU
 from parley.users import CHAT, SESSION_SCOPES, hash_key
+from schemas import sealing
 
 #: Principals (and, apart, unknown names) one gateway keeps: far more than its live users.
 CACHE_CAPACITY = 10_000
@@ -92,6 +93,17 @@ class _Cache:
         return found
 
 
+async def _keys_held(principal: Principal) -> Principal:
+    """The caller's data key read (or made) off the loop, so what the request seals and opens (its rows,
+    its reply's chunks) does not wait on Cassandra there. If it cannot be read now, a route that needs
+    it answers 503 when it does; the others still serve."""
+    try:
+        await sealing.prefetch([principal.user_id], create=True)
+    except Unavailable:
+        pass
+    return principal
+
+
 class Authenticator:
     def __init__(self, directory: Directory, cache_s: float, stale_s: float = 0.0, *, region: str = "") -> None:
         self._directory = directory
@@ -107,7 +119,7 @@ class Authenticator:
             found = await self.of_user(session.user_id)
             if found is None:
                 raise Unauthorized("this account can no longer sign in", code="session_expired")
-            return require(self._in_region(replace(found, scopes=SESSION_SCOPES)), scope)
+            return await _keys_held(require(self._in_region(replace(found, scopes=SESSION_SCOPES)), scope))
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
@@ -116,7 +128,7 @@ class Authenticator:
         found = await self._keys.get(digest, lambda: self._key_principal(digest))
         if found is None:
             raise Unauthorized("this API key is not valid", code="invalid_api_key")
-        return require(self._in_region(found), scope)
+        return await _keys_held(require(self._in_region(found), scope))
 
     def _in_region(self, found: Principal) -> Principal:
         """An organisation homed elsewhere is served only there: its rows and log live in that region."""

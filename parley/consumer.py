@@ -6,6 +6,9 @@ Every processor that reads Kafka through confluent-kafka uses ``EventConsumer``:
   ``max_event_bytes``) is produced to ``<topic>.dlq`` as a ``DeadLetter``, and
   only once the broker acknowledged that is its offset marked done; the
   partition carries on. Nothing is dropped silently and nothing crash-loops.
+* a good record whose data key cannot be read now (``KeyUnavailable``:
+  Cassandra is away) is neither dead-lettered nor raised: its partition is
+  read again from it at the next poll.
 * offsets are committed only for records the caller marked done (``done``),
   so a crash redelivers whatever was in flight (at-least-once; consumers are
   idempotent by event ids).
@@ -24,7 +27,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from parley.errors import BrokerUnavailable
+from parley.errors import BrokerUnavailable, Unavailable
 from parley.metrics import DEAD_LETTERS
 from parley.kafka import EventProducer
 from parley.settings import KafkaSettings
@@ -36,6 +39,9 @@ from schemas.events import DeadLetter, Event
 log = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=Event)
+
+#: Pause after a poll that met a record whose data key could not be read (parley/keys.py KeyUnavailable).
+AGAIN_S = 0.5
 
 #: Larger records are dead-lettered unread: no legitimate event comes near it
 #: (the gateway caps message text far lower), and the broker refuses 1 MiB.
@@ -160,20 +166,28 @@ def records_since(consumer: Consumer, starts: list[TopicPartition], timeout_s: f
 def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: float, what: str) -> tuple[list[E], int]:
     """For readers outside any group that every instance runs (heartbeats, memory, cancels): the
     decoded events of ``kind`` in a batch, and how many records were skipped as undecodable. Every
-    instance reads the same records, so a bad one is logged and skipped, not dead-lettered N times."""
+    instance reads the same records, so a bad one is logged and skipped, not dead-lettered N times. A good
+    one whose data key cannot be read now is read again at the next call (``read_again``), not lost."""
     try:
         messages = poll_batch(consumer, max_records, timeout)
     except KafkaException as exc:
         raise BrokerUnavailable(f"consume ({what}) failed (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
     out: list[E] = []
     skipped = 0
+    behind: set[tuple[str, int]] = set()
     for msg in messages:
         if msg.error() or msg.value() is None:  # a tombstone, or a transient error librdkafka retries
+            continue
+        if (msg.topic(), msg.partition()) in behind:
             continue
         try:
             if len(msg.value()) > DEFAULT_MAX_EVENT_BYTES:  # as EventConsumer: never read, whatever it holds
                 raise EventTooLarge(f"record of {len(msg.value())} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             event = codec.decode(msg.value())
+        except Unavailable as exc:  # its data key did not answer: read it again next time, lose nothing
+            behind.add((msg.topic(), msg.partition()))
+            read_again(consumer, msg, exc, what)
+            continue
         except codec.CodecError as exc:
             skipped += 1
             log.warning(
@@ -183,7 +197,23 @@ def read_events(consumer: Consumer, kind: type[E], max_records: int, timeout: fl
             continue
         if isinstance(event, kind):
             out.append(event)
+    if behind:
+        time.sleep(AGAIN_S)  # no hot loop while Cassandra is away
     return out, skipped
+
+
+def read_again(consumer: Consumer, msg: Message, error: Exception, reader: str) -> None:
+    """Have ``consumer`` read ``msg``'s partition again from ``msg`` (a good record whose data key could
+    not be read: parley/keys.py ``KeyUnavailable``); the caller skips the partition's later records of
+    this batch."""
+    log.warning(
+        "record not readable yet; read again",
+        extra={"reader": reader, "partition": msg.partition(), "offset": msg.offset(), "error": type(error).__name__},
+    )
+    try:
+        consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+    except KafkaException:
+        pass  # revoked meanwhile: its new owner reads it
 
 
 class EventTooLarge(codec.CodecError):
@@ -270,14 +300,22 @@ class EventConsumer:
         except KafkaException as exc:
             raise BrokerUnavailable(f"consume failed: {exc}") from exc
         out = []
+        behind: set[tuple[str, int]] = set()  # partitions read again from a record whose data key did not answer
         for msg in messages:
             if msg.error():
                 log.warning("consumer error", extra={"group": self.group, "error": msg.error().str()})
+                continue
+            if (msg.topic(), msg.partition()) in behind:
                 continue
             try:
                 out.append(self._decode(msg))
             except codec.CodecError as exc:
                 self._dead_letter(msg, exc)
+            except Unavailable as exc:  # KeyUnavailable: a good record, its key unread while Cassandra is away
+                behind.add((msg.topic(), msg.partition()))
+                read_again(self._consumer, msg, exc, self.group)
+        if behind:
+            time.sleep(AGAIN_S)  # no hot loop while Cassandra is away
         return out
 
     def _decode(self, msg: Message) -> Delivery:

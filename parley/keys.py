@@ -7,9 +7,12 @@
   ``data_keys``. Erasing the user deletes it and leaves a mark: content sealed
   under it, in the log, archives, rows or replay files, can never be read again.
 - The **key service** (``KeyService``) is ``schemas.sealing.Keys``: it seals and
-  opens text, keeping unwrapped keys for ``cache_s``: an erasure is complete on
-  every process within that bound (while Cassandra is down, a key a process holds
-  goes on working until it answers again).
+  opens text, keeping unwrapped keys for ``cache_s`` in a bounded LRU: an erasure
+  is complete on every process within that bound (while Cassandra is down, a key
+  a process holds goes on working until it answers again). Keys are read on its
+  own threads, one read per user in flight; code on an event loop awaits
+  ``prefetch`` first, so no loop waits on Cassandra. A key that cannot be read
+  raises ``KeyUnavailable``, a ``StoreUnavailable``: retry, it is not bad input.
 
 Sealing is AES-GCM with the owner and key version as associated data. A random
 nonce for events; for projected cells a nonce derived from the text (SIV-style:
@@ -19,6 +22,7 @@ cost of showing that two cells of one user hold equal text).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -26,16 +30,21 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from parley.cassandra import DRIVER_ERRORS
 from parley.errors import StoreUnavailable
+from parley.lru import LRU
 from parley.settings import env
 from schemas import sealing
 
@@ -111,6 +120,32 @@ class LocalKms:
 
 
 @dataclass(frozen=True)
+class _Statements:
+    """The key rows' statements, prepared once, each at ``CONSISTENCY``."""
+
+    session: Session
+    select: PreparedStatement
+    insert: PreparedStatement
+    destroy: PreparedStatement
+    mark: PreparedStatement
+
+    @classmethod
+    def prepare(cls, session: Session, keyspace: str) -> _Statements:
+        made = [
+            session.prepare(f"SELECT version, wrapped, kek_id FROM {keyspace}.data_keys WHERE user_id = ?"),
+            session.prepare(
+                f"INSERT INTO {keyspace}.data_keys (user_id, version, wrapped, kek_id, created_at) VALUES (?, 1, ?, ?, ?) IF NOT EXISTS"
+            ),
+            session.prepare(f"DELETE FROM {keyspace}.data_keys WHERE user_id = ?"),
+            session.prepare(f"INSERT INTO {keyspace}.data_keys (user_id, version, kek_id, created_at) VALUES (?, 0, ?, ?)"),
+        ]
+        for statement in made:
+            statement.consistency_level = CONSISTENCY
+        made[1].serial_consistency_level = ConsistencyLevel.LOCAL_SERIAL
+        return cls(session, *made)
+
+
+@dataclass(frozen=True)
 class DataKey:
     version: int
     aead: AESGCM
@@ -135,70 +170,217 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class KeyService:
-    """``schemas.sealing.Keys`` over ``data_keys`` (sync driver: a miss blocks for one read, then the key
-    is cached). ``seal=False``: opens what is sealed but seals nothing new (PARLEY_ENCRYPTION=false)."""
+class KeyUnavailable(StoreUnavailable):
+    """A data key could not be read or made because Cassandra does not answer, and this process holds
+    none for the user: transient (retry, with backoff), never bad input, never a ``CodecError``."""
 
-    def __init__(self, session: Session, kms: Kms, keyspace: str, *, cache_s: float = 60.0, seal: bool = True) -> None:
-        self._session = session
+
+#: Every key row is read and written at LOCAL_QUORUM: a read quorum overlaps the quorum that wrote the
+#: erasure's tombstone and mark, so on a replicated cluster a destroyed key stays destroyed (a read at
+#: ONE could reach a replica that missed the delete and bring the key back). A key's LWT create is
+#: serialised at LOCAL_SERIAL (the same quorum, Paxos).
+CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
+#: After a failed read, the same user's key is not asked for again for this long: the held key (if any)
+#: serves, else ``KeyUnavailable`` at once, so an outage does not make every call wait on the driver.
+RETRY_S = 2.0
+#: Threads that run key reads: no caller's event loop ever waits on Cassandra through them.
+FETCHERS = 4
+
+
+@dataclass(frozen=True)
+class _Held:
+    at: float  # monotonic time of the read that found it (-inf: never read)
+    key: DataKey | None  # None: no key (never had one, or erased)
+    erased: bool = False  # the erasure mark: final, cached for good
+    failed_at: float = float("-inf")  # the last read that failed (RETRY_S)
+
+    def serves(self, create: bool) -> bool:
+        return self.key is not None or self.erased or not create
+
+
+class KeyService:
+    """``schemas.sealing.Keys`` over ``data_keys``. ``seal=False``: opens what is sealed but seals nothing
+    new (PARLEY_ENCRYPTION=false).
+
+    Unwrapped keys are kept in a bounded LRU for ``cache_s`` (the bound on an erasure reaching this
+    process); a key used in the second half of that time is read again in the background, so a user in
+    use never waits. A miss is read on a fetcher thread, one read in flight per user whoever asks. Async
+    callers ``await prefetch(user_ids)`` before the synchronous codec and sealing calls, which then hit
+    the cache; a synchronous caller (the CLI, a consumer thread) waits for the read itself.
+    ``session``: a session, or a function that connects one (called on first use, off the loop)."""
+
+    def __init__(
+        self,
+        session: Session | Callable[[], Session],
+        kms: Kms,
+        keyspace: str,
+        *,
+        cache_s: float = 60.0,
+        capacity: int = 100_000,
+        seal: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._connect = (lambda: session) if isinstance(session, Session) else session
         self.keyspace = keyspace
         self._kms = kms
         self._cache_s = cache_s
         self.sealing = seal
-        self._cache: dict[str, tuple[float, DataKey | None]] = {}  # None: erased (or never had one)
-        self._lock = threading.Lock()
-        self._select = session.prepare(f"SELECT version, wrapped, kek_id FROM {keyspace}.data_keys WHERE user_id = ? LIMIT 1")
-        self._mark = session.prepare(f"SELECT kek_id FROM {keyspace}.data_keys WHERE user_id = ? AND version = 0")
-        self._insert = session.prepare(
-            f"INSERT INTO {keyspace}.data_keys (user_id, version, wrapped, kek_id, created_at) VALUES (?, 1, ?, ?, ?) IF NOT EXISTS"
-        )
+        self._clock = clock
+        self._lock = threading.Lock()  # guards the cache and the flights; never held across I/O
+        self._cache: LRU[str, _Held] = LRU(capacity)
+        self._flights: dict[str, Future[_Held]] = {}  # user → the read in flight
+        self._fetchers = ThreadPoolExecutor(FETCHERS, thread_name_prefix="parley-keys")
+        self._connecting = threading.Lock()
+        self._statements: _Statements | None = None
 
-    # ------------------------------------------------------------ keys
+    # ------------------------------------------------------------ Cassandra
 
-    def _lookup(self, user_id: str) -> DataKey | None:
-        row = self._session.execute(self._select, (user_id,)).one()
-        if row is None or row.kek_id == ERASED_MARK:
-            return None
-        return _data_key(row.version, self._kms.unwrap(user_id, row.kek_id, row.wrapped))
+    def _cql(self) -> _Statements:
+        with self._connecting:
+            if self._statements is None:
+                self._statements = _Statements.prepare(self._connect(), self.keyspace)
+            return self._statements
 
-    def _key(self, user_id: str, *, create: bool) -> DataKey | None:
+    def _read(self, user_id: str, at: float) -> _Held:
+        """What ``data_keys`` holds for the user, stamped ``at`` (when the read began: the cache bound
+        counts from before the rows were read)."""
+        cql = self._cql()
+        rows = cql.session.execute(cql.select, (user_id,)).all()
+        if any(r.kek_id == ERASED_MARK for r in rows):
+            return _Held(at, None, erased=True)  # the mark wins over a key made in a race with it
+        if not rows:
+            return _Held(at, None)
+        row = rows[0]  # the newest version
+        return _Held(at, _data_key(row.version, self._kms.unwrap(user_id, row.kek_id, row.wrapped)))
+
+    def _make(self, user_id: str, at: float) -> _Held:
+        cql = self._cql()
+        raw = os.urandom(32)
+        kek_id, wrapped = self._kms.wrap(user_id, raw)
+        applied = cql.session.execute(cql.insert, (user_id, wrapped, kek_id, datetime.now(timezone.utc))).one()
+        if applied[0]:
+            return _Held(at, _data_key(1, raw))
+        held = self._read(user_id, at)  # another process made it first (or erased the user meanwhile)
+        if not held.serves(create=True):
+            raise KeyUnavailable("the data key was made by another process but cannot be read back yet")
+        return held
+
+    def _fetch(self, user_id: str, create: bool, before: _Held | None) -> _Held:
+        """On a fetcher thread: read (and make) the key, cache what was found; on failure keep the key held
+        before, or raise ``KeyUnavailable``."""
+        at = self._clock()
+        try:
+            held = self._read(user_id, at)
+            if create and not held.serves(create):
+                held = self._make(user_id, at)
+        except (StoreUnavailable, *DRIVER_ERRORS) as exc:  # StoreUnavailable: connect failed
+            now = self._clock()
+            failed = _Held(before.at, before.key, before.erased, now) if before else _Held(float("-inf"), None, failed_at=now)
+            with self._lock:
+                current = self._cache.get(user_id)
+                if current is not None and current.erased:
+                    return current  # erased while this read was in flight: the erasure wins
+                self._cache.put(user_id, failed)
+            if failed.key is not None:
+                return failed  # Cassandra is down: a key this process held goes on working; asked again after RETRY_S
+            raise KeyUnavailable(f"the data key of a user cannot be read: Cassandra does not answer ({type(exc).__name__})") from exc
+        with self._lock:
+            current = self._cache.get(user_id)
+            if current is not None and current.erased:
+                return current  # erased while this read was in flight: the erasure wins
+            self._cache.put(user_id, held)
+        return held
+
+    def _flight(self, user_id: str, create: bool, before: _Held | None) -> Future[_Held] | None:
+        """The read in flight for ``user_id``, started if there is none (one per user); None when a read
+        landed since the caller looked at ``before`` (look again)."""
+        with self._lock:
+            flying = self._flights.get(user_id)
+            if flying is not None and not flying.done():
+                return flying  # if it only reads and finds no key, a caller that must create asks again
+            if self._cache.get(user_id) is not before:
+                return None
+            future = self._fetchers.submit(self._fetch, user_id, create, before)
+            self._flights[user_id] = future
+        future.add_done_callback(lambda _: self._landed(user_id, future))
+        return future
+
+    def _landed(self, user_id: str, future: Future[_Held]) -> None:
+        with self._lock:
+            if self._flights.get(user_id) is future:
+                del self._flights[user_id]
+
+    def _held(self, user_id: str, create: bool, *, stale_ok: bool = False) -> tuple[_Held | None, _Held | None]:
+        """(what serves now, or None: a read is needed; what is held, expired or not). ``stale_ok``: an
+        expired key serves while it is read again (for a synchronous call on an event loop)."""
         if not user_id:
             raise ValueError("content without an owner cannot be sealed, blinded or opened")
-        now = time.monotonic()
-        hit = self._cache.get(user_id)
-        if hit is not None and now - hit[0] <= self._cache_s and (hit[1] is not None or not create):
-            return hit[1]
+        now = self._clock()
         with self._lock:
-            try:
-                key = self._lookup(user_id)
-                if key is None and create and not self._erased(user_id):
-                    raw = os.urandom(32)
-                    kek_id, wrapped = self._kms.wrap(user_id, raw)
-                    applied = self._session.execute(self._insert, (user_id, wrapped, kek_id, datetime.now(timezone.utc))).one()
-                    key = _data_key(1, raw) if applied[0] else self._lookup(user_id)  # another process made it first
-            except DRIVER_ERRORS as exc:
-                if hit is not None and hit[1] is not None:
-                    return hit[1]  # Cassandra is down: a key this process held goes on working; asked again next time
-                raise StoreUnavailable("the data keys cannot be read: Cassandra does not answer") from exc
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            self._cache[user_id] = (now, key)
-            return key
+            held = self._cache.get(user_id)
+        if held is None:
+            return None, None
+        if held.erased:
+            return held, held
+        age, failed = now - held.at, now - held.failed_at < RETRY_S
+        if age <= self._cache_s and held.serves(create):
+            if age > self._cache_s / 2 and not failed:
+                self._flight(user_id, False, held)  # read again ahead of expiry; this call does not wait
+            return held, held
+        if failed:
+            if held.key is None:
+                raise KeyUnavailable("the data key of a user cannot be read: Cassandra did not answer just now")
+            return held, held  # expired, but Cassandra is down: the key held goes on working
+        if stale_ok and held.key is not None:
+            self._flight(user_id, False, held)  # the loop does not wait: the key serves for one read's time more
+            return held, held
+        return None, held
 
-    def _erased(self, user_id: str) -> bool:
-        row = self._session.execute(self._mark, (user_id,)).one()
-        return row is not None and row.kek_id == ERASED_MARK
+    def _key(self, user_id: str, *, create: bool) -> DataKey | None:
+        """The key, waiting on this thread for a read if none is held (the path for code without a loop;
+        on a loop, only a key never prefetched is waited for)."""
+        on_loop = _on_loop()
+        while True:
+            held, before = self._held(user_id, create, stale_ok=on_loop)
+            if held is None:
+                flight = self._flight(user_id, create, before)
+                if flight is None:
+                    continue
+                held = flight.result()
+            if held.serves(create):
+                return held.key
+
+    async def prefetch(self, user_ids: Iterable[str], *, create: bool = False) -> None:
+        """Have the keys of ``user_ids`` held, so that the synchronous calls that follow do not wait on
+        Cassandra; the reads run on fetcher threads and this awaits them. ``create``: make missing keys
+        (before sealing). Raises ``KeyUnavailable`` when a key cannot be read and none is held."""
+        await asyncio.gather(*(self._ready(u, create) for u in {u for u in user_ids if u}))
+
+    async def _ready(self, user_id: str, create: bool) -> None:
+        while True:
+            held, before = self._held(user_id, create)
+            if held is None:
+                flight = self._flight(user_id, create, before)
+                if flight is None:
+                    continue
+                held = await asyncio.wrap_future(flight)
+            if held.serves(create):
+                return
 
     def erase(self, user_id: str) -> None:
         """Destroy the user's data key, leave the mark that stops a new one being made, and drop it
         from this process's cache (other processes drop theirs within ``cache_s``)."""
+        try:
+            cql = self._cql()
+            cql.session.execute(cql.destroy, (user_id,))
+            cql.session.execute(cql.mark, (user_id, ERASED_MARK, datetime.now(timezone.utc)))
+        except DRIVER_ERRORS as exc:
+            raise KeyUnavailable(f"the data key cannot be destroyed: Cassandra does not answer ({type(exc).__name__})") from exc
         with self._lock:
-            self._session.execute(f"DELETE FROM {self.keyspace}.data_keys WHERE user_id = %s", (user_id,))
-            self._session.execute(
-                f"INSERT INTO {self.keyspace}.data_keys (user_id, version, kek_id, created_at) VALUES (%s, 0, %s, %s)",
-                (user_id, ERASED_MARK, datetime.now(timezone.utc)),
-            )
-            self._cache[user_id] = (time.monotonic(), None)
+            self._cache.put(user_id, _Held(self._clock(), None, erased=True))
+
+    def close(self) -> None:
+        self._fetchers.shutdown(wait=False, cancel_futures=True)
 
     # -------------------------------------------------- sealing.Keys
 
@@ -254,6 +436,14 @@ class KeyService:
         return key.aead.decrypt(raw[:NONCE], raw[NONCE:], f"{user_id}:{version}".encode()).decode()
 
 
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def kms_from(settings: KeySettings, data_dir: Path) -> Kms:
     if settings.kms != "local":
         raise ValueError(f"PARLEY_KMS={settings.kms!r}: only `local` is built in (see docs/operations.md for a cloud KMS)")
@@ -273,10 +463,8 @@ def install_from_env(session: Session | None = None) -> KeyService:
 
     settings = from_env(KeySettings)
     cassandra = from_env(CassandraSettings)
-    if session is None:
-        session = connect(cassandra)
     service = KeyService(
-        session,
+        session or (lambda: connect(cassandra)),  # connected on the first key read: a process starts with Cassandra away
         kms_from(settings, _data_dir()),
         settings.keyspace or cassandra.keyspace,
         cache_s=settings.cache_s,

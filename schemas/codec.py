@@ -15,6 +15,12 @@ Errors (all subclasses of ``CodecError``; a consumer dead-letters on them)::
      ├── UnknownSchema     the fingerprint is in no .avsc file we have
      ├── Undecodable       the body does not parse with the writer's schema
      └── InvalidEvent      it parses, but breaks a rule of the event type
+
+A data key that cannot be read while sealing or opening raises the key
+service's ``KeyUnavailable`` (``parley.errors.Unavailable``), never a
+``CodecError``: the record is good, the read is to be retried. On an event
+loop use ``decode_async``/``encode_async``: they fetch the keys first, off the
+loop, and the synchronous step then finds them held.
 """
 
 from __future__ import annotations
@@ -120,7 +126,30 @@ def encode(event: Event, schemas: SchemaSet | None = None) -> bytes:
 
 def decode(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
     """Bytes written under any known version of an event, as the current event type."""
-    schemas = schemas or default_schemas()
+    cls, record = _read(data, schemas or default_schemas())
+    return _event(cls, record)
+
+
+async def decode_async(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
+    """``decode`` for code on an event loop: the keys of the record's sealed values, and of its user
+    (whose rows the consumer may read next), are fetched off the loop before they are opened."""
+    cls, record = _read(data, schemas or default_schemas())
+    owners = sealing.owners(cls, record)
+    if isinstance(record.get("user_id"), str):
+        owners.add(record["user_id"])
+    await sealing.prefetch(owners)
+    return _event(cls, record)
+
+
+async def encode_async(event: Event, schemas: SchemaSet | None = None) -> bytes:
+    """``encode`` for code on an event loop: the owner's key is fetched (or made) off the loop first."""
+    if sealing.holds_sealed(type(event)):
+        await sealing.prefetch([getattr(event, "user_id", "")], create=True)
+    return encode(event, schemas)
+
+
+def _read(data: bytes | None, schemas: SchemaSet) -> tuple[type[Event], dict[str, Any]]:
+    """The event type and its record, resolved to the current schema and still sealed."""
     if data is None or len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise NotSingleObject("not Avro single-object encoding (missing C3 01 header)")
     known = schemas.by_fingerprint.get(bytes(data[2:HEADER_LEN]))
@@ -138,9 +167,12 @@ def decode(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
         raise Undecodable(f"{known.name} body does not parse: {type(exc).__name__}") from exc
     if body.read(1):
         raise Undecodable(f"{known.name} body has trailing bytes")
-    cls = EVENT_TYPES[known.name]
+    return EVENT_TYPES[known.name], record
+
+
+def _event(cls: type[Event], record: dict[str, Any]) -> Event:
     sealing.open_record(cls, record)
     try:
         return from_record(cls, record)
     except (ValueError, TypeError) as exc:
-        raise InvalidEvent(f"{known.name}: {exc}") from exc
+        raise InvalidEvent(f"{cls.__name__}: {exc}") from exc

@@ -17,6 +17,10 @@ The cryptography lives in ``parley/keys.py`` (the key service, which a process
 installs at start); this module only knows the format and which fields to
 seal. Without an installed service nothing is sealed, and a sealed value
 cannot be opened (an error, never ciphertext shown as text).
+
+The calls here are synchronous, and a key the service does not hold is read
+from Cassandra; code on an event loop awaits ``prefetch`` (the codec's
+``decode_async``/``encode_async`` do) so that they never wait on it there.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Iterable
 from functools import cache
 from typing import Any, Protocol, Union
 
@@ -49,6 +54,8 @@ class Keys(Protocol):
 
     def open_bytes(self, data: bytes) -> bytes: ...
 
+    async def prefetch(self, user_ids: Iterable[str], *, create: bool = False) -> None: ...
+
 
 _keys: Keys | None = None
 
@@ -61,6 +68,14 @@ def install(keys: Keys | None) -> None:
 
 def installed() -> Keys | None:
     return _keys
+
+
+async def prefetch(user_ids: Iterable[str], *, create: bool = False) -> None:
+    """Have the installed service hold the keys of ``user_ids`` (read off the loop); ``create``: make
+    missing ones, before sealing. Raises the service's ``KeyUnavailable`` (a transient
+    ``parley.errors.Unavailable``) when one cannot be read."""
+    if _keys is not None:
+        await _keys.prefetch(user_ids, create=create)
 
 
 def is_sealed(value: object) -> bool:
@@ -158,6 +173,14 @@ def sealed_values(event: Any) -> list[str]:
     out: list[str] = []
     _walk(type(event), dataclasses.asdict(event), lambda v: out.append(v) or v)  # type: ignore[func-returns-value]
     return out
+
+
+def owners(cls: type, record: dict[str, Any]) -> set[str]:
+    """The owners named by the sealed values of a decoded, not yet opened, record."""
+    found: set[str] = set()
+    if _plan(cls):
+        _walk(cls, record, lambda v: found.add(owner_of(v)) or v if is_sealed(v) else v)  # type: ignore[func-returns-value]
+    return found
 
 
 def seal_record(cls: type, record: dict[str, Any]) -> None:

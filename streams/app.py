@@ -129,7 +129,7 @@ async def decoded_records(
     when ``stream`` leaves acking to its reader)."""
     async for record in stream.events():
         try:
-            event = decode(record)
+            event = await decode(record)
         except codec.CodecError as exc:
             TRACE_ID.set("")
             await dead_letter(app, record, consumer, exc)
@@ -140,11 +140,12 @@ async def decoded_records(
         yield record, event
 
 
-def decode(record: Taken) -> Event:
-    """The event of a record; ``codec.CodecError`` (``EventTooLarge`` past 512 KiB) when it has none."""
+async def decode(record: Taken) -> Event:
+    """The event of a record; ``codec.CodecError`` (``EventTooLarge`` past 512 KiB) when it has none. Its keys
+    are fetched off the loop first (parley/keys.py): ``KeyUnavailable`` while they cannot be, a transient."""
     if record.value is not None and len(record.value) > DEFAULT_MAX_EVENT_BYTES:
         raise EventTooLarge(f"record of {len(record.value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
-    return codec.decode(record.value)
+    return await codec.decode_async(record.value)
 
 
 async def dead_letter(
@@ -314,5 +315,5 @@ async def send_event(topic: faust.TopicT, event: Event, *, partition: int | None
     Waiting keeps "acked input ⇒ output on the broker": faust commits the
     input offset once the agent moves on, so nothing may still be in flight then.
     """
-    pending = await topic.send(key=event.key, value=codec.encode(event), partition=partition)
+    pending = await topic.send(key=event.key, value=await codec.encode_async(event), partition=partition)
     await pending

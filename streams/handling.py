@@ -27,6 +27,7 @@ next owner reads it from the last commit.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -151,7 +152,7 @@ class RecordHandler:
         agent: Agent,
         retry: Retry,
         *,
-        decode: Callable[[Taken], Event],
+        decode: Callable[[Taken], Event | Awaitable[Event]],
         send: Callable[[Event], Awaitable[None]],
         dead_letter: Callable[[Taken, Rejected], Awaitable[None]],
         owns: Callable[[Taken], bool],
@@ -174,7 +175,8 @@ class RecordHandler:
 
     async def _handle(self, record: Taken, owned: Callable[[], bool]) -> None:
         async def decoded() -> Event:
-            return self._decode(record)
+            event = self._decode(record)
+            return await event if inspect.isawaitable(event) else event  # the shell's decode fetches keys
 
         TRACE_ID.set("")
         event = await self._retry("decoding a record", decoded, owned)

@@ -178,7 +178,7 @@ def _router(kafka: KafkaSettings) -> Wiring:
         while True:
             try:
                 records = await asyncio.to_thread(read_decisions, kafka, policy.pools, since)
-            except BrokerUnavailable as exc:
+            except Unavailable as exc:  # the broker, or the data keys that open the prompts (KeyUnavailable)
                 log.warning("reading earlier routing decisions failed; retrying", extra={"error": str(exc)})
                 await asyncio.sleep(1.0)
                 continue

@@ -11,7 +11,9 @@ from dataclasses import replace
 import fastavro
 import pytest
 
-from parley.consumer import Delivery, EventConsumer
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from parley.consumer import Delivery, EventConsumer, read_events, reader
 from parley.kafka import EventProducer, admin
 from parley.topics import ensure_topics
 from schemas.catalog import TOPICS
@@ -165,3 +167,67 @@ def test_committed_offsets_resume_after_the_last_done_record(kafka: KafkaSetting
         fut.result()
     assert seen == [0, 1, 2]
     assert rest == [3, 4, 5]
+
+
+def test_a_record_whose_key_cannot_be_read_is_read_again_not_dead_lettered(kafka: KafkaSettings, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The worker's intake path with Cassandra away (a key service on a closed port, so the real driver
+    fails): the sealed record is not dead-lettered and poll raises nothing; once keys answer, it arrives."""
+    from parley import keys
+    from schemas import sealing
+
+    kafka = replace(kafka, topic_prefix=f"{kafka.topic_prefix}keys-{uuid.uuid4().hex[:4]}.")
+    client = admin(kafka)
+    ensure_topics(kafka, client, [TOPICS["chat.tokens"]])
+    producer = EventProducer(kafka)
+    held = sealing.installed()
+    sent = replace(_chunk(str(uuid.uuid4()), 0), user_id=f"u_{uuid.uuid4().hex[:12]}", text="sealed words")
+    producer.produce_sync(sent, topic=kafka.topic("chat.tokens"))  # sealed under a new user's key
+    consumer = EventConsumer(kafka, f"test-keys-{uuid.uuid4().hex[:6]}", ["chat.tokens"], producer)
+    away = keys.KeyService(lambda: keys_on_a_closed_port(), keys.LocalKms(tmp_path / "kek.json"), "nowhere")
+    try:
+        sealing.install(away)
+        delivered: list[Delivery] = []
+
+        def met() -> int:  # the times poll met the record and put it back
+            return sum(r.getMessage() == "record not readable yet; read again" for r in caplog.records)
+
+        deadline = time.monotonic() + 60
+        while met() < 3 and time.monotonic() < deadline:
+            delivered += consumer.poll(timeout=0.5)
+        assert met() >= 3, "the consumer never met the record"
+        assert delivered == [] and consumer.dead_lettered == 0
+        sealing.install(held)
+        got = _drain(consumer, 1)
+        assert [d.event for d in got] == [sent] and consumer.dead_lettered == 0
+
+        # The same for a reader outside any group (memory, cancels): the batch is read again, not lost.
+        plain = reader(kafka, "test-keys")
+        plain.assign([TopicPartition(kafka.topic("chat.tokens"), p, OFFSET_BEGINNING) for p in range(TOPICS["chat.tokens"].partitions)])
+        sealing.install(away)
+        before = met()
+        while met() < before + 3 and time.monotonic() < deadline + 60:
+            assert read_events(plain, TokenChunk, 100, 0.5, "test") == ([], 0)
+        sealing.install(held)
+        found: list[TokenChunk] = []
+        while not found and time.monotonic() < deadline + 90:
+            found, _ = read_events(plain, TokenChunk, 100, 0.5, "test")
+        plain.close()
+        assert found == [sent]
+    finally:
+        sealing.install(held)
+        away.close()
+        consumer.close()
+        producer.close()  # the topic is under the module's prefix: its fixture deletes it
+
+
+def keys_on_a_closed_port():  # type: ignore[no-untyped-def]
+    """A real driver connecting to a port nothing listens on: Cassandra away, as a client sees it."""
+    import socket
+
+    from parley.cassandra import connect
+    from parley.settings import CassandraSettings, from_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return connect(replace(from_env(CassandraSettings), hosts="127.0.0.1", port=port), connect_timeout=1.0)

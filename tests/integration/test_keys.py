@@ -60,3 +60,46 @@ def test_a_tampered_value_is_refused_not_misread(cassandra, cassandra_settings, 
     service.seal(other, "x")  # the other user has a key too
     with pytest.raises(InvalidTag):
         service.open(value.replace(user, other, 1))  # bound to its owner: moving it to another user fails
+
+
+def test_with_cassandra_unreachable_a_key_read_fails_as_the_typed_transient_error(
+    cassandra, cassandra_settings, kms: LocalKms
+) -> None:
+    """The real driver against a port nothing listens on: every way in (sync seal and open, the async
+    prefetch, the codec) raises KeyUnavailable, a StoreUnavailable, never a CodecError or a driver error;
+    a process starts without Cassandra (the session is made on first use); a key held goes on working."""
+    import asyncio
+    import socket
+    from dataclasses import replace
+
+    from parley.cassandra import connect
+    from parley.errors import StoreUnavailable
+    from parley.keys import KeyUnavailable
+    from schemas import codec
+    from schemas.events import MessagePosted
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = replace(cassandra_settings, hosts="127.0.0.1", port=s.getsockname()[1])
+    user = f"u_{uuid.uuid4().hex[:16]}"
+    up = _service(cassandra, cassandra_settings.keyspace, kms)
+    value = up.seal(user, "held")
+    away = KeyService(lambda: connect(closed, connect_timeout=1.0), kms, cassandra_settings.keyspace)
+    event = MessagePosted(conversation_id=str(uuid.uuid4()), user_id=user, message_id=str(uuid.uuid4()), content="x", client_message_id="c")
+    held = sealing.installed()
+    try:
+        with pytest.raises(KeyUnavailable) as raised:
+            away.open(value)
+        assert isinstance(raised.value, StoreUnavailable) and not isinstance(raised.value, codec.CodecError)
+        sealing.install(up)
+        data = codec.encode(event)
+        sealing.install(away)
+        for attempt in (lambda: away.seal(user, "x"), lambda: codec.decode(data), lambda: asyncio.run(codec.decode_async(data))):
+            with pytest.raises(KeyUnavailable):
+                attempt()
+        sealing.install(up)
+        assert asyncio.run(codec.decode_async(data)) == event  # where the key is held, nothing changes
+    finally:
+        sealing.install(held)
+        away.close()
+        up.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from dataclasses import replace
 from collections.abc import Iterator
 
 import pytest
@@ -36,6 +37,9 @@ MID = "00000000-0000-0000-0000-0000000000a1"
 class Reversible:
     """Seals by base64 of the reversed text: what it seals is unreadable in the bytes, and opens again."""
 
+    def __init__(self) -> None:
+        self.prefetched: list[tuple[list[str], bool]] = []
+
     def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
         return f"{sealing.PREFIX}{user_id}:1:" + base64.b64encode(text[::-1].encode()).decode()
 
@@ -44,6 +48,9 @@ class Reversible:
 
     def blind(self, user_id: str, term: str) -> str:
         return "b:" + term[::-1]
+
+    async def prefetch(self, user_ids: object, *, create: bool = False) -> None:
+        self.prefetched.append((sorted(user_ids), create))  # type: ignore[call-overload]
 
 
 @pytest.fixture
@@ -115,3 +122,26 @@ def test_a_projected_cell_is_sealed_deterministically(keys: Reversible) -> None:
     out = sealed(write, "u1")
     assert dict(out.cells)["role"] == "user" and sealing.is_sealed(dict(out.cells)["content"])
     assert sealing.open_text(dict(out.cells)["content"]) == "text"
+
+
+async def test_the_async_codec_asks_for_the_keys_it_needs_before_the_synchronous_step(keys: Reversible) -> None:
+    """On an event loop the keys are fetched first (off the loop, by the service): the owners its sealed
+    values name and its user for decode; the owner, to be made if new, for encode; none for an event
+    that holds no content."""
+    event = MessagePosted(conversation_id=CID, user_id="u1", message_id=MID, content="hello", client_message_id="c")
+    data = await codec.encode_async(event)
+    assert keys.prefetched == [(["u1"], True)]
+    other = GenerationCompleted(
+        conversation_id=CID, user_id="u2", request_id=MID, parent_id=MID, finish_reason="stop", content=keys.seal("u3", "quoted")
+    )  # a value sealed under another owner (as a copied one would be)
+    keys.prefetched.clear()
+    assert await codec.decode_async(data) == event
+    assert await codec.decode_async(codec.encode(other)) == replace(other, content="quoted")
+    assert keys.prefetched == [(["u1"], False), (["u2", "u3"], False)]
+    keys.prefetched.clear()
+    from schemas.events import ConversationDeleted
+
+    gone = ConversationDeleted(conversation_id=CID, user_id="u1")
+    assert not sealing.holds_sealed(ConversationDeleted)
+    await codec.encode_async(gone)
+    assert keys.prefetched == []
