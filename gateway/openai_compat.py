@@ -58,8 +58,9 @@ The conversation as sent: the turn is ``as_sent`` (no system prompt, memory,
 documents or summary of Parley's; nothing trimmed; no cap of Parley's on the reply,
 which may run to the end of the pool's context). An OpenAI client cannot resume a
 reply (it has no cursor): without an ``Idempotency-Key`` (with one, a retry finds
-the reply), a client that leaves cancels it at once. Parley's
-``restarted`` notice has no OpenAI equivalent and clients cannot cut text: the
+the reply), a client that leaves cancels it at once.
+
+Parley's ``restarted`` notice has no OpenAI equivalent and clients cannot cut text: the
 deltas of a resumed attempt are sent only past the characters already sent
 (``Delivery``); the continuation is the new attempt's text from there.
 
