@@ -247,6 +247,8 @@ def _files(root: Path) -> Iterator[tuple[Path, str | None]]:
     problems: list[tuple[Path, str]] = []
 
     def unreadable_dir(exc: OSError) -> None:
+        if isinstance(exc, FileNotFoundError) and Path(exc.filename) != root:
+            return  # deleted after its parent was listed (a Kafka topic deleted, a Cassandra table dropped)
         problems.append((Path(exc.filename), f"directory unreadable: {exc.strerror}"))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable_dir):

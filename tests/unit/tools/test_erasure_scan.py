@@ -26,7 +26,7 @@ from reportlab.pdfgen import canvas
 
 from tools.analysts import archive, replay, sample, turns
 from tools.analysts.logread import Raw
-from tools.erasure_scan import Finding, classify, scan
+from tools.erasure_scan import Finding, _files, classify, scan
 from tools.ondisk import containers, kafka_segments, sstables
 from tools.ondisk.search import Needles
 
@@ -331,6 +331,22 @@ def test_what_cannot_be_read_is_reported_never_skipped(tmp_path: Path) -> None:
         ("bad.avro", "broken"), ("fifo", "not"), ("link", "a"),
     ]
     assert report.findings == [] and report.scanned == {"kafka": 0, "cassandra": 0, "archive": 1, "replay": 0, "file": 1}
+
+
+def test_a_directory_deleted_during_the_walk_is_gone_not_unreadable(tmp_path: Path) -> None:
+    # Kafka deletes a topic's partition directories, Cassandra a dropped table's, while the scan walks.
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "f").write_bytes(b"x")
+    walked = []
+    for path, why in _files(tmp_path):
+        walked.append((path.relative_to(tmp_path).as_posix(), why))
+        if path.parent.name == "a":
+            (tmp_path / "b" / "f").unlink()
+            (tmp_path / "b").rmdir()
+    assert walked == [("a/f", None)]
+    # The data dir itself missing is no proof of anything: reported.
+    assert [why for _, why in _files(tmp_path / "none")] == ["directory unreadable: No such file or directory"]
 
 
 def test_files_are_told_apart_by_their_names_and_places() -> None:
