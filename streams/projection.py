@@ -327,6 +327,13 @@ def sealed(write: Write, user_id: str) -> Write:
 def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
     """The writes ``event`` makes, given the conversation before it; [] for other event types."""
     step = PROJECTION.get(type(event))
-    if step is None or state.deleted:  # a deleted conversation's late events (a reply in flight) write nothing
+    if step is None:
+        return []
+    if state.deleted:
+        # A deleted conversation's late events write nothing, but for a reply that was in flight: the
+        # checkpoints of its chunks (timestamped after the deletion) put text back in its row, and its
+        # completion, later than every chunk, blanks it again.
+        if isinstance(event, ev.GenerationCompleted):
+            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id)]
         return []
     return [sealed(w, event.user_id) for w in step(state, event)]
