@@ -207,7 +207,7 @@ def _router(kafka: KafkaSettings) -> Wiring:
 def _materializer(kafka: KafkaSettings) -> Wiring:
 
     cfg = from_env(MaterializerSettings)
-    store = Store(from_env(CassandraSettings))
+    store = Store(from_env(CassandraSettings), texts=False)
     materializer = Materializer(cfg, store)
     checkpoints = Checkpoints(cfg, store)
 

@@ -204,3 +204,20 @@ def test_a_reply_in_flight_when_its_conversation_is_deleted_ends_blank_whatever_
     assert [w.table for w in more] == ["messages"]  # the completion alone writes, and only to blank
     reply = rows(store(writes + more), "messages")[_key(("conversation_id", uuid.UUID(CID)), ("message_id", uuid.UUID(ids["r2b"])))]
     assert reply["content"] == "" and reply["citations"] == "" and reply["retrieval"] == ""
+
+
+def test_the_projection_never_reads_a_messages_text_so_the_materializer_loads_rows_without_it() -> None:
+    from dataclasses import replace
+
+    from streams.tree import frozen_messages
+
+    log, ids = conversation_log()
+    more = [
+        ev.GenerationCompleted(conversation_id=CID, user_id=U, occurred_at=log[-1].occurred_at + 1, request_id=ids["r2b"], parent_id=ids["m2b"], finish_reason="stop", content="b"),
+        ev.ConversationDeleted(conversation_id=CID, user_id=U, occurred_at=log[-1].occurred_at + 2),
+    ]  # fmt: skip
+    seen, blind = empty(CID), empty(CID)  # blind: every message's text gone, as Store(texts=False) loads it
+    for e in [*log, *more]:
+        assert writes_for(blind, e) == writes_for(seen, e), type(e).__name__
+        seen, blind = apply(seen, e), apply(blind, e)
+        blind = replace(blind, messages=frozen_messages({k: replace(m, content="") for k, m in blind.messages.items()}))
