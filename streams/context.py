@@ -70,6 +70,8 @@ T = TypeVar("T")
 
 #: Summaries being written at once; past that a window move waits for a later turn to ask again.
 SUMMARY_TASKS = 32
+#: UTF-8 bytes of an English token, on average (BPE): only for the start-up warning of a budget no record holds.
+TYPICAL_TOKEN_BYTES = 4
 
 
 def layout(
@@ -194,8 +196,14 @@ class ContextBuilder:
         self._counting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-count")
         #: Summaries being written, by the id of the last one each task writes.
         self._writing: dict[str, asyncio.Task[None]] = {}
-        #: Summaries written and not yet appended, by conversation.
-        self._ready: dict[str, list[ev.SummaryWritten]] = {}
+        #: Summaries written and not yet appended, by conversation (bounded: one forgotten is written again when needed).
+        self._ready: LRU[str, list[ev.SummaryWritten]] = LRU(cfg.cache_conversations)
+        if self._request_bytes is not None and cfg.budget_tokens * TYPICAL_TOKEN_BYTES * 4 // 3 > self._request_bytes:
+            log.warning(
+                "PARLEY_CONTEXT_BUDGET_TOKENS=%d is more than a Kafka record holds (%d bytes, sealed, about %d tokens "
+                "of English): long conversations are windowed to fit the record before they reach the token budget",
+                cfg.budget_tokens, self._request_bytes, self._request_bytes * 3 // 4 // TYPICAL_TOKEN_BYTES,
+            )
 
     async def _load(self, conversation_id: str) -> Known:
         state = await retrying("loading a conversation", lambda: self._store.load(conversation_id), self._retry_max_s)
@@ -227,14 +235,14 @@ class ContextBuilder:
         cold = known is None
         if known is None:
             known = await self._load(cid)
-        known = folded(known, self._ready.get(cid, ()))  # written in the background: this turn may use them
+        known = folded(known, self._ready.get(cid) or ())  # written in the background: this turn may use them
         out: list[ev.Event] = []
         if isinstance(event, ev.SummaryWritten):
             known = folded(known, [event])
         else:
             known, out = await self._turn(known, event, cold)
         # Taken only now: a handler that raised above is run again, and must find them still here.
-        written = self._ready.pop(cid, [])
+        written = self._ready.pop(cid) or []
         self._states.put(cid, folded(known, written))
         return [*written, *out]
 
@@ -379,7 +387,11 @@ class ContextBuilder:
                 text = await self._count(summary.clip, text, self._counter, limit)
                 tokens = await self._count(self._counter.segment, text)
                 event = summary.written(request, previous, block, text, tokens, model)
-                self._ready.setdefault(request.conversation_id, []).append(event)
+                held = self._ready.get(request.conversation_id)
+                if held is None:
+                    held = []
+                    self._ready.put(request.conversation_id, held)
+                held.append(event)
                 previous = from_event(event)
         except Exception as exc:  # a bug: by type and line only (its text may quote the conversation); turns go on
             where = traceback.extract_tb(exc.__traceback__)[-1]
