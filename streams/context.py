@@ -258,7 +258,7 @@ class ContextBuilder:
                 out.extend(stopped)
             elif event.parent_id in known.conversation.messages and event.as_sent:
                 on_branch = branch(known.conversation, event.parent_id)
-                prompt = await self._count(as_sent, on_branch, self._counter, event.user_id)
+                prompt = await self._count(as_sent, on_branch, self._counter)
                 out.extend(await self._checked(inference_request(known.conversation, event, prompt, self.cfg), event))
             elif event.parent_id in known.conversation.messages:
                 retrieval = await self.search(known.conversation, event)
@@ -368,9 +368,9 @@ class ContextBuilder:
         """Fold each missing block into the summary, one engine call each; stop at the first failure.
         Each one written is held for the conversation's next event to append (``handle``)."""
         assert self._summariser is not None
-        limit = await self._count(summary.text_budget, self._counter, shape.summary_tokens)
         previous = wanted.previous
         try:
+            limit = await self._count(summary.text_budget, self._counter, shape.summary_tokens)
             for start, end in wanted.steps:
                 block = window.usable[start:end]
                 prompt = summary.request_messages(previous.content if previous else None, block)

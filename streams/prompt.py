@@ -107,8 +107,6 @@ class Prompt:
     dropped: int
     #: Whether the summary message is in ``messages``.
     summarised: bool = False
-    #: Most bytes ``messages`` take on the wire, sealed.
-    prompt_bytes: int = 0
 
 
 def usable(branch: Sequence[Message]) -> list[Message]:
@@ -187,10 +185,11 @@ def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCount
     base = counter.overhead + sum(counter.segment(template.render_message(h)) for h in fixed) + counter.segment(template.render_prompt([]))
     base_bytes = sum(message_bytes(h, layout.owner) for h in fixed)
     bounds = boundaries(msgs, costs, layout.block_tokens, sizes, layout.block_bytes)
+    kept_bytes = summary_bytes(layout) if layout.summary_tokens else 0
 
     def fits(start: int, summarised_from: int) -> bool:
         tokens = base + (layout.summary_tokens if summarised_from else 0) + tail[start]
-        size = base_bytes + (summary_bytes(layout) if summarised_from and layout.summary_tokens else 0) + tail_bytes[start]
+        size = base_bytes + (kept_bytes if summarised_from else 0) + tail_bytes[start]
         return tokens <= layout.budget_tokens and (not layout.budget_bytes or size <= layout.budget_bytes)
 
     for i, b in enumerate(bounds):
@@ -225,16 +224,16 @@ def render(window: Window, layout: Layout, counter: TokenCounter, summary: str |
         size = sum(message_bytes(m, layout.owner) for m in messages)
         fits = tokens <= layout.budget_tokens and (not layout.budget_bytes or size <= layout.budget_bytes)
         if fits or start >= len(window.usable) - 1:
-            return Prompt(messages, tokens, start, summarised, size)
+            return Prompt(messages, tokens, start, summarised)
         start += 1
 
 
-def as_sent(branch: Sequence[Message], counter: TokenCounter, owner: str = "") -> Prompt:
+def as_sent(branch: Sequence[Message], counter: TokenCounter) -> Prompt:
     """The branch as its client sent it (an OpenAI-API turn): its messages only, none left out. Whether it fits a
     pool is the router's to judge (context_too_long), and whether it fits a record the builder's; neither is a
     reason to cut it here."""
     messages = [as_prompt_message(m) for m in usable(branch)]
-    return Prompt(messages, counter.prompt(messages), 0, prompt_bytes=sum(message_bytes(m, owner) for m in messages))
+    return Prompt(messages, counter.prompt(messages), 0)
 
 
 def build_prompt(branch: Sequence[Message], layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:

@@ -143,3 +143,12 @@ async def test_a_question_too_large_for_a_record_alone_ends_context_too_long(sea
     out = await _conversation(builder, turns=1, size=40_000)
     assert [type(e) for e in out] == [ev.GenerationCompleted, ev.TokenChunk]
     assert out[0].error_code == CONTEXT_TOO_LONG  # type: ignore[attr-defined]
+
+
+def test_a_token_budget_no_record_holds_is_named_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="streams.context")
+    ContextBuilder(ContextSettings(budget_tokens=3072, tokenizer="words"), Rows(), record_bytes=512 * 1024)
+    assert not caplog.records
+    ContextBuilder(ContextSettings(budget_tokens=128_000, tokenizer="words"), Rows(), record_bytes=512 * 1024)
+    [warning] = caplog.records
+    assert "PARLEY_CONTEXT_BUDGET_TOKENS=128000" in warning.getMessage()
