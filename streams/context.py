@@ -8,19 +8,21 @@ materialized Cassandra rows first.
 
 Once a branch outgrows the token budget (or the byte budget of a record,
 ``streams.prompt_bytes``), the window over it moves by blocks of old turns,
-and a summary of what it dropped takes their place (``streams.summary``). The
-turn that moves the window never waits for that summary: it is built at once
-with the newest summary already written for the branch (it covers less than
-was dropped) or none, and the new one is written beside it, off the turn's
-path: a task of the builder asks the small pool's engine
-(``streams.engine_writer``, at the background priority) and holds the result
-until the builder next handles an event of that conversation (the turn's own
-GenerationCompleted, at the latest the next turn's MessagePosted). That
-handling appends it as SummaryWritten to ``chat.events``, through the same
-acknowledged produce as every output, and uses it from then on. One summary is
-written per window move: its id derives from the range it covers, a range
-being written is not asked for twice, and a SummaryWritten read back (or found
-in the ``summaries`` table after a restart) is folded in, the first of an id
+and a summary of what it dropped takes their place (``streams.summary``). No
+turn waits for a summary. It is written off the turns' path, as soon as the
+window comes within a block of its next move (``Window.ahead``), so the turn
+that moves usually finds it written and the prompt's prefix breaks once per
+move; a turn that moves before it is ready is built with the newest summary
+already written for the branch (covering less than was dropped) or none. A
+task of the builder asks the small pool's engine (``streams.engine_writer``,
+at the background priority) and holds the result until the builder next
+handles an event of that conversation (the turn's own GenerationCompleted, at
+the latest the next turn's MessagePosted). That handling appends it as
+SummaryWritten to ``chat.events``, through the same acknowledged produce as
+every output, and uses it from then on. One summary is written per window
+move: its id derives from the range it covers, a range being written is not
+asked for twice, and a SummaryWritten read back (or found in the
+``summaries`` table after a restart) is folded in, the first of an id
 standing. Without a summary (the engine down or slow) turns are still built:
 the dropped turns are simply left out.
 
@@ -337,13 +339,19 @@ class ContextBuilder:
         )
         on_branch = branch(known.conversation, request.parent_id)
         window = await self._count(choose_window, on_branch, shape, self._counter)
-        if not window.boundary:
-            return await self._count(render, window, shape, self._counter)
-        wanted = summary.plan(window, known.summaries, self.cfg.summary_max_steps)
-        if wanted.steps:
-            self._write_later(request, window, wanted, shape)
-        # The newest summary there is: all the window drops when nothing is missing, else an older part of it.
-        current = wanted.previous
+        current = None
+        if window.boundary:
+            wanted = summary.plan(window, known.summaries, self.cfg.summary_max_steps)
+            # The newest summary there is: all the window drops when nothing is missing, else an older part of it.
+            current = wanted.previous
+            if wanted.steps:
+                self._write_later(request, window, wanted, shape)
+        if window.ahead and (not window.boundary or not wanted.steps):
+            # The next move is near: its summary is written now, so the turn that moves shows it (one prefix break).
+            future = replace(window, bounds=(*window.bounds, window.ahead), start=window.ahead, ahead=0)
+            later = summary.plan(future, known.summaries, self.cfg.summary_max_steps)
+            if later.steps:
+                self._write_later(request, future, later, shape)
         return await self._count(render, window, shape, self._counter, current.content if current else None)
 
     def _write_later(self, request: ev.GenerationRequested, window: Window, wanted: summary.Plan, shape: Layout) -> None:

@@ -86,6 +86,9 @@ class Window:
     bounds: tuple[int, ...]
     #: First message shown; at ``bounds[-1]`` unless even that tail is over the budget.
     start: int
+    #: The next boundary once the tail is within a block of a budget (0: none yet): the next move drops at
+    #: least the messages before it, so their summary can be written before a turn needs it.
+    ahead: int = 0
 
     @property
     def boundary(self) -> int:
@@ -187,14 +190,15 @@ def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCount
     bounds = boundaries(msgs, costs, layout.block_tokens, sizes, layout.block_bytes)
     kept_bytes = summary_bytes(layout) if layout.summary_tokens else 0
 
-    def fits(start: int, summarised_from: int) -> bool:
-        tokens = base + (layout.summary_tokens if summarised_from else 0) + tail[start]
-        size = base_bytes + (kept_bytes if summarised_from else 0) + tail_bytes[start]
+    def fits(start: int, summarised_from: int, grown: bool = False) -> bool:
+        tokens = base + (layout.summary_tokens if summarised_from else 0) + tail[start] + (layout.block_tokens if grown else 0)
+        size = base_bytes + (kept_bytes if summarised_from else 0) + tail_bytes[start] + (layout.block_bytes if grown else 0)
         return tokens <= layout.budget_tokens and (not layout.budget_bytes or size <= layout.budget_bytes)
 
     for i, b in enumerate(bounds):
         if fits(b, b):
-            return Window(msgs, tuple(bounds[: i + 1]), b)
+            near = i + 1 < len(bounds) and not fits(b, bounds[i + 1], grown=True)  # a block more would move it
+            return Window(msgs, tuple(bounds[: i + 1]), b, bounds[i + 1] if near else 0)
     # Even the last block's tail is over the budget (a very long message): show the
     # longest tail that fits, always keeping the question, whatever it costs.
     b = bounds[-1]

@@ -1,12 +1,12 @@
 """Summaries through the real stack: the context builder (a faust subprocess) on the real Kafka and
 Cassandra asks a real CPU engine (synthetic backend, a subprocess) for the summary of dropped turns.
 
-One long conversation makes exactly one SummaryWritten. The turn that moves the window is built
-without waiting for it (it is written beside the turn, review H8); once the builder has it, appended
-with the conversation's next event, every later turn's prompt carries it; an edit before the
-summarised part gets prompts without it; a restarted builder finds it in the ``summaries`` table
-(written by the materializer) and does not ask for it again. No timing assertions: generous
-deadlines only.
+One long conversation moves its window once, and its summary is written once: beside the turns,
+never waited for (review H8), as the window nears the move, and appended with the conversation's
+next event; from the turn that has it on, every prompt carries it (the turns before it was ready go
+without). An edit before the summarised part gets prompts without it; a restarted builder finds it in
+the ``summaries`` table (written by the materializer) and does not ask for it again. No timing
+assertions: generous deadlines only.
 """
 
 from __future__ import annotations
@@ -149,11 +149,11 @@ def test_one_summary_is_written_reused_dropped_on_an_edit_and_found_after_a_rest
             round_ends = time.monotonic() + 3.0  # then nudge again
             log.wait(lambda evs: bool(summaries()) or time.monotonic() > round_ends, "the summary", workers)
         by_request = {e.request_id: e for _, e in inference.events() if isinstance(e, ev.InferenceRequested) and e.conversation_id == cid}
-        [summary] = summaries()
+        summary = summaries()[0]  # the move's (the next move's, written as the window nears it, may follow)
         assert summary.content and summary.model.startswith("parley-synthetic") and summary.tokens > 0
         shown = [_summary_in(by_request[g.request_id]) for g in requests]
-        assert shown[:first_move] == [None] * first_move  # the moving turn did not wait for it
-        later = shown[first_move:]  # none while it was written, then it
+        assert shown[: first_move - 1] == [None] * (first_move - 1)
+        later = shown[first_move - 1 :]  # none while it was written, then it
         assert later == [None] * later.count(None) + [SUMMARY_HEADER + summary.content] * (len(later) - later.count(None))
         assert all(by_request[g.request_id].prompt_tokens <= CFG.budget_tokens for g in requests)
         # A regenerate of the last reply (the same window): its prompt carries the summary.
@@ -196,7 +196,8 @@ def test_one_summary_is_written_reused_dropped_on_an_edit_and_found_after_a_rest
         marker = ev.ConversationRenamed(conversation_id=cid, user_id="u-sum", title="marker")
         producer.produce_sync(marker)
         log.wait(lambda evs: any(e.event_id == marker.event_id for _, e in evs), "the log read past the turn", workers)
-        assert [e.summary_id for e in summaries()] == [summary.summary_id]
+        ids = [e.summary_id for e in summaries()]
+        assert ids.count(summary.summary_id) == 1 and len(set(ids)) == len(ids)  # none written twice
     finally:
         producer.close()
         log.close()
