@@ -327,7 +327,7 @@ class ContextBuilder:
         memory: Sequence[str] = (),
         retrieval: ev.Retrieval | None = None,
     ) -> Prompt:
-        """The prompt answering ``request``, without waiting for a summary: a window move starts one in the background."""
+        """The prompt answering ``request``, never waiting for a summary: those a window move needs are written in the background."""
         budget_bytes = block_bytes = 0
         if self._request_bytes is not None:  # what is left of a record once the rest of the request is in it
             bare = inference_request(known.conversation, request, Prompt([], 0, 0), self.cfg, retrieval)
@@ -339,14 +339,14 @@ class ContextBuilder:
         )
         on_branch = branch(known.conversation, request.parent_id)
         window = await self._count(choose_window, on_branch, shape, self._counter)
-        current = None
+        current, missing = None, False
         if window.boundary:
             wanted = summary.plan(window, known.summaries, self.cfg.summary_max_steps)
             # The newest summary there is: all the window drops when nothing is missing, else an older part of it.
-            current = wanted.previous
-            if wanted.steps:
+            current, missing = wanted.previous, bool(wanted.steps)
+            if missing:
                 self._write_later(request, window, wanted, shape)
-        if window.ahead and (not window.boundary or not wanted.steps):
+        if window.ahead and not missing:  # (a summary still missing here is the start of the next one)
             # The next move is near: its summary is written now, so the turn that moves shows it (one prefix break).
             future = replace(window, bounds=(*window.bounds, window.ahead), start=window.ahead, ahead=0)
             later = summary.plan(future, known.summaries, self.cfg.summary_max_steps)
