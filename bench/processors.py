@@ -18,6 +18,11 @@ materializer's projection and writes without faust, batched per partition:
 the ceiling of the same work). The two instances' rates go to
 ``bench/results/processors.json``: ``parley capacity`` sizes processors by them.
 
+Beside them, with no stack, the context builder's cost of counting one long
+prompt (``prompt_counting``): from its messages' cached counts, as the builder
+counts (streams/context_tokens.py), against the baseline of tokenising the
+rendered prompt whole, as it did on every turn before.
+
 Run: `python -m bench.processors [--conversations N] [--turns T]` with Kafka and Cassandra up.
 """
 
@@ -37,6 +42,9 @@ from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
 from tools.analysts import rebuild, sample
 from tools.topology import CONTEXT, MATERIALIZER, Service
+
+#: The long prompt ``prompt_counting`` counts: messages of about this many words.
+COUNTED_MESSAGES, COUNTED_WORDS = 200, 120
 
 TOPIC = "chat.events"
 POLL_S = 0.2
@@ -85,6 +93,30 @@ def instance_rate(kafka: KafkaSettings, cassandra: CassandraSettings, service: S
     return Run(end - at_first, seconds, (cpu - cpu_first) / seconds)
 
 
+def prompt_counting(repeats: int = 20) -> tuple[float, float]:
+    """(ms counting a long prompt from cached message counts, ms tokenising it whole), with the CPU engine's tokenizer."""
+    from schemas.events import PromptMessage
+    from streams.context_tokens import TokenCounter
+
+    counter = TokenCounter.from_spec("smollm2")
+    words = "the quick brown fox jumps over the lazy dog while counting tokens".split()
+    messages = [
+        PromptMessage(role="user" if i % 2 == 0 else "assistant", content=" ".join(words[(i + j) % len(words)] for j in range(COUNTED_WORDS)) + f" {i}")
+        for i in range(COUNTED_MESSAGES)
+    ]
+    counter.prompt(messages)  # the earlier turns counted every message but the newest: the cache holds them
+
+    def per_call_ms(count: object) -> float:
+        started = time.perf_counter()
+        for _ in range(repeats):
+            count()  # type: ignore[operator]
+        return (time.perf_counter() - started) * 1000 / repeats
+
+    cached = per_call_ms(lambda: counter.prompt(messages))
+    whole = per_call_ms(lambda: counter.count(counter.template.render_prompt(messages)))
+    return cached, whole
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--conversations", type=int, default=2000)
@@ -102,6 +134,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as logs:
             runs = {s.name: instance_rate(kafka, cassandra, s, Path(logs), args.timeout) for s in (CONTEXT, MATERIALIZER)}
         ceiling = rebuild.rebuild(kafka, scratch)
+        cached_ms, whole_ms = prompt_counting()
         for name, run in runs.items():
             print(f"{name}, one instance: {run.per_s:,.0f} chat.events records/s ({run.records:,} in {run.seconds:.1f} s), "
                   f"{run.cores:.2f} cores", flush=True)
@@ -109,14 +142,18 @@ def main() -> None:
               f"no faust, batched) {ceiling.events_per_s:,.0f} events/s")
         print(f"materializer / rebuild ratio: {runs['materializer'].per_s / ceiling.events_per_s:.2f}; "
               f"context / bare read ratio: {runs['context'].per_s / raw:.3f}")
+        print(f"counting a prompt of {COUNTED_MESSAGES} messages: {cached_ms:.2f} ms from cached message counts; "
+              f"baseline, tokenised whole: {whole_ms:.2f} ms")
         record(
             "processors",
             {
                 "context_events_per_s": runs["context"].per_s, "context_cores": runs["context"].cores,
                 "materializer_events_per_s": runs["materializer"].per_s, "materializer_cores": runs["materializer"].cores,
-                "log_records": events,
+                "log_records": events, "context_prompt_count_ms": cached_ms,
             },
-            baseline={"raw_read_events_per_s": raw, "rebuild_events_per_s": ceiling.events_per_s},
+            baseline={
+                "raw_read_events_per_s": raw, "rebuild_events_per_s": ceiling.events_per_s, "context_prompt_count_whole_ms": whole_ms,
+            },
             command=this_command(),
         )
     finally:

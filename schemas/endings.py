@@ -16,7 +16,8 @@ from schemas.events import GenerationCompleted, GenerationRequested, InferenceRe
 
 #: The router: a model no pool serves.
 UNKNOWN_MODEL = "unknown_model"
-#: The router: prompt + max_tokens that no configured pool holds.
+#: The router: prompt + max_tokens that no configured pool holds. The context builder: a prompt no Kafka record
+#: holds even with its history left out (an as-sent history, one enormous message), which no consumer would read.
 CONTEXT_TOO_LONG = "context_too_long"
 #: The router: a shed turn (it carries ``retry_after``).
 OVERLOADED = "overloaded"

@@ -13,16 +13,32 @@ pool's terms, and the pools' PARLEY_ROUTER_CONTEXT_TOKENS keep a margin for it
 without the tokens the tokenizer adds around every ``encode`` call (a BOS):
 the pieces of a prompt then add up to the whole, which lets the prompt builder
 weigh windows with prefix sums instead of re-tokenising the history for each.
-The builder still counts the final prompt once, whole, before it trusts it.
+``TokenCounter.prompt`` counts a whole prompt the same way, from the cached
+counts of its messages, where the template renders a prompt as its messages'
+renderings one after the other (ChatML): only text not seen before (the new
+question, the last reply, a new summary) is tokenised on a turn. That sum is
+exact for the engines' tokenizers, which split the template's control tokens
+out before anything else (``tests/unit/streams/test_context_tokens.py`` holds
+it to that), and an upper bound for the synthetic backend's word tokenizer
+(the newline that ends a message joins the next ``<`` there). For a family
+whose rendering is not a concatenation (Llama-3's system block, DeepSeek's
+hoisted system messages) the prompt is tokenised whole.
+
+Counting is CPU work: the builder runs it in its one counting thread
+(``streams.context``), never on the event loop. The cache is shared with the
+document search, which counts passages on the loop, so it takes a lock.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Callable
 
 from parley.errors import ConfigError
 from parley.lru import LRU
+from schemas.events import PromptMessage
 from workers.chat_template import CHATML, ChatTemplate
 from workers.engine.tokenizer import ByteTokenizer, Tokenizer, WordTokenizer, local_tokenizer
 
@@ -61,6 +77,9 @@ class TokenCounter:
         #: Tokens ``encode`` adds to any text (a BOS): counted once per prompt, not per piece.
         self.overhead = len(self._encode(""))
         self._segments: LRU[str, int] = LRU(_CACHE_ENTRIES)
+        self._lock = threading.Lock()
+        #: Whether a prompt renders as its messages one after the other, then the reply's opening.
+        self.additive = _renders_additively(template)
 
     @classmethod
     def from_spec(cls, spec: str, template: ChatTemplate = CHATML) -> TokenCounter:
@@ -72,8 +91,26 @@ class TokenCounter:
 
     def segment(self, text: str) -> int:
         """Tokens ``text`` adds as one piece of a longer prompt."""
-        known = self._segments.get(text)
+        with self._lock:
+            known = self._segments.get(text)
         if known is None:
             known = max(0, len(self._encode(text)) - self.overhead)
-            self._segments.put(text, known)
+            with self._lock:
+                self._segments.put(text, known)
         return known
+
+    def prompt(self, messages: Sequence[PromptMessage]) -> int:
+        """Tokens of the prompt ``messages`` render to: from the cached counts of its messages where the
+        template is additive, else the rendered prompt tokenised whole."""
+        if not self.additive:
+            return self.count(self.template.render_prompt(messages))
+        render = self.template.render_message
+        return self.overhead + sum(self.segment(render(m)) for m in messages) + self.segment(self.template.render_prompt([]))
+
+
+def _renders_additively(template: ChatTemplate) -> bool:
+    """Whether ``template`` renders a prompt as ``render_message`` of each message, then ``render_prompt([])``
+    (a property of the family's rendering: tried on a system, a user and an assistant message)."""
+    sample = [PromptMessage(role=r, content=f" {r} text ") for r in ("system", "user", "assistant", "user")]
+    pieces = "".join(template.render_message(m) for m in sample) + template.render_prompt([])
+    return template.render_prompt(sample) == pieces

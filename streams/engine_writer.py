@@ -1,9 +1,11 @@
 """Asks the small pool's engine for a short text (a summary, a title), greedily, within a deadline.
 
 The context builder asks for a summary at most once per window move of a
-branch (the result is stored and reused), inline, because the turn that moves
-the window is the one that needs it; the titler asks once per conversation,
-after its first reply. Neither ever fails a turn: every engine error becomes
+branch (the result is stored and reused), in the background, as the window
+nears the move; no turn waits for it. The titler asks
+once per conversation, after its first reply. Nobody waits on either, so they
+go at the engine's lowest priority (``workers.priority.BACKGROUND``), behind
+interactive turns. Neither ever fails a turn: every engine error becomes
 ``WriterUnavailable``, the text is left out, and for ``retry_s`` after a
 failure nothing is asked again, so an engine outage costs one timeout, not one
 per turn.

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import faust
 
+from parley.consumer import DEFAULT_MAX_EVENT_BYTES
 from parley.errors import BrokerUnavailable, ConfigError, Unavailable
 from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
@@ -111,7 +112,7 @@ def _context(kafka: KafkaSettings) -> Wiring:
     search = DocumentSearch(store, retriever, passages=docs.passages, passage_tokens=docs.passage_tokens, count=counter.segment)
     builder = ContextBuilder(
         cfg, store, stored=SummaryRows(store), summariser=summariser, memory=memories.of, documents=search, counter=counter,
-        screen=_strict_screen(),
+        screen=_strict_screen(), record_bytes=DEFAULT_MAX_EVENT_BYTES,  # a prompt no consumer reads ends context_too_long
     )
 
     async def follow_memory() -> None:

@@ -18,9 +18,16 @@ boundary whose tail fits the budget, only ever steps forward, and by a block
 at a time: the prefix holds for many turns between moves instead of breaking
 on every turn as dropping one turn at a time would.
 
-Counts are the engine's tokens of the rendered text (``streams.context_tokens``).
+Counts are the engine's tokens of the rendered text (``streams.context_tokens``),
+summed from each message's cached count, so a turn tokenises only what is new.
 The summary's tokens are reserved (``summary_tokens``) rather than taken from
 its text, so where the window sits never depends on what a model wrote.
+
+A window must also fit ``budget_bytes``: what its messages take on Kafka once
+sealed (``streams.prompt_bytes``), whatever the tokenizer makes of them. A
+token budget near a model's 128k context would otherwise build prompts no
+consumer reads (over 512 KiB); the byte budget moves the window first, in the
+same blocks, so such a conversation is windowed and summarised like any other.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from itertools import accumulate
 
 from schemas.events import Passage, PromptMessage
 from streams.context_tokens import TokenCounter
+from streams.prompt_bytes import message_bytes, sealed_bytes
 from streams.tree import Message
 
 MEMORY_HEADER = "What you know about the user:\n"
@@ -60,6 +68,12 @@ class Layout:
     memory: tuple[str, ...] = ()
     #: The turn's document passages, rendered (``documents_text``); empty: none.
     documents: str = ""
+    #: Bytes the prompt's messages may take on the wire, sealed (``streams.prompt_bytes``); 0: no limit.
+    budget_bytes: int = 0
+    #: Least bytes of history one move of the window drops (fixed, as ``block_tokens``); 0: blocks by tokens only.
+    block_bytes: int = 0
+    #: The user the prompt is sealed for (the sealed size names them).
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,9 @@ class Window:
     bounds: tuple[int, ...]
     #: First message shown; at ``bounds[-1]`` unless even that tail is over the budget.
     start: int
+    #: The next boundary once the tail is within a block of a budget (0: none yet): the next move drops at
+    #: least the messages before it, so their summary can be written before a turn needs it.
+    ahead: int = 0
 
     @property
     def boundary(self) -> int:
@@ -135,42 +152,58 @@ def as_prompt_message(m: Message) -> PromptMessage:
     return PromptMessage(role=m.role, content=m.content)
 
 
-def boundaries(msgs: Sequence[Message], costs: Sequence[int], block_tokens: int) -> list[int]:
-    """Where the window may start: 0, then each user message that closes a block of ≥ ``block_tokens``.
+def boundaries(
+    msgs: Sequence[Message], costs: Sequence[int], block_tokens: int, sizes: Sequence[int] = (), block_bytes: int = 0
+) -> list[int]:
+    """Where the window may start: 0, then each user message that closes a block of ≥ ``block_tokens``
+    (or of ≥ ``block_bytes`` of ``sizes``, when given).
 
     The last message (the question) may be a boundary: everything before it is then dropped.
     """
     out = [0]
-    held = 0
+    held = held_bytes = 0
     for i in range(1, len(msgs)):
         held += costs[i - 1]
-        if msgs[i].role == "user" and held >= block_tokens:
+        held_bytes += sizes[i - 1] if block_bytes else 0
+        if msgs[i].role == "user" and (held >= block_tokens or (block_bytes and held_bytes >= block_bytes)):
             out.append(i)
-            held = 0
+            held = held_bytes = 0
     return out
 
 
+def summary_bytes(layout: Layout) -> int:
+    """Bytes kept for the summary message: its reserved tokens at a generous 16 bytes each."""
+    return message_bytes(summary_message(""), layout.owner) + sealed_bytes("x" * 16 * layout.summary_tokens, layout.owner)
+
+
 def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCounter) -> Window:
-    """The window for the turn that ends ``branch``: the first boundary whose tail fits the budget."""
+    """The window for the turn that ends ``branch``: the first boundary whose tail fits both budgets."""
     msgs = tuple(usable(branch))
     template = counter.template
     costs = [counter.segment(template.render_message(as_prompt_message(m))) for m in msgs]
     tail = list(accumulate(reversed(costs), initial=0))[::-1]  # tail[i] = tokens of msgs[i:]
+    sizes = [message_bytes(as_prompt_message(m), layout.owner) for m in msgs]
+    tail_bytes = list(accumulate(reversed(sizes), initial=0))[::-1]
     fixed = head(layout) + documents_message(layout)
     base = counter.overhead + sum(counter.segment(template.render_message(h)) for h in fixed) + counter.segment(template.render_prompt([]))
-    bounds = boundaries(msgs, costs, layout.block_tokens)
+    base_bytes = sum(message_bytes(h, layout.owner) for h in fixed)
+    bounds = boundaries(msgs, costs, layout.block_tokens, sizes, layout.block_bytes)
+    kept_bytes = summary_bytes(layout) if layout.summary_tokens else 0
 
-    def need(start: int, summarised_from: int) -> int:
-        return base + (layout.summary_tokens if summarised_from else 0) + tail[start]
+    def fits(start: int, summarised_from: int, grown: bool = False) -> bool:
+        tokens = base + (layout.summary_tokens if summarised_from else 0) + tail[start] + (layout.block_tokens if grown else 0)
+        size = base_bytes + (kept_bytes if summarised_from else 0) + tail_bytes[start] + (layout.block_bytes if grown else 0)
+        return tokens <= layout.budget_tokens and (not layout.budget_bytes or size <= layout.budget_bytes)
 
     for i, b in enumerate(bounds):
-        if need(b, b) <= layout.budget_tokens:
-            return Window(msgs, tuple(bounds[: i + 1]), b)
+        if fits(b, b):
+            near = i + 1 < len(bounds) and not fits(b, bounds[i + 1], grown=True)  # a block more would move it
+            return Window(msgs, tuple(bounds[: i + 1]), b, bounds[i + 1] if near else 0)
     # Even the last block's tail is over the budget (a very long message): show the
     # longest tail that fits, always keeping the question, whatever it costs.
     b = bounds[-1]
     start = b
-    while start < len(msgs) - 1 and need(start, b) > layout.budget_tokens:
+    while start < len(msgs) - 1 and not fits(start, b):
         start += 1
     return Window(msgs, tuple(bounds), start)
 
@@ -178,9 +211,10 @@ def choose_window(branch: Sequence[Message], layout: Layout, counter: TokenCount
 def render(window: Window, layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:
     """The prompt showing ``window``, with ``summary`` standing in for what it drops (when there is one).
 
-    The result is counted whole; in the rare case it is over the budget though
-    its pieces fit (a tokenizer merging across them, a summary longer than its
-    reservation) more of the oldest messages go, the question always staying.
+    In the rare case the result is over a budget though its pieces fit (a
+    summary longer than its reservation, a template that is not additive) more
+    of the oldest messages go, the question always staying: whether even that
+    fits is the builder's to judge (``context_too_long``).
     """
     top = head(layout)
     summarised = bool(summary) and window.boundary > 0
@@ -190,17 +224,20 @@ def render(window: Window, layout: Layout, counter: TokenCounter, summary: str |
     start = window.start
     while True:
         messages = top + [as_prompt_message(m) for m in window.usable[start:]]
-        tokens = counter.count(counter.template.render_prompt(messages))
-        if tokens <= layout.budget_tokens or start >= len(window.usable) - 1:
+        tokens = counter.prompt(messages)
+        size = sum(message_bytes(m, layout.owner) for m in messages)
+        fits = tokens <= layout.budget_tokens and (not layout.budget_bytes or size <= layout.budget_bytes)
+        if fits or start >= len(window.usable) - 1:
             return Prompt(messages, tokens, start, summarised)
         start += 1
 
 
 def as_sent(branch: Sequence[Message], counter: TokenCounter) -> Prompt:
     """The branch as its client sent it (an OpenAI-API turn): its messages only, none left out. Whether it fits a
-    pool is the router's to judge (context_too_long), not a reason to cut it here."""
+    pool is the router's to judge (context_too_long), and whether it fits a record the builder's; neither is a
+    reason to cut it here."""
     messages = [as_prompt_message(m) for m in usable(branch)]
-    return Prompt(messages, counter.count(counter.template.render_prompt(messages)), 0)
+    return Prompt(messages, counter.prompt(messages), 0)
 
 
 def build_prompt(branch: Sequence[Message], layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:

@@ -59,7 +59,7 @@ class ContextSettings:
         "PARLEY_CONTEXT_SYSTEM_PROMPT", "You are a helpful assistant.", "System prompt put first in every prompt"
     )
     budget_tokens: int = env(
-        "PARLEY_CONTEXT_BUDGET_TOKENS", 3072, "Token budget of a prompt (system prompt included); older turns are left out"
+        "PARLEY_CONTEXT_BUDGET_TOKENS", 3072, "Token budget of a prompt (system prompt included); older turns are left out, as they are once a prompt would outgrow a Kafka record (512 KiB sealed)"
     )
     max_tokens: int = env(
         "PARLEY_CONTEXT_MAX_TOKENS",
@@ -99,7 +99,7 @@ class ContextSettings:
     summary_timeout_s: float = env(
         "PARLEY_CONTEXT_SUMMARY_TIMEOUT_S",
         30.0,
-        "Longest a turn waits for its summary; after that it is built without one",
+        "Longest one summary request may take (turns never wait for it: it is written beside them, for later turns)",
     )
     summary_retry_s: float = env(
         "PARLEY_CONTEXT_SUMMARY_RETRY_S",
@@ -109,7 +109,7 @@ class ContextSettings:
     summary_max_steps: int = env(
         "PARLEY_CONTEXT_SUMMARY_MAX_STEPS",
         4,
-        "Most blocks summarised (one engine call each) for one turn; older blocks beyond that are left out of the summary",
+        "Most blocks summarised (one engine call each) for one window move; older blocks beyond that are left out of the summary",
     )
 
     def __post_init__(self) -> None:

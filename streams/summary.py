@@ -81,8 +81,8 @@ def plan(window: Window, known: Mapping[str, Summary], max_steps: int) -> Plan:
     """Start from the newest valid summary at a block boundary; fold in the blocks after it.
 
     When more than ``max_steps`` blocks are missing (a long conversation seen
-    for the first time), only the newest ``max_steps`` are summarised: a turn
-    must not wait for a model to read the whole history.
+    for the first time), only the newest ``max_steps`` are summarised: the
+    summary engine is not made to read the whole history for one move.
     """
     bounds = window.bounds
     branch_ids = {m.message_id for m in window.usable}
