@@ -43,7 +43,10 @@ def publish(settings: KafkaSettings, avro_dir: Path = codec.AVRO_DIR, timeout_s:
     """Every current schema of this binary (its ``.avsc`` files) onto the topic; returns how many.
     Raises ``BrokerUnavailable`` unless all were acknowledged: a writer must not write before its
     schemas are readable."""
-    producer = Producer(producer_config(settings))
+    # Not idempotent: a repeated schema record is harmless on a compacted topic keyed by fingerprint, and
+    # a short-lived idempotent producer torn down while it still acquires its producer id (a slow
+    # SASL_SSL broker, a retry after a timeout) trips an assertion in librdkafka that aborts the process.
+    producer = Producer(producer_config(settings, **{"enable.idempotence": False}))
     failed: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:
