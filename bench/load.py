@@ -14,7 +14,16 @@ processes, and of the shared Kafka and Cassandra), so every hop's cost is a
 number. The knee is the largest K whose TTFT p99 stays under 1 s and
 inter-delta p99 under 150 ms.
 
-Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS]` with Kafka and Cassandra up (`make infra`).
+``--overload`` runs admission instead: one worker of 8 slots (2 queued), a few
+paid (enterprise) conversations taking turns back to back, first alone (the
+baseline), then beside many free ones that want several times the pool's
+capacity and retry half a second after being shed. It prints each tier's TTFT
+p50/p99, turns served and shed, and whether the paid TTFT p99 stayed under the
+bar while free turns were shed: admission sees the queue in Kafka
+(``streams/route_backlog.py``), so the queue paid turns wait in stays short.
+
+Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS]` with Kafka and Cassandra up (`make infra`);
+`python -m bench.load --overload [--paid 3] [--free 24] [--seconds 40] [--tokens 64]`.
 """
 
 from __future__ import annotations
@@ -80,22 +89,26 @@ class Step:
     turns: int = 0
     tokens: int = 0
     failed: int = 0
+    shed: int = 0  # refused as overloaded: 503 before appending, or an `overloaded` error event
     seconds: float = 0.0
 
 
 # ------------------------------------------------------------------ the two paths
 
 
-async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step) -> None:
+async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step, headers: dict[str, str] | None = None) -> None:
     """One turn through the stack, read as raw Server-Sent Events."""
     body = {"content": f"Tell me about {uuid.uuid4().hex[:8]} in detail.", "client_message_id": uuid.uuid4().hex}
     began, began_wall = time.perf_counter(), time.time()
     last: float | None = None
     event, reply_id = "", ""
-    async with http.stream("POST", f"/v1/conversations/{cid}/messages", json=body) as response:
+    async with http.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=headers) as response:
         if response.status_code != 200:
             await response.aread()
-            step.failed += 1
+            if response.status_code == 503 and response.json().get("error", {}).get("code") == "overloaded":
+                step.shed += 1
+            else:
+                step.failed += 1
             return
         async for line in response.aiter_lines():
             if line.startswith("event:"):
@@ -114,6 +127,8 @@ async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step) -> None:
                 if event == "done":
                     step.turns += 1
                     step.tokens += int(json.loads(line[5:])["usage"]["completion_tokens"])
+                elif json.loads(line[5:]).get("code") == "overloaded":
+                    step.shed += 1
                 else:
                     step.failed += 1
                 return
@@ -280,13 +295,95 @@ def knee(results: Iterable[tuple[int, Step]]) -> int | None:
     return max(ok) if ok else None
 
 
+# ------------------------------------------------------------------ overload: the paid tier's bound, free turns shed
+
+#: A shed free client tries again this soon (not after its Retry-After): the overload does not let up.
+SHED_PAUSE_S = 0.5
+
+
+def overload_env(tokens: int) -> dict[str, str]:
+    return env(tokens, None) | {
+        "PARLEY_WORKER_MAX_CONCURRENCY": "8",  # the pool's capacity: one worker, 8 slots
+        "PARLEY_WORKER_MAX_QUEUED": "2",
+        "PARLEY_QUOTA_FREE_REQUESTS_PER_MINUTE": "1000000",  # quotas are not what is measured
+        "PARLEY_QUOTA_FREE_TOKENS_PER_DAY": "1000000000",
+    }
+
+
+async def tiers(url: str, keys: dict[str, str], clients: dict[str, int], seconds: float) -> dict[str, Step]:
+    """``clients[tier]`` conversations of each tier taking turns back to back for ``seconds``."""
+    steps = {tier: Step() for tier in clients}
+    total = sum(clients.values())
+    limits = httpx.Limits(max_connections=total + 8, max_keepalive_connections=total + 8)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+
+        async def conversation(tier: str) -> None:
+            headers = {"Authorization": f"Bearer {keys[tier]}"}
+            cid = (await http.post("/v1/conversations", json={}, headers=headers)).json()["id"]
+            step = steps[tier]
+            while time.perf_counter() < deadline:
+                shed = step.shed
+                await _sse_turn(http, cid, step, headers)
+                if step.shed > shed:
+                    await asyncio.sleep(SHED_PAUSE_S)
+
+        began = time.perf_counter()
+        deadline = began + seconds
+        await asyncio.gather(*(conversation(tier) for tier, n in clients.items() for _ in range(n)))
+        for step in steps.values():
+            step.seconds = time.perf_counter() - began
+    return steps
+
+
+def report_tier(label: str, step: Step) -> None:
+    ms = 1000.0
+    print(
+        f"  {label:<28s} TTFT p50 {pct(step.ttfts, 0.5) * ms:6.0f} ms  p99 {pct(step.ttfts, 0.99) * ms:6.0f} ms   "
+        f"turns {step.turns:4d} ({step.turns / step.seconds if step.seconds else 0:5.2f}/s)   shed {step.shed:4d}   "
+        f"failed {step.failed}",
+        flush=True,
+    )
+
+
+def overload(paid: int, free: int, seconds: float, tokens: int) -> None:
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
+    with tempfile.TemporaryDirectory() as logs:
+        stack = isolated.start(kafka, cassandra, Path(logs), overload_env(tokens))
+        try:
+            keys = {tier: stack.create_user(f"load-{tier}", tier)[1] for tier in ("enterprise", "free")}
+            asyncio.run(through_stack(stack.url, keys["enterprise"], 2))  # warm-up
+            turn_s = 0.1 + tokens / 30
+            print(f"{tokens} tokens per reply at 30 tokens/s (a turn ≈ {turn_s:.1f} s); one worker of 8 slots; "
+                  f"{paid} paid conversations, then with {free} free ones, {seconds:g} s each; bar: paid TTFT p99 < 1 s")
+            alone = asyncio.run(tiers(stack.url, keys, {"enterprise": paid}, seconds))["enterprise"]
+            report_tier("paid alone (baseline)", alone)
+            both = asyncio.run(tiers(stack.url, keys, {"enterprise": paid, "free": free}, seconds))
+            report_tier("paid, free overloading", both["enterprise"])
+            report_tier("free, overloading", both["free"])
+            print(f"  the free clients alone want {free / 8:.1f} × the pool's capacity; paid TTFT p99 "
+                  f"{pct(both['enterprise'].ttfts, 0.99) * 1000:.0f} ms vs {pct(alone.ttfts, 0.99) * 1000:.0f} ms alone: "
+                  f"{'under' if pct(both['enterprise'].ttfts, 0.99) < TTFT_BAR_S else 'OVER'} the bar; "
+                  f"free shed {both['free'].shed} of {both['free'].shed + both['free'].turns} turns", flush=True)
+        finally:
+            stack.stop()
+            isolated.drop(kafka, cassandra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", default="10,25,50,100", help="concurrent conversations per step, comma-separated")
-    parser.add_argument("--tokens", type=int, default=128, help="tokens per reply")
+    parser.add_argument("--tokens", type=int, default=None, help="tokens per reply (128; 64 with --overload)")
     parser.add_argument("--coalesce-ms", type=float, default=None, help="PARLEY_WORKER_COALESCE_MS (default: the setting's)")
+    parser.add_argument("--overload", action="store_true", help="admission at overload: paid TTFT, free turns shed")
+    parser.add_argument("--paid", type=int, default=3, help="--overload: paid conversations")
+    parser.add_argument("--free", type=int, default=24, help="--overload: free conversations")
+    parser.add_argument("--seconds", type=float, default=40.0, help="--overload: seconds per phase")
     args = parser.parse_args()
+    if args.overload:
+        overload(args.paid, args.free, args.seconds, args.tokens or 64)
+        return
     steps = [int(s) for s in args.steps.split(",")]
+    args.tokens = args.tokens or 128
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
     with tempfile.TemporaryDirectory() as logs:
         stack = isolated.start(kafka, cassandra, Path(logs), env(args.tokens, args.coalesce_ms))
