@@ -145,7 +145,7 @@ def _router(kafka: KafkaSettings) -> Wiring:
 
     Beside the agent, a task reads every worker heartbeat (no group: each
     router instance needs them all), and another the pools' Kafka backlog every
-    PARLEY_ROUTER_BACKLOG_EVERY_S (``streams.route_backlog``). On assignment and revocation of
+    PARLEY_ROUTER_BACKLOG_EVERY_S (``streams.route_backlog``; 0: not read). On assignment and revocation of
     ``chat.inference`` partitions the core's memory of decisions is told, and
     before a turn older than that memory is routed, the decisions are read back
     from the log (``streams.route_recall``) — retried until the broker answers,
@@ -210,7 +210,7 @@ def _router(kafka: KafkaSettings) -> Wiring:
     return Wiring(
         agents=[Agent("chat.inference", {InferenceRequested: route})],
         writes=(*(inference_topic(pool) for pool in policy.pools), "chat.events", "chat.tokens"),
-        tasks=[heartbeats, backlog],
+        tasks=[heartbeats, backlog] if policy.backlog_every_s > 0 else [heartbeats],
         on_assigned=[assigned],
         on_revoked=[revoked],
     )
