@@ -14,17 +14,19 @@ processes, and of the shared Kafka and Cassandra), so every hop's cost is a
 number. The knee is the largest K whose TTFT p99 stays under 1 s and
 inter-delta p99 under 150 ms.
 
-``--overload`` runs admission instead: one worker of 8 slots (2 queued), a few
-paid (enterprise) conversations taking turns back to back, first alone (the
-baseline), then beside many free ones that want several times the pool's
-capacity and retry 2 s after being shed; then the same overload on a second
-stack whose router does not read the backlog (``PARLEY_ROUTER_BACKLOG_EVERY_S=0``:
-heartbeats alone, as before issue 34). It prints each tier's TTFT p50/p99,
-turns served and shed, the paid turns' first token by hop, and whether the paid
-TTFT p99 stayed under the bar while free turns were shed.
+``--overload`` runs admission instead: one worker of 8 slots (1 queued, beats
+every 0.5 s), a few paid (enterprise) conversations taking turns back to back,
+first alone (the baseline), then beside many free ones that want several times
+the pool's capacity and retry 2 s after being shed; then the same overload on a
+second stack whose router does not read the backlog
+(``PARLEY_ROUTER_BACKLOG_EVERY_S=0``: heartbeats alone, as before issue 34). It
+prints each tier's TTFT p50/p99, turns served and shed, the paid turns' first
+token by hop, and whether the paid TTFT p99 stayed under the 1 s bar while free
+turns were shed. ``--queue-limit`` below 1 sheds free turns before every slot
+is taken, so a paid turn finds one free instead of waiting for one to finish.
 
 Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS]` with Kafka and Cassandra up (`make infra`);
-`python -m bench.load --overload [--paid 3] [--free 24] [--seconds 40] [--tokens 64]`.
+`python -m bench.load --overload [--paid 4] [--free 24] [--seconds 45] [--tokens 256] [--queue-limit 0.5]`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from confluent_kafka import TopicPartition
 
 from infra.local import stack as infra_stack
 from infra.local.settings import LocalInfraSettings
+from parley import keys
 from parley.consumer import reader, records_since
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
@@ -238,6 +241,18 @@ def first_token_hops(kafka: KafkaSettings, step: Step, since_s: float) -> dict[s
     return out
 
 
+def install_keys(cassandra: CassandraSettings) -> None:
+    """Let this process open what the stack sealed (the hops read its events): its data keys, in its keyspace
+    unless the environment names a shared one; the variable is restored, so a later stack starts clean."""
+    saved = os.environ.get("PARLEY_KEYS_KEYSPACE")
+    os.environ["PARLEY_KEYS_KEYSPACE"] = saved or cassandra.keyspace
+    try:
+        keys.install_from_env()
+    finally:
+        if saved is None:
+            del os.environ["PARLEY_KEYS_KEYSPACE"]
+
+
 def report_hops(hops: dict[str, list[float]]) -> None:
     ms = 1000.0
     print("        first token, by hop (p50 / p99 ms): " + "; ".join(
@@ -304,8 +319,11 @@ SHED_PAUSE_S = 2.0
 
 def overload_env(tokens: int) -> dict[str, str]:
     return env(tokens, None) | {
-        "PARLEY_WORKER_MAX_CONCURRENCY": "8",  # the pool's capacity: one worker, 8 slots
-        "PARLEY_WORKER_MAX_QUEUED": "2",
+        # The pool's capacity: one worker, 8 slots and 1 queued (the defaults' ratio, 32 + 4), beating every
+        # 0.5 s. Admission: the defaults (free shed from pressure 1.25, paid beyond 2.0).
+        "PARLEY_WORKER_MAX_CONCURRENCY": "8",
+        "PARLEY_WORKER_MAX_QUEUED": "1",
+        "PARLEY_WORKER_HEARTBEAT_S": "0.5",
         "PARLEY_QUOTA_FREE_REQUESTS_PER_MINUTE": "1000000",  # quotas are not what is measured
         "PARLEY_QUOTA_FREE_TOKENS_PER_DAY": "1000000000",
     }
@@ -346,11 +364,15 @@ def report_tier(label: str, step: Step) -> None:
     )
 
 
-def overload(paid: int, free: int, seconds: float, tokens: int) -> None:
+def overload(paid: int, free: int, seconds: float, tokens: int, queue_limit: float | None) -> None:
     turn_s = 0.1 + tokens / 30
+    limits = {} if queue_limit is None else {
+        "PARLEY_ROUTER_BUSY": f"{min(0.8, queue_limit):g}", "PARLEY_ROUTER_QUEUE_LIMIT": f"{queue_limit:g}"
+    }
     print(f"{tokens} tokens per reply at 30 tokens/s (a turn ≈ {turn_s:.1f} s); one worker of 8 slots; {paid} paid "
           f"conversations alone, then beside {free} free ones that alone want {free / 8:.1f} × the pool's capacity "
-          f"(shed: retried after {SHED_PAUSE_S:g} s), {seconds:g} s each; bar: paid TTFT p99 < 1 s", flush=True)
+          f"(shed: retried after {SHED_PAUSE_S:g} s), {seconds:g} s each; free turns shed from pressure "
+          f"{queue_limit or 1.25:g}, paid beyond 2; bar: paid TTFT p99 < {TTFT_BAR_S:g} s", flush=True)
     results = {}
     for label, extra in (
         ("admission on the backlog", {}),
@@ -358,7 +380,8 @@ def overload(paid: int, free: int, seconds: float, tokens: int) -> None:
     ):
         kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
         with tempfile.TemporaryDirectory() as logs:
-            stack = isolated.start(kafka, cassandra, Path(logs), overload_env(tokens) | extra)
+            stack = isolated.start(kafka, cassandra, Path(logs), overload_env(tokens) | limits | extra)
+            install_keys(cassandra)
             try:
                 keys = {tier: stack.create_user(f"load-{tier}", tier)[1] for tier in ("enterprise", "free")}
                 asyncio.run(through_stack(stack.url, keys["enterprise"], 2))  # warm-up
@@ -386,21 +409,26 @@ def overload(paid: int, free: int, seconds: float, tokens: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", default="10,25,50,100", help="concurrent conversations per step, comma-separated")
-    parser.add_argument("--tokens", type=int, default=None, help="tokens per reply (128; 64 with --overload)")
+    parser.add_argument("--tokens", type=int, default=None, help="tokens per reply (128; 256 with --overload)")
     parser.add_argument("--coalesce-ms", type=float, default=None, help="PARLEY_WORKER_COALESCE_MS (default: the setting's)")
     parser.add_argument("--overload", action="store_true", help="admission at overload: paid TTFT, free turns shed")
-    parser.add_argument("--paid", type=int, default=3, help="--overload: paid conversations")
+    parser.add_argument("--paid", type=int, default=4, help="--overload: paid conversations")
     parser.add_argument("--free", type=int, default=24, help="--overload: free conversations")
-    parser.add_argument("--seconds", type=float, default=40.0, help="--overload: seconds per phase")
+    parser.add_argument("--seconds", type=float, default=45.0, help="--overload: seconds per phase")
+    parser.add_argument(
+        "--queue-limit", type=float, default=None,
+        help="--overload: PARLEY_ROUTER_QUEUE_LIMIT (and BUSY at most 0.8): below 1 keeps slots free for paid turns",
+    )
     args = parser.parse_args()
     if args.overload:
-        overload(args.paid, args.free, args.seconds, args.tokens or 64)
+        overload(args.paid, args.free, args.seconds, args.tokens or 256, args.queue_limit)
         return
     steps = [int(s) for s in args.steps.split(",")]
     args.tokens = args.tokens or 128
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
     with tempfile.TemporaryDirectory() as logs:
         stack = isolated.start(kafka, cassandra, Path(logs), env(args.tokens, args.coalesce_ms))
+        install_keys(cassandra)
         try:
             _, key = stack.create_user("load", "enterprise")  # no quota, never shed
             pids = processes(stack)
