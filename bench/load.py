@@ -342,7 +342,10 @@ async def tiers(url: str, keys: dict[str, str], clients: dict[str, int], seconds
             step = steps[tier]
             while time.perf_counter() < deadline:
                 shed = step.shed
-                await _sse_turn(http, cid, step, headers)
+                try:
+                    await _sse_turn(http, cid, step, headers)
+                except httpx.TransportError:  # a connection dropped under the load: counted, not fatal
+                    step.failed += 1
                 if step.shed > shed:
                     await asyncio.sleep(SHED_PAUSE_S)
 
