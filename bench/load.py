@@ -378,14 +378,14 @@ def overload(paid: int, free: int, seconds: float, tokens: int, queue_limit: flo
           f"{queue_limit or 1.25:g}, paid beyond 2; bar: paid TTFT p99 < {TTFT_BAR_S:g} s", flush=True)
     results = {}
     for label, extra in (
-        ("admission on the backlog", {}),
-        ("on heartbeats alone (BACKLOG_EVERY_S=0)", {"PARLEY_ROUTER_BACKLOG_EVERY_S": "0"}),
+        ("the router reading the backlog", {}),
+        ("heartbeats alone (BACKLOG_EVERY_S=0)", {"PARLEY_ROUTER_BACKLOG_EVERY_S": "0"}),
     ):
         kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
         with tempfile.TemporaryDirectory() as logs:
             stack = isolated.start(kafka, cassandra, Path(logs), overload_env(tokens) | limits | extra)
-            install_keys(cassandra)
             try:
+                install_keys(cassandra)
                 keys = {tier: stack.create_user(f"load-{tier}", tier)[1] for tier in ("enterprise", "free")}
                 asyncio.run(through_stack(stack.url, keys["enterprise"], 2))  # warm-up
                 print(label, flush=True)
@@ -431,8 +431,8 @@ def main() -> None:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
     with tempfile.TemporaryDirectory() as logs:
         stack = isolated.start(kafka, cassandra, Path(logs), env(args.tokens, args.coalesce_ms))
-        install_keys(cassandra)
         try:
+            install_keys(cassandra)
             _, key = stack.create_user("load", "enterprise")  # no quota, never shed
             pids = processes(stack)
             asyncio.run(through_stack(stack.url, key, 2))  # warm-up: connections, prepared statements
