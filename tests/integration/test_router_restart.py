@@ -238,9 +238,10 @@ def test_a_router_sheds_free_turns_on_the_backlog_and_still_routes_paid_ones(
         for _ in range(5):
             free = request(str(uuid.uuid4()))
             producer.produce_sync(free)
-            if outcome(free.request_id) == "ended":
+            if (seen := outcome(free.request_id)) == "ended":
                 break
             time.sleep(1.0)
+        assert seen == "ended", "no free turn was shed: the router does not count the backlog"
         [last] = [e for _, e in ends.events() if isinstance(e, ev.TokenChunk) and e.request_id == free.request_id]
         assert (last.finish_reason, last.error_code, last.retry_after >= 10) == ("rejected", "overloaded", True)
 
