@@ -89,7 +89,7 @@ class DocumentIndex:
         for i, (chunk, tf) in enumerate(zip(chunks, counts)):
             chunk_id = uuid.UUID(chunk.chunk_id)
             row = (doc, chunk_id, number, chunk.ordinal, _seal(user_id, chunk.section), chunk.kind, _seal(user_id, chunk.text),
-                   chunk.char_start, chunk.char_end, sum(tf.values()))
+                   chunk.char_start, chunk.char_end, sum(tf.values()), set(tf))
             if vectors is None:
                 writes.append((_INSERT_CHUNK, row))
             else:
@@ -107,13 +107,15 @@ class DocumentIndex:
         """Delete the chunks of page ``number`` not in ``new``, and postings of terms a chunk no longer has.
 
         Only a rewrite pays this: the chunk table has no index on page, so it reads the partition."""
-        rows = await self._cql.run("SELECT chunk_id, page, text FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
+        rows = await self._cql.run(
+            "SELECT chunk_id, page, text, posting_terms FROM {ks}.document_chunks WHERE document_id = ?", (doc,)
+        )
         deletes: list[tuple[str, tuple[Any, ...]]] = []
         for row in rows:
             if row.page != number:
                 continue
             kept = new.get(row.chunk_id, Counter())
-            had = set(_blinded(user_id, terms(open_text(row.text) or "")))
+            had = _posting_terms(row, user_id)
             deletes += [(_DELETE_POSTING, (doc, term, row.chunk_id)) for term in had - kept.keys()]
             if row.chunk_id not in new:
                 deletes.append(("DELETE FROM {ks}.document_chunks WHERE document_id = ? AND chunk_id = ?",
@@ -127,15 +129,15 @@ class DocumentIndex:
         postings are found from the chunks' text, so the chunks go last, and a purge that
         fails part-way can simply be run again. The status rows (``documents``,
         ``documents_by_conversation``) are not the index's: the materializer folds them.
-        Purged after its owner's key is destroyed, the postings stay behind: keyed terms
-        no key can ever produce again, that no read reaches."""
+        Each chunk row names its postings' (blinded) terms, so a purge after the owner's key
+        was destroyed (an erasure) still finds them all."""
         doc = uuid.UUID(document_id)
         await self._cql.run_batch([
             ("DELETE FROM {ks}.document_pages WHERE document_id = ?", (doc,)),
             ("DELETE FROM {ks}.document_page_stats WHERE document_id = ?", (doc,)),
         ])
-        rows = await self._cql.run("SELECT text FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
-        postings = {term for row in rows for term in _blinded(user_id, terms(open_text(row.text) or ""))}
+        rows = await self._cql.run("SELECT text, posting_terms FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
+        postings = {term for row in rows for term in _posting_terms(row, user_id)}
         await _bounded(
             self._cql.run("DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ?", (doc, term))
             for term in sorted(postings)
@@ -286,11 +288,19 @@ class _Candidates:
     lengths: dict[uuid.UUID, int]  # chunk → its length in terms
 
 
-_CHUNK_COLUMNS = "document_id, chunk_id, page, ordinal, section, kind, text, char_start, char_end, terms"
-_INSERT_CHUNK = f"INSERT INTO {{ks}}.document_chunks ({_CHUNK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_CHUNK_COLUMNS = "document_id, chunk_id, page, ordinal, section, kind, text, char_start, char_end, terms, posting_terms"
+_INSERT_CHUNK = f"INSERT INTO {{ks}}.document_chunks ({_CHUNK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_CHUNK_VECTOR = (
-    f"INSERT INTO {{ks}}.document_chunks ({_CHUNK_COLUMNS}, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO {{ks}}.document_chunks ({_CHUNK_COLUMNS}, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def _posting_terms(row: Any, user_id: str) -> set[str]:
+    """The terms a chunk row has postings under: as the row names them, or (a row written before it
+    named them, schemas/cql/0015) from its text, which needs the owner's key."""
+    if row.posting_terms is not None:
+        return set(row.posting_terms)
+    return set(_blinded(user_id, terms(open_text(row.text) or "")))
 _INSERT_POSTING = "INSERT INTO {ks}.document_postings (document_id, term, chunk_id, tf) VALUES (?, ?, ?, ?)"
 _DELETE_POSTING = "DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ? AND chunk_id = ?"
 _ANN = (

@@ -156,12 +156,13 @@ async def serve(settings: DocumentSettings, kafka: KafkaSettings, cassandra: Cas
 
 
 def main() -> None:
-    from parley import keys, metrics, ops
+    from parley import keys, metrics, ops, schema_registry
     from parley.logs import setup_logging
 
     setup_logging("documents")
     keys.install_from_env()
     settings, kafka = from_env(DocumentSettings), from_env(KafkaSettings)
+    schema_registry.install(kafka)
     if settings.nice:
         os.nice(settings.nice)
     if metrics.serve_from_env("documents") is not None:

@@ -41,7 +41,7 @@ from gateway import client_address, oidc, sessions
 from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
 from gateway.settings import OidcSettings, SessionSettings
-from parley import keys
+from parley import keys, schema_registry
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
@@ -194,6 +194,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = await asyncio.to_thread(connect, cassandra)
         key_service = await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
+        await asyncio.to_thread(schema_registry.install, kafka)  # before the first append
         cql = AsyncCql(cassandra, session)
         store = Store(cql)
         # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import turns
+from gateway import replies, turns
 from gateway.errors import NotFound, Unprocessable
 from gateway.openai_request import MAX_TOKENS
 from gateway.sampling import RANGES, parse_sampling
@@ -27,6 +27,7 @@ from schemas.events import (
     ConversationDeleted,
     ConversationEvent,
     ConversationRenamed,
+    GenerationCancelRequested,
     GenerationRequested,
     LeafSelected,
     MessagePosted,
@@ -112,12 +113,19 @@ async def update_conversation(request: Request) -> Response:
 
 
 async def delete_conversation(request: Request) -> Response:
-    """Gone from every read path at once (its rows are marked, written through); 204."""
+    """Gone from every read path at once (its rows are marked, written through); 204. A reply still
+    being written is cancelled: nobody can read it any more, and its text must stop reaching the rows."""
     svc = services(request)
     user = await svc.auth(request)
     conversation = await svc.owned(user, request.path_params["conversation_id"])
-    event = ConversationDeleted(conversation_id=conversation.id, user_id=user.user_id, trace_id=trace_id(request))
-    await svc.append(event)
+    trace = trace_id(request)
+    event = ConversationDeleted(conversation_id=conversation.id, user_id=user.user_id, trace_id=trace)
+    running = [m for m in await svc.store.messages(conversation.id) if m.role == "assistant" and m.status not in replies.FINISHED]
+    cancels = [
+        GenerationCancelRequested(conversation_id=conversation.id, user_id=user.user_id, request_id=m.id, reason="user", trace_id=trace)
+        for m in running
+    ]
+    await svc.append(event, *cancels)
     await svc.write_through(event, state=_state(conversation))
     return Response(status_code=204)
 

@@ -88,7 +88,9 @@ async def upload(request: Request) -> Response:
         # Up to 25 MB of zip parsing, SHA-256 and AES-GCM: off the loop that feeds every SSE stream.
         media_type = sniff(data, filename, declared_type)
         uri = svc.documents.blobs.put(document_id, sealing.seal_bytes(user.user_id, data))
-        return media_type, uri, hashlib.sha256(data).hexdigest()
+        # Keyed by the owner's key: an unkeyed hash on a forever-kept topic would prove, after an
+        # erasure, who uploaded a known file.
+        return media_type, uri, sealing.blind(user.user_id, "document-sha256:" + hashlib.sha256(data).hexdigest())
 
     try:
         media_type, uri, sha256 = await asyncio.to_thread(store)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from gateway.sampling import json_schema_of, parse_sampling
 from parley import ids
+from schemas import sealing
 from schemas.events import Sampling
 from streams.router import AUTO
 
@@ -195,13 +196,15 @@ def resolve_model(model: str, known: Any) -> str | None:
 # ------------------------------------------------------------------ ids and the plan
 
 
-def message_keys(messages: Sequence[ChatMessage]) -> list[str]:
-    """Each message's ``client_message_id``: a hash of the history up to and including it."""
+def message_keys(user_id: str, messages: Sequence[ChatMessage]) -> list[str]:
+    """Each message's ``client_message_id``: a hash of the history up to and including it, keyed by the
+    user's key (``sealing.blind``: the ids stay on chat.events for good, and once the key is destroyed
+    they confirm no guess of a prompt). Awaits nothing: the caller prefetches the user's key."""
     chain = hashlib.sha256()
     keys = []
     for m in messages:
         chain.update(json.dumps([m.role, m.content], ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        keys.append("openai:" + chain.copy().hexdigest()[:32])
+        keys.append("openai:" + sealing.blind(user_id, "openai-chain:" + chain.copy().hexdigest()[:32]))
     return keys
 
 

@@ -1,5 +1,11 @@
 """Deterministic ids (DESIGN.md §5): a retried client action derives the same ids,
-so its duplicate events land as no-ops."""
+so its duplicate events land as no-ops.
+
+Message ids are ``uuid5("<conversation>:<key>")`` and ``uuid5("<conversation>:<key>:reply")``:
+the only two derivations of a message (tree node) id. A client key ending ``:reply`` would
+name another key's reply, so the gateway refuses it (``gateway.validation.client_key``); the
+other ``<conversation>:…`` derivations (summaries, the auto-title's event id) name rows of
+other tables or event ids, never a message, so a key that spells one collides with nothing."""
 
 from __future__ import annotations
 

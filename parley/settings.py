@@ -182,13 +182,19 @@ class CassandraSettings:
         "PARLEY_CASSANDRA_SSL_CERT", "", "PEM file of this client's certificate, for nodes that require client TLS"
     )
     ssl_key: str = env("PARLEY_CASSANDRA_SSL_KEY", "", "PEM file of that certificate's private key (unencrypted)")
+    ssl_server_name: str = env(
+        "PARLEY_CASSANDRA_SSL_SERVER_NAME",
+        "",
+        "The name every node's certificate is checked against (empty: the address dialled). Set it where the "
+        "driver dials discovered nodes by IP but their certificates name a DNS name (K8ssandra, cert-manager)",
+    )
 
     def __post_init__(self) -> None:
         if not self.username:
             _unused(_given(self, "password", "password_file"), because="PARLEY_CASSANDRA_USERNAME is empty (no login)")
         _password(_given(self, "username", "password", "password_file"))
         if not self.ssl:
-            _unused(_given(self, *_PEM), because="PARLEY_CASSANDRA_SSL is off")
+            _unused(_given(self, *_PEM, "ssl_server_name"), because="PARLEY_CASSANDRA_SSL is off")
         _pem_files(_given(self, *_PEM))
 
     @property

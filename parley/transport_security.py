@@ -52,9 +52,12 @@ def cassandra_options(settings: CassandraSettings) -> dict[str, Any]:
     if settings.username:
         options["auth_provider"] = PlainTextAuthProvider(settings.username, settings.secret)
     if settings.ssl:
-        # The driver checks the certificate against the contact point's address when the context
-        # asks for hostname checks (it does: PYTHON-1186), so the nodes' certificates must name them.
+        # The driver checks each node's certificate against the address it dialled when the context asks
+        # for hostname checks (it does: PYTHON-1186), and it dials the nodes it discovers by IP. Where the
+        # certificates name a DNS name instead, every node is checked against that one name.
         options["ssl_context"] = tls_context(settings.ssl_ca, settings.ssl_cert, settings.ssl_key)
+        if settings.ssl_server_name:
+            options["ssl_options"] = {"server_hostname": settings.ssl_server_name}
     return options
 
 

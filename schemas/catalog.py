@@ -110,7 +110,11 @@ _DLQS: tuple[Topic, ...] = tuple(
     Topic(t.dlq, "raw_key", (ev.DeadLetter,), partitions=1, retention_ms=30 * DAY_MS) for t in _MAIN
 )
 
-TOPICS: dict[str, Topic] = {t.name: t for t in _MAIN + _DLQS}
+#: Not events: every writer's Avro schemas, keyed by fingerprint (``parley.schema_registry``), so a
+#: reader older than a writer reads its records. Kept forever, the latest per fingerprint.
+SCHEMAS = Topic("schemas", "fingerprint", (), partitions=1, retention_ms=FOREVER, compacted=True)
+
+TOPICS: dict[str, Topic] = {t.name: t for t in (*_MAIN, *_DLQS, SCHEMAS)}
 
 
 def topics_for(event_type: type[ev.Event]) -> list[Topic]:

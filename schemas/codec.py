@@ -2,17 +2,21 @@
 
     C3 01 | 8-byte CRC-64-AVRO fingerprint (little-endian) | Avro binary body
 
-Any reader finds the writer's schema from the fingerprint, without a registry:
-the fingerprint → schema map is built from the ``.avsc`` files, the current
-ones (``schemas/avro/``) and every earlier released version
-(``schemas/avro/released/``). Old events are read through Avro schema
-resolution into the current type, so processors only ever see current types.
+Any reader finds the writer's schema from the fingerprint: the fingerprint →
+schema map is built from the ``.avsc`` files, the current ones
+(``schemas/avro/``) and every earlier released version
+(``schemas/avro/released/``). A fingerprint newer than the reader (a writer
+upgraded first, in a rolling deploy) is looked up in the installed
+``SchemaSource`` (``parley.schema_registry``: the ``schemas`` topic every writer
+publishes its schemas to before it writes). Events of any version are read
+through Avro schema resolution into the reader's current type, so processors
+only ever see their own types and deploy order does not matter.
 
 Errors (all subclasses of ``CodecError``; a consumer dead-letters on them)::
 
     CodecError
      ├── NotSingleObject   the bytes lack the C3 01 marker or are too short
-     ├── UnknownSchema     the fingerprint is in no .avsc file we have
+     ├── UnknownSchema     the fingerprint is in no .avsc file we have, nor in the source
      ├── Undecodable       the body does not parse with the writer's schema
      └── InvalidEvent      it parses, but breaks a rule of the event type
 
@@ -25,12 +29,13 @@ loop, and the synchronous step then finds them held.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint
@@ -77,12 +82,52 @@ class _Known:
     parsed: Any  # fastavro's parsed schema
 
 
+class SchemaSource(Protocol):
+    """Where a writer's schema is found by its fingerprint when no .avsc file of ours has it."""
+
+    def lookup(self, fp: bytes) -> dict[str, Any] | None: ...
+
+
+_source: SchemaSource | None = None
+
+
+def install_source(source: SchemaSource | None) -> None:
+    """The process's source of schemas newer than its own (None: only the .avsc files)."""
+    global _source
+    _source = source
+
+
 @dataclass(frozen=True)
 class SchemaSet:
     """The fingerprint → schema map, and the current schema of each event."""
 
     by_fingerprint: dict[bytes, _Known]
     current: dict[str, tuple[bytes, Any]]  # event name → (fingerprint, parsed schema)
+
+    def known(self, fp: bytes) -> _Known | None:
+        """The schema written under ``fp``: ours, or learnt from the installed source (and kept)."""
+        found = self.by_fingerprint.get(fp)
+        if found is not None or _source is None:
+            return found
+        raw = _source.lookup(fp)
+        if raw is None or fingerprint(raw) != fp or raw.get("name") not in self.current:
+            return None  # a schema that is not what it claims, or of an event this binary does not have
+        try:
+            learnt = _Known(raw["name"], fastavro.parse_schema(raw, named_schemas={}))
+        except Exception:  # fastavro.SchemaParseException and the like: not a schema
+            return None
+        self.by_fingerprint[fp] = learnt
+        return learnt
+
+    def learn_off_loop(self, data: bytes | None) -> asyncio.Future[Any] | None:
+        """For code on an event loop: a thread's lookup of the record's writer schema when it is not
+        known yet (None when there is nothing to look up)."""
+        if _source is None or data is None or len(data) < HEADER_LEN or data[:2] != MAGIC:
+            return None
+        fp = bytes(data[2:HEADER_LEN])
+        if fp in self.by_fingerprint:
+            return None
+        return asyncio.ensure_future(asyncio.to_thread(self.known, fp))
 
     @classmethod
     def load(cls, avro_dir: Path = AVRO_DIR, released_dir: Path = RELEASED_DIR) -> SchemaSet:
@@ -133,7 +178,11 @@ def decode(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
 async def decode_async(data: bytes | None, schemas: SchemaSet | None = None) -> Event:
     """``decode`` for code on an event loop: the keys of the record's sealed values, and of its user
     (whose rows the consumer may read next), are fetched off the loop before they are opened."""
-    cls, record = _read(data, schemas or default_schemas())
+    schemas = schemas or default_schemas()
+    learning = schemas.learn_off_loop(data)
+    if learning is not None:
+        await learning
+    cls, record = _read(data, schemas)
     owners = sealing.owners(cls, record)
     if isinstance(record.get("user_id"), str):
         owners.add(record["user_id"])
@@ -152,7 +201,7 @@ def _read(data: bytes | None, schemas: SchemaSet) -> tuple[type[Event], dict[str
     """The event type and its record, resolved to the current schema and still sealed."""
     if data is None or len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise NotSingleObject("not Avro single-object encoding (missing C3 01 header)")
-    known = schemas.by_fingerprint.get(bytes(data[2:HEADER_LEN]))
+    known = schemas.known(bytes(data[2:HEADER_LEN]))
     if known is None:
         raise UnknownSchema(f"unknown schema fingerprint {bytes(data[2:HEADER_LEN]).hex()}")
     if known.name not in schemas.current:

@@ -1,6 +1,6 @@
 """The ``documents`` rows: each document's status, folded from ``docs.events``.
 
-Pure: an event → the statements that project it. The materializer runs them
+Pure but for sealing (as ``streams.projection``): an event → the statements that project it. The materializer runs them
 from the log; the gateway runs the same ones at upload and delete (its
 write-through), so the two writes are one.
 

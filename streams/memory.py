@@ -24,7 +24,10 @@ MAX_FACT_CHARS = 500
 
 
 def fact(user_id: str, text: str) -> MemoryFact:
-    return MemoryFact(fact_id=str(uuid.uuid5(NS, f"memory:{user_id}:{text}")), text=text)
+    """A fact and its id, derived from its text through the owner's key (``sealing.blind``): the same
+    fact keeps its id, and once the key is destroyed no one can confirm a guess of the text from it.
+    (Synchronous: code on an event loop awaits ``sealing.prefetch([user_id], create=True)`` first.)"""
+    return MemoryFact(fact_id=str(uuid.uuid5(NS, f"memory:{user_id}:" + sealing.blind(user_id, f"fact:{text}"))), text=text)
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,9 @@ class Moderator:
     async def _requested(self, e: ev.GenerationRequested) -> Sequence[ev.Event]:
         turn = Turn(e.conversation_id, e.user_id, e.request_id, e.parent_id, e.tier, e.trace_id, e.org_id)
         self._turns.put(e.request_id, turn)
+        running = self._replies.get(e.request_id)
+        if running is not None:  # its chunks came first (chat.tokens ran ahead): the rest is checked under its own tier and org
+            running.turn = turn
         text = self._texts.get(e.parent_id)
         if text is None:  # a regeneration, or the post came before a restart: the tree has it
             text = await self._stored_text(e.conversation_id, e.parent_id)

@@ -219,7 +219,7 @@ def _router(kafka: KafkaSettings) -> Wiring:
 def _materializer(kafka: KafkaSettings) -> Wiring:
 
     cfg = from_env(MaterializerSettings)
-    store = Store(from_env(CassandraSettings))
+    store = Store(from_env(CassandraSettings), texts=False)
     materializer = Materializer(cfg, store)
     checkpoints = Checkpoints(cfg, store)
 
@@ -350,9 +350,10 @@ def build(processor: str) -> faust.App:
 
 def run(processor: str, argv: Sequence[str] = ()) -> None:
     """Run ``processor`` as a faust worker until stopped (faust's CLI handles signals)."""
-    from parley import keys, metrics, ops
+    from parley import keys, metrics, ops, schema_registry
 
     keys.install_from_env()
+    schema_registry.install(from_env(KafkaSettings))
     app = build(processor)
     if metrics.serve_from_env(f"streams.{processor}") is not None:
         ops.register_lag(from_env(KafkaSettings), [from_env(StreamsSettings).group(processor)])

@@ -1,8 +1,12 @@
 """The Cassandra projection of ``chat.events``: event → the writes it makes.
 
-Pure: ``writes_for(state, event)`` takes the conversation as the log had it
-before the event (``streams.tree``) and returns plain ``Write`` values; the
-materializer executes them. Every write carries the event's ``occurred_at``
+Pure but for sealing: ``writes_for(state, event)`` takes the conversation as
+the log had it before the event (``streams.tree``) and returns plain ``Write``
+values; the materializer executes them. Content cells are sealed here, through
+the process's installed key service (``schemas.sealing``), so that every writer
+of these rows (the materializer, the gateway's write-through, a rebuild) seals
+the same cells the same way; the shell fetches the owner's key before it calls
+(``codec.decode_async`` does), so sealing finds it held and waits on nothing. Every write carries the event's ``occurred_at``
 as its Cassandra timestamp, and every value derives from the event (never from
 the clock), so replaying the log in any amount yields the same cells: a cell
 written twice gets the same value at the same timestamp, and a later event's
@@ -327,6 +331,13 @@ def sealed(write: Write, user_id: str) -> Write:
 def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
     """The writes ``event`` makes, given the conversation before it; [] for other event types."""
     step = PROJECTION.get(type(event))
-    if step is None or state.deleted:  # a deleted conversation's late events (a reply in flight) write nothing
+    if step is None:
+        return []
+    if state.deleted:
+        # A deleted conversation's late events write nothing, but for a reply that was in flight: the
+        # checkpoints of its chunks (timestamped after the deletion) put text back in its row, and its
+        # completion, later than every chunk, blanks it again.
+        if isinstance(event, ev.GenerationCompleted):
+            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id)]
         return []
     return [sealed(w, event.user_id) for w in step(state, event)]

@@ -37,6 +37,11 @@ _MESSAGES = (
     "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation "
     "FROM messages WHERE conversation_id = ?"
 )
+#: The same rows without their text: what the projection needs (it never reads a message's content).
+_MESSAGES_NO_TEXT = (
+    "SELECT message_id, parent_id, role, status, finish_reason, created_at, document_ids, moderation "
+    "FROM messages WHERE conversation_id = ?"
+)
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
 
 #: The most statements one batch carries: a partition's writes beyond it go in further batches. A batch
@@ -83,8 +88,9 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
             # taken for a repeat when it comes.
             continue
         mid = str(r.message_id)
+        text = getattr(r, "content", None)  # not selected by a load without text
         msgs[mid] = Message(
-            mid, _id(r.parent_id), r.role or "", open_text(r.content) or "", r.status or "", r.finish_reason, from_time(r.created_at),
+            mid, _id(r.parent_id), r.role or "", open_text(text) or "", r.status or "", r.finish_reason, from_time(r.created_at),
             tuple(getattr(r, "document_ids", None) or ()),
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
@@ -114,10 +120,13 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
 
 
 class Store:
-    """One Cassandra session for a processor, opened on first use (``parley.cassandra.AsyncCql``)."""
+    """One Cassandra session for a processor, opened on first use (``parley.cassandra.AsyncCql``).
+    ``texts=False``: conversations load without their messages' text (the materializer's, whose
+    projection never reads it: nothing is decrypted or held in the clear for it)."""
 
-    def __init__(self, settings: CassandraSettings) -> None:
+    def __init__(self, settings: CassandraSettings, *, texts: bool = True) -> None:
         self._cql = AsyncCql(settings)
+        self._messages = _MESSAGES if texts else _MESSAGES_NO_TEXT
 
     async def session(self) -> Session:
         return await self._cql.session()
@@ -135,7 +144,7 @@ class Store:
         cid = uuid.UUID(conversation_id)
         conv, msgs = await asyncio.gather(
             self.run(_CONVERSATION, (cid,)),
-            self.run(_MESSAGES, (cid,)),
+            self.run(self._messages, (cid,)),
         )
         return state_from_rows(conversation_id, conv[0] if conv else None, msgs)
 

@@ -58,12 +58,18 @@ def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keysp
             out.append(Problem("cassandra conversations_by_user", f"conversation {row.conversation_id} is not deleted"))
         texts = [r.content for r in session.execute(
             f"SELECT content FROM {keyspace}.messages WHERE conversation_id = %s", (row.conversation_id,)
+        )] + [r.content for r in session.execute(
+            f"SELECT content FROM {keyspace}.summaries WHERE conversation_id = %s", (row.conversation_id,)
         )]  # fmt: skip
         readable = [t for t in [row.title, *texts] if t and sealing.open_text(t) != sealing.ERASED]
         if readable:
             out.append(Problem("cassandra messages", f"conversation {row.conversation_id}: {len(readable)} cells readable"))
     documents = session.execute(f"SELECT document_id, status FROM {keyspace}.documents WHERE user_id = %s", (user_id,)).all()
     out += [Problem("cassandra documents", f"document {d.document_id} is {d.status}") for d in documents if d.status != "deleted"]
+    for d in documents:  # the index: pages and chunks (text sealed, but embeddings are not) purged
+        for table in ("document_pages", "document_chunks"):
+            if session.execute(f"SELECT document_id FROM {keyspace}.{table} WHERE document_id = %s LIMIT 1", (d.document_id,)).one():
+                out.append(Problem(f"cassandra {table}", f"document {d.document_id} still has rows"))
     if session.execute(f"SELECT position FROM {keyspace}.user_memory WHERE user_id = %s", (user_id,)).all():
         out.append(Problem("cassandra user_memory", "memory facts remain"))
     for key in session.execute(f"SELECT key_hash FROM {keyspace}.keys_by_user WHERE user_id = %s", (user_id,)):

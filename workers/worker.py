@@ -258,11 +258,12 @@ async def serve(worker: WorkerSettings, kafka: KafkaSettings) -> None:
 def main(argv: list[str] | None = None) -> None:
     from parley.logs import setup_logging
 
-    from parley import keys, metrics, ops
+    from parley import keys, metrics, ops, schema_registry
 
     setup_logging("worker")
     keys.install_from_env()
     settings, kafka = settings_from(parse_args(argv)), from_env(KafkaSettings)
+    schema_registry.install(kafka)
     if metrics.serve_from_env("worker") is not None:
         ops.register_lag(kafka, [kafka.topic_prefix + settings.group])
     asyncio.run(serve(settings, kafka))

@@ -30,6 +30,8 @@ const state = {
   active: null, // the streaming action: {controller, reply, stopping}
   error: null, // {message, retryAfter, retry}
   editing: null, // id of the user message being edited
+  opening: null, // id of the chat being read to open it; a message sent meanwhile waits for it
+  sendWhenOpen: false,
 };
 let openTicket = 0;
 let titleTimers = [];
@@ -76,13 +78,14 @@ function enter(session) {
 
 /** Back to a blank, signed-out page: what the last user saw is gone from it. */
 function reset() {
+  openTicket++; // a chat still being read is not opened for whoever signs in next
   state.active?.controller.abort();
   cursors.clear();
   for (const timer of titleTimers) clearTimeout(timer);
   tray.reset();
   closePanel();
   Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
-  Object.assign(state, { conv: null, active: null, error: null, editing: null });
+  Object.assign(state, { conv: null, active: null, error: null, editing: null, opening: null, sendWhenOpen: false });
   render();
 }
 
@@ -163,7 +166,7 @@ function newChat() {
   state.active?.controller.abort();
   tray.reset();
   closePanel();
-  Object.assign(state, { conv: null, active: null, error: null, editing: null });
+  Object.assign(state, { conv: null, active: null, error: null, editing: null, opening: null, sendWhenOpen: false });
   render();
 }
 
@@ -172,20 +175,26 @@ async function openConversation(id) {
   state.active?.controller.abort();
   closePanel();
   tray.open(id);
-  Object.assign(state, { active: null, error: null, editing: null });
+  Object.assign(state, { active: null, error: null, editing: null, opening: id });
   let server;
   try {
     server = await api.conversation(id);
   } catch (err) {
-    if (ticket === openTicket) fail(err, () => openConversation(id));
+    if (ticket === openTicket) {
+      Object.assign(state, { opening: null, sendWhenOpen: false }); // the draft stays in the composer
+      fail(err, () => openConversation(id));
+    }
     return;
   }
   if (ticket !== openTicket) return;
+  const sendNow = state.sendWhenOpen;
+  Object.assign(state, { opening: null, sendWhenOpen: false });
   state.conv = { id, title: server.title, leafId: server.selected_leaf_id, serverLeafId: server.selected_leaf_id, messages: new Map() };
   merge(state.conv, server);
   render();
   const last = pathTo(state.conv.messages, state.conv.leafId).at(-1);
   if (last?.role === "assistant" && last.status === "streaming") stream(resumeAction(last));
+  else if (sendNow) $("composer").requestSubmit();
 }
 
 /**
@@ -451,6 +460,9 @@ function renderTitle() {
   $("title").textContent = state.conv ? shownTitle(state.conv) || "Untitled chat" : "New chat";
 }
 
+/** Each message body's HTML as last drawn (before any feedback changed it), for renderThread's "same body". */
+const drawnBodies = new WeakMap();
+
 function renderThread() {
   const thread = $("thread");
   const focus = focusedControl(thread);
@@ -458,7 +470,7 @@ function renderThread() {
   renderTitle();
   const conv = state.conv;
   const path = conv ? pathTo(conv.messages, conv.leafId) : [];
-  const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a.querySelector(".body")]));
+  const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a]));
   // An edit in progress keeps its form: a redraw (a reply settling, a poll) must not put back the
   // original text under the caret of someone typing.
   const editor = state.editing ? thread.querySelector(`form.edit[data-id="${CSS.escape(state.editing)}"]`) : null;
@@ -477,11 +489,19 @@ function renderThread() {
     });
   });
   // Keep a body that shows the same thing: a reply's live region must stay the same node for its
-  // aria-busy → false to be read out, and a selection in it survives.
+  // aria-busy → false to be read out, and a selection in it survives. "The same" is compared with
+  // the body as it was drawn, so a button's "Copied" feedback inside it does not count as a change.
   for (const article of articles) {
-    const old = before.get(article.dataset.id);
+    const oldArticle = before.get(article.dataset.id);
+    const old = oldArticle?.querySelector(".body");
     const fresh = article.querySelector(".body");
-    if (old && fresh && old.className === fresh.className && old.innerHTML === fresh.innerHTML) fresh.replaceWith(old);
+    if (old && fresh && old.className === fresh.className && (drawnBodies.get(old) ?? old.innerHTML) === fresh.innerHTML) {
+      fresh.replaceWith(old);
+    } else if (fresh) drawnBodies.set(fresh, fresh.innerHTML);
+    // A copy button still saying "Copied" stays, with its timer: a redraw must not take the feedback away.
+    for (const shown of oldArticle?.querySelectorAll(".meta button.copied") ?? []) {
+      article.querySelector(`.meta button[data-action="${CSS.escape(shown.dataset.action)}"]`)?.replaceWith(shown);
+    }
     const form = article.querySelector("form.edit");
     if (form && editor) form.replaceWith(editor);
   }
@@ -528,6 +548,7 @@ function drawReply(reply) {
   if (!body) return;
   const nearBottom = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 80;
   view.fillBody(body, reply);
+  drawnBodies.set(body, body.innerHTML);
   if (nearBottom) thread.scrollTop = thread.scrollHeight;
 }
 
@@ -773,6 +794,12 @@ function onModelChange() {
 
 function onComposerSubmit(event) {
   event.preventDefault();
+  // A chat still opening has no branch to answer yet: sent now, the message would start a new chat.
+  // It goes to the chat being opened once it has opened.
+  if (state.opening) {
+    state.sendWhenOpen = true;
+    return;
+  }
   const content = $("input").value.trim();
   if (content && !state.active) send(content);
 }

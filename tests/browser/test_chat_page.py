@@ -181,6 +181,33 @@ def test_regenerate_adds_a_sibling_reply(page, web_stack, shoot) -> None:
     expect(chat.position(chat.replies.last)).to_have_text("1/2")
 
 
+def test_a_message_sent_while_a_chat_is_opening_goes_to_that_chat(page, web_stack) -> None:
+    created = web_stack.http.post("/v1/conversations", json={"title": "Opened from a link"})
+    created.raise_for_status()
+    cid = created.json()["id"]
+    chat = signed_in_chat(page, web_stack)
+    posts: list[str] = []
+    page.on("request", lambda r: r.method == "POST" and "/v1/conversations" in r.url and posts.append(r.url))
+    # Enter pressed in the moment between opening a chat and its messages arriving (a slow network
+    # makes that moment long): the page's own hashchange listener runs first, so the chat is being read.
+    page.evaluate(
+        """async (cid) => {
+            const opening = new Promise((resolve) => addEventListener("hashchange", resolve, { once: true }));
+            location.hash = `#/c/${cid}`;
+            await opening;
+            document.getElementById("input").value = "Sent while it opened";
+            document.getElementById("composer").requestSubmit();
+        }""",
+        cid,
+    )
+    reply = chat.replies.last
+    chat.finished(reply)
+    assert posts == [f"{web_stack.url}/v1/conversations/{cid}/messages"], "no new chat: the message went to the one opening"
+    assert chat.conversation_id() == cid
+    stored = web_stack.http.get(f"/v1/conversations/{cid}").json()["messages"]
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["Sent while it opened"]
+
+
 def test_an_overloaded_gateway_shows_the_error_and_retry_sends_the_same_message(page, web_stack, shoot) -> None:
     chat = signed_in_chat(page, web_stack)
     posts: list[dict] = []

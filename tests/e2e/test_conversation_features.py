@@ -104,6 +104,24 @@ async def test_stop_mid_stream_cancels_in_the_engine_and_keeps_the_partial_text(
         await client.close()
 
 
+async def test_deleting_a_conversation_mid_reply_cancels_the_reply(slow: Slow) -> None:
+    client = slow.client()
+    try:
+        cid = await client.create_conversation()
+        events: list = []
+        async for event in client.stream_message(cid, "Write a long story"):
+            events.append(event)
+            if event.event == "delta" and sum(e.event == "delta" for e in events) == 3:
+                async with httpx.AsyncClient() as http:
+                    r = await http.delete(f"{slow.url}/v1/conversations/{cid}", headers={"Authorization": f"Bearer {slow.key}"})
+                assert r.status_code == 204
+        # The reply stops in the engine (its text would otherwise keep reaching the deleted rows).
+        assert events[-1].event == "done" and events[-1].data["finish_reason"] == "cancelled"
+        assert events[-1].data["usage"]["completion_tokens"] < 160
+    finally:
+        await client.close()
+
+
 async def test_regenerate_twice_and_edit_once_make_the_expected_tree(slow: Slow) -> None:
     client = slow.client()
     try:

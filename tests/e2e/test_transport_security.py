@@ -152,16 +152,19 @@ def test_cassandra_refuses_clients_in_the_clear_without_a_login_a_certificate_or
         "TLS, a wrong password": (replace(cassandra, password="not-the-password", password_file=""), "refused the login"),
         "no trust in the local CA": (replace(cassandra, ssl_ca=""), "TLS handshake failed"),
         "the password but no client certificate": (replace(cassandra, ssl_cert="", ssl_key=""), "TLS handshake failed"),
+        # The node's certificate names localhost and 127.0.0.1: checked against another name, it is refused.
+        "a server name the certificate does not hold": (replace(cassandra, ssl_server_name="cassandra.example"), "TLS handshake failed"),
     }
     for what, (settings, says) in attempts.items():
         with pytest.raises(StoreUnavailable, match=says):
             connect(settings).cluster.shutdown()
             pytest.fail(f"Cassandra took a client {what}")
-    session = connect(cassandra)
-    try:
-        assert session.execute("SELECT release_version FROM system.local").one()
-    finally:
-        session.cluster.shutdown()
+    for accepted in (cassandra, replace(cassandra, ssl_server_name="localhost")):  # the address, or a name it holds
+        session = connect(accepted)
+        try:
+            assert session.execute("SELECT release_version FROM system.local").one()
+        finally:
+            session.cluster.shutdown()
 
 
 # ------------------------------------------------------------------ real traffic with the settings

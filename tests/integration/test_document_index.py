@@ -185,3 +185,42 @@ async def test_purge_removes_every_row(index) -> None:
     assert await idx.keyword([scope(doc, 3)], terms("revenue"), k=5) == []
     assert await idx.vector([scope(doc, 3)], axis(1), k=5) == []
 
+
+
+class DestroyableKey:
+    """A stand-in key service whose key can be destroyed: terms are keyed while it lives; afterwards no
+    term can be keyed again (the real service's ``blind`` answers "" for an erased user)."""
+
+    def __init__(self) -> None:
+        self.destroyed = False
+
+    def blind(self, user_id: str, term: str) -> str:
+        return "" if self.destroyed else "b:" + term[::-1]
+
+    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
+        return text  # what is sealed is not under test here
+
+    def open(self, value: str) -> str:
+        return value
+
+    async def prefetch(self, user_ids: object, *, create: bool = False) -> None:
+        return None
+
+
+async def test_a_purge_after_the_owners_key_is_destroyed_still_removes_every_posting(index) -> None:
+    """An erasure deletes the user's documents and destroys their key; the document worker purges later,
+    when no term can be keyed again: the chunk rows say which postings there are."""
+    from schemas import sealing
+
+    idx, cql = index
+    doc = str(uuid.uuid4())
+    key = DestroyableKey()
+    sealing.install(key)
+    try:
+        await write(idx, doc)
+        assert (await rows(cql, doc))["document_postings"]
+        key.destroyed = True
+        await idx.purge(doc, OWNER)
+        assert all(not found for found in (await rows(cql, doc)).values())
+    finally:
+        sealing.install(None)

@@ -231,3 +231,40 @@ def keys_on_a_closed_port():  # type: ignore[no-untyped-def]
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return connect(replace(from_env(CassandraSettings), hosts="127.0.0.1", port=port), connect_timeout=1.0)
+
+
+def test_a_record_of_a_newer_writer_is_read_through_the_schemas_topic(kafka: KafkaSettings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A rolling deploy: a writer one release ahead publishes its schemas, then writes; this
+    (older) reader has no .avsc for that fingerprint and reads the record all the same."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from parley import schema_registry
+    from schemas.events import MessagePosted
+    from schemas.records import to_record
+
+    future = json.loads((codec.AVRO_DIR / "MessagePosted.avsc").read_text())
+    future["fields"].append({"name": "field_of_the_next_release", "type": "long", "default": 0})
+    (tmp_path / "MessagePosted.avsc").write_text(json.dumps(future))
+    assert schema_registry.publish(kafka, tmp_path) == 1
+
+    cid = str(uuid.uuid4())
+    event = MessagePosted(conversation_id=cid, user_id="u", message_id="m", parent_id=None, client_message_id="k", content="hi")
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(future, named_schemas={}), {**to_record(event), "field_of_the_next_release": 7})
+    raw = Producer({"bootstrap.servers": kafka.bootstrap})
+    raw.produce(kafka.topic("chat.events"), key=cid.encode(), value=codec.MAGIC + codec.fingerprint(future) + body.getvalue())
+    assert raw.flush(30) == 0
+
+    producer = EventProducer(kafka)
+    codec.install_source(schema_registry.KafkaSchemaSource(kafka))
+    consumer = EventConsumer(kafka, f"test-newer-{uuid.uuid4().hex[:6]}", ["chat.events"], producer)
+    try:
+        got = _drain(consumer, 1, mine=lambda d: d.event.conversation_id == cid)
+        assert [d.event for d in got] == [event]
+        assert consumer.dead_lettered == 0
+    finally:
+        codec.install_source(None)
+        consumer.close()
+        producer.close()

@@ -34,12 +34,12 @@ def topic_rows() -> dict[str, set[str]]:
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         name = re.match(r"`([^`]+)`", cells[0]).group(1)  # type: ignore[union-attr]
-        events = {e.strip() for e in re.sub(r"\s*\([^)]*\)", "", cells[2]).split(",")}
+        events = {e.strip() for e in re.sub(r"\s*\([^)]*\)", "", cells[2]).split(",")} - {""}
         names = {name}
         if "<pool>" in name:
             names = {name.replace("<pool>", pool) for pool in POOLS}
         elif name == "<topic>.dlq":
-            names = {dlq_name(t) for t in main}
+            names = {dlq_name(t) for t in main if dlq_name(t) in TOPICS}
         for n in names:
             rows[n] = events
     return rows

@@ -145,20 +145,20 @@ def test_models_are_the_pools_or_their_models_and_auto_lets_the_router_choose() 
 def test_keys_depend_on_the_whole_history_so_far_and_on_nothing_else() -> None:
     turn1 = msgs((S, "sys"), (U, "q1"))
     turn2 = turn1 + msgs((A, "a1"), (U, "q2"))
-    assert message_keys(turn2)[:2] == message_keys(turn1) == message_keys(turn1)
-    assert len(set(message_keys(turn2))) == 4
-    assert message_keys(msgs((U, "q1"))) != message_keys(msgs((A, "q1")))  # the role counts
+    assert message_keys("u1", turn2)[:2] == message_keys("u1", turn1) == message_keys("u1", turn1)
+    assert len(set(message_keys("u1", turn2))) == 4
+    assert message_keys("u1", msgs((U, "q1"))) != message_keys("u1", msgs((A, "q1")))  # the role counts
 
 
 def test_one_conversation_per_user_end_user_and_opening() -> None:
     turn1 = msgs((S, "sys"), (U, "q1"))
     turn2 = turn1 + msgs((A, "a1"), (U, "q2"))
-    cid = conversation_id_for("u1", "", turn1, message_keys(turn1))
-    assert cid == conversation_id_for("u1", "", turn2, message_keys(turn2))
+    cid = conversation_id_for("u1", "", turn1, message_keys("u1", turn1))
+    assert cid == conversation_id_for("u1", "", turn2, message_keys("u1", turn2))
     others = {
-        conversation_id_for("u2", "", turn1, message_keys(turn1)),
-        conversation_id_for("u1", "alice", turn1, message_keys(turn1)),
-        conversation_id_for("u1", "", msgs((S, "sys"), (U, "other")), message_keys(msgs((S, "sys"), (U, "other")))),
+        conversation_id_for("u2", "", turn1, message_keys("u1", turn1)),
+        conversation_id_for("u1", "alice", turn1, message_keys("u1", turn1)),
+        conversation_id_for("u1", "", msgs((S, "sys"), (U, "other")), message_keys("u1", msgs((S, "sys"), (U, "other")))),
     }
     assert cid not in others and len(others) == 3
 
@@ -177,7 +177,7 @@ CID = "7d0f8a5e-2a43-4b8e-9c8e-0d1f3b1f6a10"
 
 def plan_of(history: tuple[ChatMessage, ...], stored: list[Node], idempotency: str | None = "call-1"):  # type: ignore[no-untyped-def]
     """The plan of one call with this ``Idempotency-Key`` (None: a call without one)."""
-    keys = message_keys(history)
+    keys = message_keys("u1", history)
     return plan_turn(CID, history, keys, stored, reply_key(keys[-1], idempotency))
 
 
@@ -190,7 +190,7 @@ def stored_after(history: tuple[ChatMessage, ...], reply_text: str, status: str 
 
 def test_a_new_history_is_posted_whole_as_one_branch_and_its_last_message_answered() -> None:
     history = msgs((S, "sys"), (U, "q1"), (A, "earlier answer"), (U, "q2"))
-    keys = message_keys(history)
+    keys = message_keys("u1", history)
     plan = plan_of(history, [])
     assert [p.role for p in plan.posts] == [S, U, A, U]
     assert [p.parent_id for p in plan.posts] == [None, *(p.message_id for p in plan.posts[:-1])]

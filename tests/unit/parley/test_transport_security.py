@@ -4,6 +4,8 @@ is handed, and a real TLS handshake against the local CA's certificate (infra/lo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import socket
 import ssl
 import threading
@@ -135,6 +137,13 @@ def test_cassandra_sessions_get_a_login_and_a_verifying_tls_context(pem: dict[st
     assert (auth.username, auth.password) == ("parley", "s3cret-from-a-file")
     context = options["ssl_context"]
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+
+
+def test_a_server_name_checks_every_node_against_that_name_instead_of_its_address(pem: dict[str, str]) -> None:
+    settings = CassandraSettings(ssl=True, ssl_ca=pem["ca.pem"])
+    assert "ssl_options" not in cassandra_options(settings)  # the driver checks the address it dialled
+    named = cassandra_options(replace(settings, ssl_server_name="cassandra.parley.svc"))
+    assert named["ssl_options"] == {"server_hostname": "cassandra.parley.svc"} and named["ssl_context"].check_hostname
 
 
 def test_the_local_certificates_pass_a_mutual_handshake_on_127_0_0_1(pem: dict[str, str]) -> None:

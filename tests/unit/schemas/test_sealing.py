@@ -145,3 +145,23 @@ async def test_the_async_codec_asks_for_the_keys_it_needs_before_the_synchronous
     assert not sealing.holds_sealed(ConversationDeleted)
     await codec.encode_async(gone)
     assert keys.prefetched == []
+
+
+class OtherKey(Reversible):
+    def blind(self, user_id: str, term: str) -> str:
+        return "b:" + term.upper()
+
+
+def test_ids_derived_from_content_are_keyed_by_the_owners_key(keys: Reversible) -> None:
+    """Memory fact ids, OpenAI message keys: kept for good (user.memory, chat.events), so a guess of the
+    text plus the user id must not reproduce them once the key is gone (review H8)."""
+    from gateway.openai_request import ChatMessage, message_keys
+    from streams.memory import fact
+
+    history = (ChatMessage("user", "I live in Lisbon"),)
+    mine = (fact("u1", "I live in Lisbon").fact_id, message_keys("u1", history))
+    assert mine == (fact("u1", "I live in Lisbon").fact_id, message_keys("u1", history))  # stable under one key
+    sealing.install(None)  # what a guesser without the key computes
+    assert fact("u1", "I live in Lisbon").fact_id != mine[0] and message_keys("u1", history) != mine[1]
+    sealing.install(OtherKey())  # another key: other ids
+    assert fact("u1", "I live in Lisbon").fact_id != mine[0] and message_keys("u1", history) != mine[1]

@@ -209,6 +209,21 @@ def test_a_reply_seen_only_in_part_after_a_restart_is_checked_whole_on_completio
     assert out[0].stage == "final" and out[1].parent_id == MID and out[1].action == "withdrawn"
 
 
+def test_chunks_seen_before_their_request_are_checked_under_the_requests_tier_once_it_comes() -> None:
+    # chat.tokens and chat.events are separate agents with separate lag (after a restart, say): a
+    # reply's first chunks can come before its GenerationRequested, when its tier is not known yet.
+    m, _ = moderator(window=4, overlap=1)
+    run(m.on_event(posted("hello")))
+    for seq in range(2):
+        assert not run(m.on_chunk(chunk(seq, f"w{seq} ")))
+    run(m.on_event(requested(tier="enterprise")))
+    out: list[ev.Event] = []
+    for seq in range(2, 8):
+        out += run(m.on_chunk(chunk(seq, f"w{seq} ")))
+    checks = [e for e in out if isinstance(e, ev.ModerationResult)]
+    assert checks and {c.policy for c in checks} == {"enterprise"}
+
+
 def test_a_superseded_attempts_late_chunk_is_ignored_and_a_new_attempt_starts_afresh() -> None:
     m, classifier = moderator(window=2, overlap=0)
     run(m.on_event(requested()))

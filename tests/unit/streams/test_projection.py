@@ -185,3 +185,39 @@ def test_a_writes_partition_is_its_tables_partition_key_so_a_batch_of_one_partit
     for w in writes:
         assert keys[w.table] == (w.partition[0],) == (w.key[0][0],), w.table
         assert cql(w.shape).startswith(f"UPDATE {w.table} USING TIMESTAMP ? ")  # order within a partition is moot
+
+
+def test_a_reply_in_flight_when_its_conversation_is_deleted_ends_blank_whatever_its_checkpoints_wrote() -> None:
+    from streams.checkpoint import Checkpoint
+
+    log, ids = conversation_log()  # r2b is still streaming at the end of it
+    t = log[-1].occurred_at
+    deleted = ev.ConversationDeleted(conversation_id=CID, user_id=U, occurred_at=t + 10)
+    writes, state = run([*log, deleted])
+    # A chunk streamed after the deletion: its checkpoint is timestamped after it, so it wins over the blanking.
+    writes.append(Checkpoint(CID, ids["r2b"], "text after the delete", 4, timestamp=t + 19, user_id=U).write())
+    late = [
+        ev.GenerationCompleted(conversation_id=CID, user_id=U, occurred_at=t + 20, request_id=ids["r2b"], parent_id=ids["m2b"], finish_reason="cancelled", content="text after the delete"),
+        ev.ConversationRenamed(conversation_id=CID, user_id=U, occurred_at=t + 21, title="still deleted"),
+    ]  # fmt: skip
+    more, _ = run(late, state)
+    assert [w.table for w in more] == ["messages"]  # the completion alone writes, and only to blank
+    reply = rows(store(writes + more), "messages")[_key(("conversation_id", uuid.UUID(CID)), ("message_id", uuid.UUID(ids["r2b"])))]
+    assert reply["content"] == "" and reply["citations"] == "" and reply["retrieval"] == ""
+
+
+def test_the_projection_never_reads_a_messages_text_so_the_materializer_loads_rows_without_it() -> None:
+    from dataclasses import replace
+
+    from streams.tree import frozen_messages
+
+    log, ids = conversation_log()
+    more = [
+        ev.GenerationCompleted(conversation_id=CID, user_id=U, occurred_at=log[-1].occurred_at + 1, request_id=ids["r2b"], parent_id=ids["m2b"], finish_reason="stop", content="b"),
+        ev.ConversationDeleted(conversation_id=CID, user_id=U, occurred_at=log[-1].occurred_at + 2),
+    ]  # fmt: skip
+    seen, blind = empty(CID), empty(CID)  # blind: every message's text gone, as Store(texts=False) loads it
+    for e in [*log, *more]:
+        assert writes_for(blind, e) == writes_for(seen, e), type(e).__name__
+        seen, blind = apply(seen, e), apply(blind, e)
+        blind = replace(blind, messages=frozen_messages({k: replace(m, content="") for k, m in blind.messages.items()}))

@@ -34,10 +34,12 @@ locals {
     PARLEY_CASSANDRA_PASSWORD_FILE  = "${local.mounts.cassandra}/password"
     PARLEY_CASSANDRA_SSL            = "1"
     PARLEY_CASSANDRA_SSL_CA         = "${local.mounts.ca}/ca.crt"
-    PARLEY_KMS                      = "local"
-    PARLEY_KMS_KEY_FILE             = "${local.mounts.kek}/kek.json"
-    PARLEY_ARCHIVE_URL              = "s3://${var.archive_bucket}/"
-    PARLEY_DOCUMENTS_BLOB_URL       = "s3://${var.documents_bucket}/originals"
+    # The driver dials discovered nodes by pod IP; the node certificate names the service (dnsNames).
+    PARLEY_CASSANDRA_SSL_SERVER_NAME = var.cassandra_contact_point
+    PARLEY_KMS                       = "local"
+    PARLEY_KMS_KEY_FILE              = "${local.mounts.kek}/kek.json"
+    PARLEY_ARCHIVE_URL               = "s3://${var.archive_bucket}/"
+    PARLEY_DOCUMENTS_BLOB_URL        = "s3://${var.documents_bucket}/originals"
   }
 }
 
