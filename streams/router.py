@@ -290,9 +290,12 @@ class Router:
         ]
         if choice.reason == "user_selected":
             candidates = [choice.pool]
-        decision = admit(request.tier, choice.pool, self.loads(now, candidates), self.policy.admission)
+        loads = self.loads(now, candidates)
+        decision = admit(request.tier, choice.pool, loads, self.policy.admission)
         if isinstance(decision, Shed):
-            why = {"pool": decision.pool, "tier": request.tier, "why": decision.reason}
+            load = loads[decision.pool]  # a pool is shed only on a load
+            why = {"pool": decision.pool, "tier": request.tier, "why": decision.reason,
+                   "pressure": round(load.pressure, 2), "waiting": load.waiting}  # fmt: skip
             log.info("turn shed", extra={"conversation_id": cid, "request_id": request.request_id, **why})
             return shed(request, decision, self.policy.pools[decision.pool].model)
         return [self._place(request, choice, decision, now)]
