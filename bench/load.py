@@ -14,7 +14,19 @@ processes, and of the shared Kafka and Cassandra), so every hop's cost is a
 number. The knee is the largest K whose TTFT p99 stays under 1 s and
 inter-delta p99 under 150 ms.
 
-Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS]` with Kafka and Cassandra up (`make infra`).
+``--overload`` runs admission instead: one worker of 8 slots (1 queued, beats
+every 0.5 s), a few paid (enterprise) conversations taking turns back to back,
+first alone (the baseline), then beside many free ones that want several times
+the pool's capacity and retry 2 s after being shed; then the same overload on a
+second stack whose router does not read the backlog
+(``PARLEY_ROUTER_BACKLOG_EVERY_S=0``: heartbeats alone, as before issue 34). It
+prints each tier's TTFT p50/p99, turns served and shed, the paid turns' first
+token by hop, and whether the paid TTFT p99 stayed under the 1 s bar while free
+turns were shed. ``--queue-limit`` below 1 sheds free turns before every slot
+is taken, so a paid turn finds one free instead of waiting for one to finish.
+
+Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS]` with Kafka and Cassandra up (`make infra`);
+`python -m bench.load --overload [--paid 4] [--free 24] [--seconds 45] [--tokens 256] [--queue-limit 0.5]`.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from confluent_kafka import TopicPartition
 
 from infra.local import stack as infra_stack
 from infra.local.settings import LocalInfraSettings
+from parley import keys
 from parley.consumer import reader, records_since
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
@@ -80,22 +93,26 @@ class Step:
     turns: int = 0
     tokens: int = 0
     failed: int = 0
+    shed: int = 0  # refused as overloaded: 503 before appending, or an `overloaded` error event
     seconds: float = 0.0
 
 
 # ------------------------------------------------------------------ the two paths
 
 
-async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step) -> None:
+async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step, headers: dict[str, str] | None = None) -> None:
     """One turn through the stack, read as raw Server-Sent Events."""
     body = {"content": f"Tell me about {uuid.uuid4().hex[:8]} in detail.", "client_message_id": uuid.uuid4().hex}
     began, began_wall = time.perf_counter(), time.time()
     last: float | None = None
     event, reply_id = "", ""
-    async with http.stream("POST", f"/v1/conversations/{cid}/messages", json=body) as response:
+    async with http.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=headers) as response:
         if response.status_code != 200:
             await response.aread()
-            step.failed += 1
+            if response.status_code == 503 and response.json().get("error", {}).get("code") == "overloaded":
+                step.shed += 1
+            else:
+                step.failed += 1
             return
         async for line in response.aiter_lines():
             if line.startswith("event:"):
@@ -114,6 +131,8 @@ async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step) -> None:
                 if event == "done":
                     step.turns += 1
                     step.tokens += int(json.loads(line[5:])["usage"]["completion_tokens"])
+                elif json.loads(line[5:]).get("code") == "overloaded":
+                    step.shed += 1
                 else:
                     step.failed += 1
                 return
@@ -222,6 +241,18 @@ def first_token_hops(kafka: KafkaSettings, step: Step, since_s: float) -> dict[s
     return out
 
 
+def install_keys(cassandra: CassandraSettings) -> None:
+    """Let this process open what the stack sealed (the hops read its events): its data keys, in its keyspace
+    unless the environment names a shared one; the variable is restored, so a later stack starts clean."""
+    saved = os.environ.get("PARLEY_KEYS_KEYSPACE")
+    os.environ["PARLEY_KEYS_KEYSPACE"] = saved or cassandra.keyspace
+    try:
+        keys.install_from_env()
+    finally:
+        if saved is None:
+            del os.environ["PARLEY_KEYS_KEYSPACE"]
+
+
 def report_hops(hops: dict[str, list[float]]) -> None:
     ms = 1000.0
     print("        first token, by hop (p50 / p99 ms): " + "; ".join(
@@ -280,17 +311,128 @@ def knee(results: Iterable[tuple[int, Step]]) -> int | None:
     return max(ok) if ok else None
 
 
+# ------------------------------------------------------------------ overload: the paid tier's bound, free turns shed
+
+#: A shed free client tries again this soon (not after its Retry-After): the overload does not let up.
+SHED_PAUSE_S = 2.0
+
+
+def overload_env(tokens: int) -> dict[str, str]:
+    return env(tokens, None) | {
+        # The pool's capacity: one worker, 8 slots and 1 queued (the defaults' ratio, 32 + 4), beating every
+        # 0.5 s. Admission: the defaults (free shed from pressure 1.25, paid beyond 2.0).
+        "PARLEY_WORKER_MAX_CONCURRENCY": "8",
+        "PARLEY_WORKER_MAX_QUEUED": "1",
+        "PARLEY_WORKER_HEARTBEAT_S": "0.5",
+        "PARLEY_QUOTA_FREE_REQUESTS_PER_MINUTE": "1000000",  # quotas are not what is measured
+        "PARLEY_QUOTA_FREE_TOKENS_PER_DAY": "1000000000",
+    }
+
+
+async def tiers(url: str, keys: dict[str, str], clients: dict[str, int], seconds: float) -> dict[str, Step]:
+    """``clients[tier]`` conversations of each tier taking turns back to back for ``seconds``."""
+    steps = {tier: Step() for tier in clients}
+    total = sum(clients.values())
+    limits = httpx.Limits(max_connections=total + 8, max_keepalive_connections=total + 8)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+
+        async def conversation(tier: str) -> None:
+            headers = {"Authorization": f"Bearer {keys[tier]}"}
+            cid = (await http.post("/v1/conversations", json={}, headers=headers)).json()["id"]
+            step = steps[tier]
+            while time.perf_counter() < deadline:
+                shed = step.shed
+                try:
+                    await _sse_turn(http, cid, step, headers)
+                except httpx.TransportError:  # a connection dropped under the load: counted, not fatal
+                    step.failed += 1
+                if step.shed > shed:
+                    await asyncio.sleep(SHED_PAUSE_S)
+
+        began = time.perf_counter()
+        deadline = began + seconds
+        await asyncio.gather(*(conversation(tier) for tier, n in clients.items() for _ in range(n)))
+        for step in steps.values():
+            step.seconds = time.perf_counter() - began
+    return steps
+
+
+def report_tier(label: str, step: Step) -> None:
+    ms = 1000.0
+    print(
+        f"  {label:<28s} TTFT p50 {pct(step.ttfts, 0.5) * ms:6.0f} ms  p99 {pct(step.ttfts, 0.99) * ms:6.0f} ms   "
+        f"turns {step.turns:4d} ({step.turns / step.seconds if step.seconds else 0:5.2f}/s)   shed {step.shed:4d}   "
+        f"failed {step.failed}",
+        flush=True,
+    )
+
+
+def overload(paid: int, free: int, seconds: float, tokens: int, queue_limit: float | None) -> None:
+    turn_s = 0.1 + tokens / 30
+    limits = {} if queue_limit is None else {
+        "PARLEY_ROUTER_BUSY": f"{min(0.8, queue_limit):g}", "PARLEY_ROUTER_QUEUE_LIMIT": f"{queue_limit:g}"
+    }
+    print(f"{tokens} tokens per reply at 30 tokens/s (a turn ≈ {turn_s:.1f} s); one worker of 8 slots; {paid} paid "
+          f"conversations alone, then beside {free} free ones that alone want {free / 8:.1f} × the pool's capacity "
+          f"(shed: retried after {SHED_PAUSE_S:g} s), {seconds:g} s each; free turns shed from pressure "
+          f"{queue_limit or 1.25:g}, paid beyond 2; bar: paid TTFT p99 < {TTFT_BAR_S:g} s", flush=True)
+    results = {}
+    for label, extra in (
+        ("the router reading the backlog", {}),
+        ("heartbeats alone (BACKLOG_EVERY_S=0)", {"PARLEY_ROUTER_BACKLOG_EVERY_S": "0"}),
+    ):
+        kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
+        with tempfile.TemporaryDirectory() as logs:
+            stack = isolated.start(kafka, cassandra, Path(logs), overload_env(tokens) | limits | extra)
+            try:
+                install_keys(cassandra)
+                keys = {tier: stack.create_user(f"load-{tier}", tier)[1] for tier in ("enterprise", "free")}
+                asyncio.run(through_stack(stack.url, keys["enterprise"], 2))  # warm-up
+                print(label, flush=True)
+                if not results:  # the baseline, once: paid turns with nothing else running
+                    alone = asyncio.run(tiers(stack.url, keys, {"enterprise": paid}, seconds))["enterprise"]
+                    report_tier("paid alone (baseline)", alone)
+                since = time.time() - 1
+                both = asyncio.run(tiers(stack.url, keys, {"enterprise": paid, "free": free}, seconds))
+                report_tier("paid, free overloading", both["enterprise"])
+                report_hops(first_token_hops(kafka, both["enterprise"], since))
+                report_tier("free, overloading", both["free"])
+                results[label] = both
+            finally:
+                stack.stop()
+                isolated.drop(kafka, cassandra)
+    print(f"paid TTFT p99: {pct(alone.ttfts, 0.99) * 1000:.0f} ms alone; " + "; ".join(
+        f"{pct(r['enterprise'].ttfts, 0.99) * 1000:.0f} ms at overload with {label} "
+        f"({'under' if pct(r['enterprise'].ttfts, 0.99) < TTFT_BAR_S else 'OVER'} the bar, "
+        f"free shed {r['free'].shed} of {r['free'].shed + r['free'].turns})"
+        for label, r in results.items()
+    ), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", default="10,25,50,100", help="concurrent conversations per step, comma-separated")
-    parser.add_argument("--tokens", type=int, default=128, help="tokens per reply")
+    parser.add_argument("--tokens", type=int, default=None, help="tokens per reply (128; 256 with --overload)")
     parser.add_argument("--coalesce-ms", type=float, default=None, help="PARLEY_WORKER_COALESCE_MS (default: the setting's)")
+    parser.add_argument("--overload", action="store_true", help="admission at overload: paid TTFT, free turns shed")
+    parser.add_argument("--paid", type=int, default=4, help="--overload: paid conversations")
+    parser.add_argument("--free", type=int, default=24, help="--overload: free conversations")
+    parser.add_argument("--seconds", type=float, default=45.0, help="--overload: seconds per phase")
+    parser.add_argument(
+        "--queue-limit", type=float, default=None,
+        help="--overload: PARLEY_ROUTER_QUEUE_LIMIT (and BUSY at most 0.8): below 1 keeps slots free for paid turns",
+    )
     args = parser.parse_args()
+    if args.overload:
+        overload(args.paid, args.free, args.seconds, args.tokens or 256, args.queue_limit)
+        return
     steps = [int(s) for s in args.steps.split(",")]
+    args.tokens = args.tokens or 128
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "load")
     with tempfile.TemporaryDirectory() as logs:
         stack = isolated.start(kafka, cassandra, Path(logs), env(args.tokens, args.coalesce_ms))
         try:
+            install_keys(cassandra)
             _, key = stack.create_user("load", "enterprise")  # no quota, never shed
             pids = processes(stack)
             asyncio.run(through_stack(stack.url, key, 2))  # warm-up: connections, prepared statements

@@ -130,8 +130,10 @@ class Ops:
         answer = self._wait(futures[group], f"reading the offsets of {group}")
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in answer.topic_partitions}
 
-    def end_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
-        request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
+    def end_offsets(self, partitions: Iterable[Partition], earliest: bool = False) -> dict[Partition, int]:
+        """Each partition's end offset (the next record's), or with ``earliest`` the log's start."""
+        spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()
+        request = {TopicPartition(t, p): spec for t, p in partitions}
         if not request:
             return {}
         deadline = time.monotonic() + ADMIN_TIMEOUT_S

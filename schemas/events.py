@@ -499,6 +499,11 @@ class WorkerHeartbeat(Event):
     pool: str = doc("Pool it serves")
     model: str = doc("Model its engine runs", default="")
     partitions: list[int] = doc("Partitions of chat.inference.<pool> it owns", default_factory=list)
+    read_to: list[int] = doc(
+        "Per partition of `partitions`, in the same order: the offset of the next record it will take (one past"
+        " the last it took), -1 before it took one; empty from a worker that does not say",
+        default_factory=list,
+    )
     running: int = doc("Generations running in its engine", default=0)
     queued: int = doc("Requests accepted but not yet started", default=0)
     max_running: int = doc("Its concurrency limit", default=0)

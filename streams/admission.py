@@ -1,13 +1,21 @@
 """Admission control by tier (pure): admit, downgrade, queue, or shed — decided from pool pressure.
 
-Pressure of a pool = its demand (running + queued requests reported by its
-workers' heartbeats, plus what was placed since) over its capacity (the sum of
-their concurrency limits). Under pressure the free tier goes first: it is
+Pressure of a pool = its demand over its capacity (the sum of its workers'
+concurrency limits). Demand is every turn the pool owes: what its workers hold
+(running + queued, from their heartbeats) plus what waits for them in Kafka
+(its backlog: the records of ``chat.inference.<pool>`` no worker has taken, read
+every second, plus the turns this router routed there since that reading;
+``streams.route_backlog``). With no fresh backlog reading, it is the heartbeats
+plus what this router placed since each. So pressure − 1 is the queue a new turn
+joins, in units of the pool's capacity: about how many of a turn's durations
+it waits for a slot. Under pressure the free tier goes first: it is
 downgraded to a smaller pool that has room (recorded on the event), then
 admitted to a bounded queue while the pool is below ``queue_limit``, then shed
 with a ``retry_after``. Paid tiers keep a reserved share: they are shed only
-past ``paid_limit``. The gateway applies the same function to the same
-heartbeats so it can refuse before appending (503 + Retry-After).
+past ``paid_limit``: a free turn waits at most ``queue_limit − 1`` turn
+durations, a paid one at most ``paid_limit − 1``. The gateway applies the same
+function to the heartbeats alone (no backlog) so it can refuse before
+appending (503 + Retry-After); the router decides for real.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ PAID = frozenset({"plus", "enterprise"})
 
 @dataclass(frozen=True)
 class Load:
-    demand: float  # running + queued
+    demand: float  # running + queued, plus what waits in Kafka
     capacity: float  # sum of max_running
+    waiting: float = 0.0  # of the demand, what waits in Kafka (0: unknown, or none)
 
     @property
     def pressure(self) -> float:

@@ -1,10 +1,12 @@
 """The fleet as the router sees it: ``fleet.heartbeats`` folded into live workers per pool.
 
 Every worker publishes a WorkerHeartbeat every few seconds (partitions of
-``chat.inference.<pool>`` it owns, running, queued, max_running, draining).
-``Fleet`` keeps the newest beat of each worker and answers two questions for a
-pool: which replicas can take new work (for ``placement``) and how loaded the
-pool is (for ``admission``). It is pure: the caller passes the clock.
+``chat.inference.<pool>`` it owns and how far it took each, running, queued,
+max_running, draining). ``Fleet`` keeps the newest beat of each worker and
+answers three questions for a pool: which replicas can take new work (for
+``placement``), how loaded the pool is (for ``admission``), and where its
+partitions were read to (for ``route_backlog``). It is pure: the caller passes
+the clock.
 
 A worker not heard from for ``expiry_s`` is gone (killed, partitioned away);
 a draining one takes nothing new; one that left says so with a last beat that
@@ -21,7 +23,7 @@ from what is live.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from schemas.events import WorkerHeartbeat
@@ -92,17 +94,54 @@ class Fleet:
             for b in beats
         ]
 
+    def read_to(self, pool: str, now: float) -> dict[int, int]:
+        """Partition of ``pool`` → the next offset its owner will take, as the freshest beat claiming it says."""
+        out: dict[int, int] = {}
+        beats = [b for b in self.live(now) if b.pool == pool]
+        for beat in sorted(beats, key=lambda b: b.occurred_at):  # fresher claims overwrite older ones
+            for partition in beat.partitions:
+                out.pop(partition, None)  # a new owner that has taken nothing yet resumes from the group's offset
+            if len(beat.read_to) == len(beat.partitions):
+                out.update({p: at for p, at in zip(beat.partitions, beat.read_to, strict=True) if at >= 0})
+        return out
+
     def pools(self, now: float) -> set[str]:
         return {b.pool for b in self.live(now)}
 
 
-def pool_load(replicas: Iterable[Replica], load_of: dict[str, float] | None = None) -> Load | None:
+def pool_load(replicas: Iterable[Replica], load_of: dict[str, float] | None = None, waiting: float = 0.0) -> Load | None:
     """Demand over capacity of the replicas taking work; None when there are none (nothing to judge by).
 
-    ``load_of`` overrides a replica's reported load (the router adds what it placed since the beat).
+    ``load_of`` overrides a replica's reported load (the router adds what it placed since the beat);
+    ``waiting`` is what waits for the pool beyond its workers (its Kafka backlog, ``streams.route_backlog``).
     """
     taking = [r for r in replicas if r.partitions and r.capacity > 0]
     if not taking:
         return None
-    demand = sum((load_of or {}).get(r.id, r.load) for r in taking)
-    return Load(demand=demand, capacity=sum(r.capacity for r in taking))
+    demand = sum((load_of or {}).get(r.id, r.load) for r in taking) + waiting
+    return Load(demand=demand, capacity=sum(r.capacity for r in taking), waiting=waiting)
+
+
+# ------------------------------------------------------------------ the backlog (streams/route_backlog.py)
+
+
+@dataclass(frozen=True)
+class Offsets:
+    ends: Mapping[int, int]  # partition → end offset (the next record's)
+    starts: Mapping[int, int]  # partition → where the group resumes it: committed, else the log's start
+
+
+@dataclass(frozen=True)
+class Reading:
+    at: float  # monotonic, when the reading began
+    routed: int  # turns this router had routed to the pool by then
+    offsets: Offsets
+
+
+def unread(offsets: Offsets, read_to: Mapping[int, int]) -> int:
+    """Records past where each partition's reader has taken to (``read_to``, else the group's start)."""
+    return sum(max(0, end - read_to.get(p, offsets.starts.get(p, end))) for p, end in offsets.ends.items())
+
+
+def fresh(reading: Reading | None, now: float, stale_s: float) -> bool:
+    return reading is not None and now - reading.at <= stale_s

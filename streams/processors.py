@@ -44,6 +44,7 @@ from streams.document_search import DocumentSearch
 from streams.materializer import Checkpoints, Materializer
 from streams.moderator import Checker, Moderator
 from streams.readers import HeartbeatReader, MemoryReader
+from streams.route_backlog import BacklogReader
 from streams.route_recall import read_decisions
 from streams.router import Router, count_verdicts, policy_from
 from streams.settings import (
@@ -144,7 +145,8 @@ def _router(kafka: KafkaSettings) -> Wiring:
     """``chat.inference`` in, each turn routed by ``streams.router``'s core.
 
     Beside the agent, a task reads every worker heartbeat (no group: each
-    router instance needs them all). On assignment and revocation of
+    router instance needs them all), and another the pools' Kafka backlog every
+    PARLEY_ROUTER_BACKLOG_EVERY_S (``streams.route_backlog``; 0: not read). On assignment and revocation of
     ``chat.inference`` partitions the core's memory of decisions is told, and
     before a turn older than that memory is routed, the decisions are read back
     from the log (``streams.route_recall``) — retried until the broker answers,
@@ -167,6 +169,16 @@ def _router(kafka: KafkaSettings) -> Wiring:
                     router.heartbeat(beat, time.monotonic())
         finally:
             reader.close()
+
+    async def backlog() -> None:
+        reader = BacklogReader(kafka, policy.pools)
+        while True:
+            mark = router.backlog_mark(time.monotonic())
+            try:
+                router.backlog(mark, await asyncio.to_thread(reader.read))
+            except BrokerUnavailable as exc:  # past PARLEY_ROUTER_BACKLOG_STALE_S admission uses heartbeats alone
+                log.warning("reading the pools' backlog failed; retrying", extra={"error": str(exc)})
+            await asyncio.sleep(policy.backlog_every_s)
 
     async def assigned(topic: str, partitions: set[int]) -> None:
         router.memory.assigned(partitions, time.time())
@@ -199,7 +211,7 @@ def _router(kafka: KafkaSettings) -> Wiring:
     return Wiring(
         agents=[Agent("chat.inference", {InferenceRequested: route})],
         writes=(*(inference_topic(pool) for pool in policy.pools), "chat.events", "chat.tokens"),
-        tasks=[heartbeats],
+        tasks=[heartbeats, backlog] if policy.backlog_every_s > 0 else [heartbeats],
         on_assigned=[assigned],
         on_revoked=[revoked],
     )

@@ -9,7 +9,8 @@ Per turn, in this order (each step its own pure module):
    conversation is sticky to its pool and only ever escalates (``escalate``):
    leaving a pool throws away the prefix its engines hold.
 2. **Admission** — ``admission.admit`` on the pools' pressure from the fleet
-   view: free turns are downgraded, queued or shed; paid tiers keep a share.
+   view and each pool's Kafka backlog (``route_backlog``): free turns are
+   downgraded, queued or shed; paid tiers keep a share.
 3. **Placement** — ``placement.Placement`` picks the partition whose worker
    holds the conversation's prefix, or moves it when that worker is hot or
    gone; with no live heartbeats for the pool, Kafka's hash of the id.
@@ -40,7 +41,7 @@ from schemas.endings import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL, ending,
 from schemas.events import Event, GenerationCompleted, InferenceRequested, InferenceRouted, WorkerHeartbeat
 from streams.admission import AdmissionConfig, Admit, Load, Shed, admit
 from streams.classify import RANKS, Thresholds, classify, escalate, features
-from streams.fleet import Fleet, pool_load
+from streams.fleet import Fleet, Offsets, Reading, fresh, pool_load, unread
 from streams.placement import Placement, PlacementConfig
 from streams.route_memory import Decided, RouteMemory, attempt_key
 from streams.settings import RouterSettings
@@ -71,6 +72,8 @@ class Policy:
     placement: PlacementConfig = PlacementConfig()
     conversations: int = 200_000
     heartbeat_expiry_s: float = 6.0
+    backlog_every_s: float = 1.0
+    backlog_stale_s: float = 5.0
 
     def pool_of_model(self, model: str) -> str | None:
         """The pool serving ``model`` (a model name, or a pool's own name)."""
@@ -105,6 +108,8 @@ def policy_from(settings: RouterSettings) -> Policy:
         ),
         conversations=settings.conversations,
         heartbeat_expiry_s=settings.heartbeat_expiry_s,
+        backlog_every_s=settings.backlog_every_s,
+        backlog_stale_s=settings.backlog_stale_s,
     )
 
 
@@ -183,6 +188,9 @@ class Router:
         self._pools: LRU[str, str] = LRU(policy.conversations)
         self._placements = {pool: Placement(policy.placement) for pool in policy.pools}
         self._mismatches: set[tuple[str, str]] = set()  # (pool, model) warned about once
+        self._routed = dict.fromkeys(policy.pools, 0)  # turns routed to each pool, ever
+        self._backlog: dict[str, Reading] = {}
+        self._stale: set[str] = set()  # pools whose backlog reading went stale (warned once)
         #: What each recent attempt got. A second InferenceRequested of an attempt gets the same decision,
         #: so both records land on one partition and its worker generates the attempt once (workers skip a
         #: record of an attempt they hold or closed); across restarts the shell recalls it from the log.
@@ -199,12 +207,41 @@ class Router:
                     extra={"pool": beat.pool, "configured": configured, "served": beat.model, "worker_id": beat.worker_id},
                 )
 
+    def backlog_mark(self, now: float) -> dict[str, tuple[float, int]]:
+        """Taken just before a backlog reading begins: when, and how many turns each pool had been routed."""
+        return {pool: (now, routed) for pool, routed in self._routed.items()}
+
+    def backlog(self, mark: dict[str, tuple[float, int]], offsets: dict[str, Offsets]) -> None:
+        """Take a backlog reading (``route_backlog.BacklogReader``) that began at ``mark``."""
+        for pool, found in offsets.items():
+            if pool in mark:
+                at, routed = mark[pool]
+                self._backlog[pool] = Reading(at, routed, found)
+                self._stale.discard(pool)
+
+    def waiting(self, pool: str, now: float) -> float | None:
+        """Turns waiting in Kafka for ``pool``: its backlog at the last reading plus what this router routed
+        there since; None with no fresh reading (PARLEY_ROUTER_BACKLOG_STALE_S)."""
+        reading = self._backlog.get(pool)
+        if not fresh(reading, now, self.policy.backlog_stale_s):
+            if reading is not None and pool not in self._stale:
+                self._stale.add(pool)
+                log.warning("the pool's backlog reading is stale; admitting on heartbeats alone", extra={"pool": pool})
+            return None
+        assert reading is not None  # fresh() says so
+        return unread(reading.offsets, self.fleet.read_to(pool, now)) + self._routed[pool] - reading.routed
+
     def loads(self, now: float, pools: list[str]) -> dict[str, Load]:
-        """Pressure of ``pools``: reported load plus this router's placements since each worker's beat."""
+        """Pressure of ``pools``: what their workers hold plus what waits in Kafka for them; without a fresh
+        backlog reading, what the workers reported plus this router's placements since each beat."""
         out = {}
         for pool in pools:
             replicas = self.fleet.replicas(pool, now)
-            load = pool_load(replicas, {r.id: self._placements[pool].load(r) for r in replicas})
+            waiting = self.waiting(pool, now)
+            if waiting is None:
+                load = pool_load(replicas, {r.id: self._placements[pool].load(r) for r in replicas})
+            else:
+                load = pool_load(replicas, waiting=waiting)
             if load is not None:
                 out[pool] = load
         return out
@@ -253,9 +290,12 @@ class Router:
         ]
         if choice.reason == "user_selected":
             candidates = [choice.pool]
-        decision = admit(request.tier, choice.pool, self.loads(now, candidates), self.policy.admission)
+        loads = self.loads(now, candidates)
+        decision = admit(request.tier, choice.pool, loads, self.policy.admission)
         if isinstance(decision, Shed):
-            why = {"pool": decision.pool, "tier": request.tier, "why": decision.reason}
+            load = loads[decision.pool]  # a pool is shed only on a load
+            why = {"pool": decision.pool, "tier": request.tier, "why": decision.reason,
+                   "pressure": round(load.pressure, 2), "waiting": load.waiting}  # fmt: skip
             log.info("turn shed", extra={"conversation_id": cid, "request_id": request.request_id, **why})
             return shed(request, decision, self.policy.pools[decision.pool].model)
         return [self._place(request, choice, decision, now)]
@@ -273,6 +313,7 @@ class Router:
             partition, replica, where = partition_for(request.conversation_id, self.policy.partitions[pool]), "", "hashed"
         else:
             partition, replica, where = placed.partition, placed.replica, placed.reason
+        self._routed[pool] += 1
         reason = route_reason(choice.reason, where, downgraded=admitted.downgraded_from is not None)
         where_to = {"pool": pool, "partition": partition, "replica": replica, "queued": admitted.queued}
         log.debug("turn routed", extra={"request_id": request.request_id, "route_reason": reason, **where_to})

@@ -179,6 +179,16 @@ class RouterSettings:
         "PARLEY_ROUTER_PAID_LIMIT", 2.0, "Pool pressure beyond which paid turns are shed too (their reserved share)"
     )
     retry_after_s: float = env("PARLEY_ROUTER_RETRY_AFTER_S", 10.0, "Shortest retry_after told to a shed turn")
+    backlog_every_s: float = env(
+        "PARLEY_ROUTER_BACKLOG_EVERY_S",
+        1.0,
+        "How often the router reads the pools' Kafka backlog (end offsets); 0: never (admission on heartbeats alone)",
+    )
+    backlog_stale_s: float = env(
+        "PARLEY_ROUTER_BACKLOG_STALE_S",
+        5.0,
+        "A backlog reading older than this is not used: admission falls back to the heartbeats alone",
+    )
 
     def __post_init__(self) -> None:
         if self.conversations <= 0:
@@ -189,6 +199,11 @@ class RouterSettings:
             raise ConfigError("PARLEY_ROUTER_BALANCE_ABS must be >= 0 and PARLEY_ROUTER_BALANCE_REL >= 1")
         if self.heartbeat_expiry_s <= 0:
             raise ConfigError(f"PARLEY_ROUTER_HEARTBEAT_EXPIRY_S must be positive, got {self.heartbeat_expiry_s}")
+        if self.backlog_every_s < 0 or (self.backlog_every_s > 0 and self.backlog_stale_s <= self.backlog_every_s):
+            raise ConfigError(
+                "need PARLEY_ROUTER_BACKLOG_EVERY_S 0 (off) or below PARLEY_ROUTER_BACKLOG_STALE_S, "
+                f"got {self.backlog_every_s}, {self.backlog_stale_s}"
+            )
         if not 0 < self.busy <= self.queue_limit <= self.paid_limit:
             raise ConfigError(
                 "need 0 < PARLEY_ROUTER_BUSY <= PARLEY_ROUTER_QUEUE_LIMIT <= PARLEY_ROUTER_PAID_LIMIT, "

@@ -125,6 +125,7 @@ class Intake:
         self._owned: set[int] = set()
         self._assigned_once = False  # the group's first assignment has come (possibly of no partition)
         self._positions: dict[int, int] = {}  # owned partition → commit position (the first unfinished offset)
+        self._read_to: dict[int, int] = {}  # owned partition → one past the last record taken (the heartbeat's)
         self._commit_offsets = commit_offsets
         self._metadata: Any = None  # consumer_group_metadata(), refreshed on the intake thread
         self._tracker = OffsetTracker()  # touched only on the intake thread
@@ -168,6 +169,12 @@ class Intake:
         """Owned partition → the offset the group should resume it at (workers/transactions.GroupView)."""
         with self._lock:
             return dict(self._positions)
+
+    def read_to(self) -> dict[int, int]:
+        """Owned partition → the offset of the next record it will take, for partitions it took one from: the
+        router counts what lies past it as the pool's backlog (streams/route_backlog.py)."""
+        with self._lock:
+            return dict(self._read_to)
 
     def group_metadata(self) -> Any:
         """The member's group metadata as of the last poll or rebalance (None before the first).
@@ -229,6 +236,8 @@ class Intake:
                 log.warning("record polled again; skipped", extra={"partition": partition, "offset": offset})
                 continue
             self._report(partition)
+            with self._lock:
+                self._read_to[partition] = max(self._read_to.get(partition, 0), offset + 1)
             taken.add((partition, offset))
         for partition, offset in sorted(dead & taken):
             self._finish(partition, offset)
@@ -309,6 +318,7 @@ class Intake:
             self._owned.difference_update(partitions)
             for p in partitions:
                 self._positions.pop(p, None)
+                self._read_to.pop(p, None)
         for p in partitions:
             self._tracker.drop(p)
             self._ends.pop(p, None)

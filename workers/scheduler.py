@@ -176,7 +176,10 @@ class Scheduler:
             await self.abandon(left)
         await asyncio.gather(*self._background, return_exceptions=True)
 
-    def heartbeat(self, *, partitions: list[int], load: EngineLoad | None) -> WorkerHeartbeat:
+    def heartbeat(
+        self, *, partitions: list[int], load: EngineLoad | None, read_to: dict[int, int] | None = None
+    ) -> WorkerHeartbeat:
+        """``read_to``: owned partition → the next offset the intake will take (missing: none taken yet)."""
         settings = self._settings
         record_load(pool=settings.pool, worker=settings.worker_id, queued=self.queued, running=self.running)
         return WorkerHeartbeat(
@@ -184,6 +187,7 @@ class Scheduler:
             pool=settings.pool,
             model=self.model or settings.model_name,
             partitions=partitions,
+            read_to=[(read_to or {}).get(p, -1) for p in partitions],
             running=self.running,
             queued=self.queued,
             max_running=settings.max_concurrency,

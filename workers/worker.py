@@ -171,7 +171,9 @@ async def _send_heartbeat(
     scheduler: Scheduler, sink: KafkaSink, intake: Intake | None, load: EngineLoad | None
 ) -> asyncio.Future[object]:
     """The heartbeat's delivery. Not awaited: one that cannot be delivered is superseded by the next anyway."""
-    beat = scheduler.heartbeat(partitions=intake.owned if intake else [], load=load)
+    beat = scheduler.heartbeat(
+        partitions=intake.owned if intake else [], read_to=intake.read_to() if intake else {}, load=load
+    )
     sent = sink.send_nowait(beat)
     sent.add_done_callback(_log_lost_heartbeat)
     return sent

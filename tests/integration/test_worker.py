@@ -304,6 +304,24 @@ async def test_heartbeats_say_who_serves_what(worker: Running, kafka: KafkaSetti
     beat = beat_with_partitions(seen)[-1]
     assert (beat.pool, beat.model, beat.max_running, beat.draining) == ("small", "scripted-it", 8, False)
     assert beat.partitions == list(range(6))  # the only member of the group owns every partition
+    assert len(beat.read_to) == 6 and all(at >= -1 for at in beat.read_to)
+
+
+async def test_heartbeats_say_where_each_partition_was_taken_to(worker: Running, kafka: KafkaSettings) -> None:
+    """The router counts what lies past it as the pool's backlog (streams/route_backlog.py)."""
+    r = routed("[[tokens:2]]", partition=5)
+    offset = await submit(worker, r)
+    await closing_events(kafka, r.request.request_id)
+
+    def taken(seen: list[Seen]) -> bool:
+        return any(
+            isinstance(s.event, WorkerHeartbeat)
+            and s.event.worker_id == worker.settings.worker_id
+            and dict(zip(s.event.partitions, s.event.read_to, strict=True)).get(5) == offset + 1
+            for s in seen
+        )
+
+    await read(kafka, "fleet.heartbeats", taken)
 
 
 async def test_stopping_drains_commits_everything_and_says_so(worker: Running, kafka: KafkaSettings) -> None:

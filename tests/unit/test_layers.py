@@ -76,6 +76,7 @@ IO_CLIENTS = {"faust", "mode", "aiokafka", "confluent_kafka", "cassandra"}
 #: The modules of streams/ and workers/ that touch Kafka or Cassandra; every other one is a core.
 SHELLS = {
     "streams.__main__", "streams.app", "streams.processors", "streams.readers", "streams.route_recall",
+    "streams.route_backlog",
     "streams.store", "streams.summary_store",
     "workers.__main__", "workers.worker", "workers.intake", "workers.control", "workers.sink",
     "workers.transactions", "workers.history_reader",

@@ -80,6 +80,8 @@ def test_the_default_pool_is_the_floor_of_classified_turns() -> None:
         (dict(busy=1.5, queue_limit=1.25), "PARLEY_ROUTER_BUSY"),
         (dict(medium_score=4.0, frontier_score=3.0), "PARLEY_ROUTER_MEDIUM_SCORE"),
         (dict(heartbeat_expiry_s=0.0), "PARLEY_ROUTER_HEARTBEAT_EXPIRY_S"),
+        (dict(backlog_every_s=5.0, backlog_stale_s=5.0), "PARLEY_ROUTER_BACKLOG_STALE_S"),
+        (dict(backlog_every_s=-1.0), "PARLEY_ROUTER_BACKLOG_EVERY_S"),
     ],
 )
 def test_bad_settings_name_the_variable(settings: dict[str, object], names: str) -> None:
