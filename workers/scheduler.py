@@ -26,7 +26,7 @@ from parley.errors import Fenced, Unavailable
 from parley.logs import trace_context
 from parley.retry import retrying
 from schemas.endings import ENGINE_UNAVAILABLE, WORKER_ERROR
-from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
+from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers import priority
 from workers.chat_template import CHATML, ChatTemplate
 from workers.coalesce import Coalescer, Piece
@@ -257,7 +257,11 @@ class Scheduler:
             log.exception("could not resend the closing events of a finished request", extra=job.ids)
             final = next((e for e in events if isinstance(e, TokenChunk)), None)
             seq, chars = (final.seq, final.offset_chars) if final is not None else (0, len(job.routed.request.resume_text))
-            if not committed and not await self._end_failed(job, Outcome(finish_reason="failed"), seq, chars, 0.0):
+            # Only while no ending of the attempt is on the log: one already there must not get a second.
+            ending = next((e for e in events if isinstance(e, GenerationCompleted)), None)
+            if ending is not None and not committed and not await self._end_failed(
+                job, Outcome(finish_reason="failed"), seq, chars, 0.0, attempt=ending.attempt
+            ):
                 self._book.dropped(job)
                 return
         log.info("redelivered request closed without generating", extra=job.ids | {"resent": len(events)})
@@ -313,9 +317,14 @@ class Scheduler:
         finally:
             self._do(self._book.ended(job, finished=finished))
 
-    def _closing(self, job: Job, outcome: Outcome, seq: int, chars: int, queue_ms: float) -> tuple[Event, ...]:
+    def _closing(
+        self, job: Job, outcome: Outcome, seq: int, chars: int, queue_ms: float, attempt: int | None = None
+    ) -> tuple[Event, ...]:
+        routed = job.routed
+        if attempt is not None:
+            routed = replace(routed, request=replace(routed.request, attempt=attempt))
         completed, final, usage = terminal_events(
-            job.routed,
+            routed,
             outcome,
             seq=seq,
             offset_chars=chars,
@@ -325,13 +334,15 @@ class Scheduler:
         )
         return completed, usage, final
 
-    async def _end_failed(self, job: Job, outcome: Outcome, seq: int, chars: int, queue_ms: float) -> bool:
+    async def _end_failed(
+        self, job: Job, outcome: Outcome, seq: int, chars: int, queue_ms: float, attempt: int | None = None
+    ) -> bool:
         """One more try, after a closing could not be written: a ``worker_error`` ending without the reply's
         new text (it may be what was refused), so the turn ends and its stream with it. False if fenced."""
         message = "the worker could not record the reply's ending"
         failed = replace(outcome, finish_reason="failed", text="", error_code=WORKER_ERROR, error_message=message)
         try:
-            await self._settle(self._closing(job, failed, seq, chars, queue_ms), job)
+            await self._settle(self._closing(job, failed, seq, chars, queue_ms, attempt), job)
         except Fenced:
             return False
         except Exception:
