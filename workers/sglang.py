@@ -116,6 +116,7 @@ class StreamDecoder:
         self._completion_tokens = 0
         self.started = False  # a delta has been returned: errors now end the stream instead of raising
         self.finished = False
+        self.wrong_form = False  # the text was not cumulative: the engine's form is not what was read
 
     def feed(self, line: bytes | str) -> EngineDelta | None:
         if self.finished:
@@ -168,6 +169,7 @@ class StreamDecoder:
             if text.startswith(self._text):
                 delta, self._text = text[len(self._text) :], text
             elif finish is None:
+                self.wrong_form = True
                 return self._fail(
                     "engine text is not cumulative though its /get_server_info says incremental_streaming_output "
                     "is off (was it restarted with --incremental-streaming-output?)"
@@ -264,7 +266,7 @@ class SGLangClient:
         try:
             return await asyncio.shield(self._form)
         except EngineUnavailable:
-            self._form = None
+            self._forget_form()
             raise
 
     def _forget_form(self) -> None:
@@ -299,12 +301,16 @@ class SGLangClient:
                     *lines, pending = (pending + chunk).split(b"\n")
                     for line in lines:
                         delta = decoder.feed(line)
+                        if decoder.wrong_form:
+                            self._forget_form()  # restarted with the other flag: read it again next time
                         if delta is not None:
                             yield delta
                         if decoder.finished:
                             return
                 if pending:
                     delta = decoder.feed(pending)
+                    if decoder.wrong_form:
+                        self._forget_form()
                     if delta is not None:
                         yield delta
                     if decoder.finished:

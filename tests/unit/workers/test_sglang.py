@@ -227,6 +227,22 @@ async def test_client_reads_the_stream_form_from_server_info_once_per_engine_lif
     await client.close()
 
 
+async def test_a_stream_in_the_other_form_fails_and_the_form_is_read_again() -> None:
+    said = {"incremental": False}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":
+            return server_info(incremental_streaming_output=said["incremental"])
+        return sse("stream_length_incremental.sse")  # restarted with the flag, unseen by the client
+
+    client = client_for(handler)
+    broken = await collect(client)
+    assert broken[-1].finish_reason == "failed" and "not cumulative" in (broken[-1].error or "")
+    said["incremental"] = True
+    assert "".join(d.text for d in await collect(client)) == " Paris. It is the largest city in"
+    await client.close()
+
+
 async def test_client_refuses_an_engine_whose_stream_form_is_unreadable() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/get_server_info":
