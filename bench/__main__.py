@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, each printing its figure next to a baseline measured in the same run.
 
 codec, router_sim and moderation are in-process; markdown times the page's reply renderer in Chromium; engine
-starts the CPU engine with its default model (no Kafka); pipeline, router_stack, load, gateways, fanout, ingest and moderation_stack start isolated stacks (fanout: the gateway
+starts the CPU engine with its default model (no Kafka); token_path times the engine API's stream forms (in process,
+then through synthetic engines); pipeline, router_stack, load, gateways, fanout, ingest and moderation_stack start isolated stacks (fanout: the gateway
 alone) on the running Kafka and Cassandra; retrieval writes its labelled set into Cassandra; processors starts one
 processor process at a time on an isolated namespace; storage rebuilds into scratch keyspaces and flushes them with
 nodetool (a few minutes in all). fanout, processors, replay and storage also rewrite their figures in bench/results/,
@@ -12,11 +13,12 @@ import sys
 
 from bench import (
     codec, engine, fanout, gateways, ingest, load, markdown, moderation, moderation_stack, pipeline, processors, replay,
-    retrieval, router_sim, router_stack, storage,
+    retrieval, router_sim, router_stack, storage, token_path,
 )
 
 for name, module in (
-    ("codec", codec), ("markdown", markdown), ("router_sim", router_sim), ("engine", engine), ("pipeline", pipeline),
+    ("codec", codec), ("markdown", markdown), ("router_sim", router_sim), ("engine", engine), ("token_path", token_path),
+    ("pipeline", pipeline),
     ("router_stack", router_stack), ("replay", replay), ("processors", processors), ("storage", storage),
     ("load", load), ("gateways", gateways),
     ("fanout", fanout), ("retrieval", retrieval), ("ingest", ingest), ("moderation", moderation),

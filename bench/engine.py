@@ -71,7 +71,7 @@ async def one_stream(http: httpx.AsyncClient, text: str, tokens: int) -> Stream:
         async for line in resp.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            n = len(json.loads(line[6:])["output_ids"])  # cumulative, as SGLang streams them
+            n = json.loads(line[6:])["meta_info"]["completion_tokens"]  # a total in either stream form
             now = time.perf_counter()
             if first_at is None and n > 0:
                 first_at, first_n = now, n

@@ -138,8 +138,9 @@ async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step, headers: dict
                 return
 
 
-async def _engine_turn(http: httpx.AsyncClient, tokens: int, step: Step) -> None:
-    """One generation straight from the engine's /generate stream (the baseline)."""
+async def _engine_turn(http: httpx.AsyncClient, tokens: int, step: Step, incremental: bool) -> None:
+    """One generation straight from the engine's /generate stream (the baseline). ``incremental``: each
+    event carries only its own text (the engine's /get_server_info says), else the whole text so far."""
     body = {
         "text": f"Tell me about {uuid.uuid4().hex[:8]} in detail.",
         "sampling_params": {"max_new_tokens": tokens},
@@ -154,13 +155,14 @@ async def _engine_turn(http: httpx.AsyncClient, tokens: int, step: Step) -> None
             if not line.startswith("data:") or line.strip() == "data: [DONE]":
                 continue
             out = json.loads(line[5:])
-            if len(out.get("text", "")) > len(seen):
+            text = out.get("text", "")
+            if len(text) > (0 if incremental else len(seen)):
                 now = time.perf_counter()
                 if last is None:
                     step.ttfts.append(now - began)
                 else:
                     step.gaps.append(now - last)
-                last, seen = now, out["text"]
+                last, seen = now, seen + text if incremental else text
             if out.get("meta_info", {}).get("finish_reason"):
                 step.turns += 1
                 step.tokens += int(out["meta_info"].get("completion_tokens", 0))
@@ -188,10 +190,11 @@ async def straight_to_engine(url: str, k: int, tokens: int) -> Step:
     step = Step()
     limits = httpx.Limits(max_connections=k + 8, max_keepalive_connections=k + 8)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+        incremental = bool((await http.get("/get_server_info")).json().get("incremental_streaming_output", False))
 
         async def conversation() -> None:
             for _ in range(2):
-                await _engine_turn(http, tokens, step)
+                await _engine_turn(http, tokens, step, incremental)
 
         began = time.perf_counter()
         await asyncio.gather(*(conversation() for _ in range(k)))

@@ -56,6 +56,15 @@ class ProduceFailed(BrokerUnavailable):
     """The broker did not acknowledge an event within the delivery timeout."""
 
 
+class QueueFull(ProduceFailed):
+    """librdkafka's local queue had no room for the event (``queue.buffering.max.*``): the broker has
+    been out of reach for a while. Transient, as every ProduceFailed."""
+
+
+#: How long ``send`` waits before it offers an event again to a full queue.
+QUEUE_FULL_PAUSE_S = 0.05
+
+
 #: A delivery report on its way to its future: (the future, librdkafka's error or None, the message).
 _Ack = tuple[asyncio.Future[Delivered], KafkaError | None, Message]
 
@@ -95,31 +104,44 @@ class EventProducer:
         topic: str | None = None,
         partition: int | None = None,
     ) -> None:
-        """Queue ``event``; ``on_delivery(err, msg)`` runs on the poll thread."""
-        kwargs: dict[str, Any] = {}
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self._producer.produce(
-                    topic or self.topic_of(event),
-                    value=codec.encode(event),
-                    key=event.key,
-                    on_delivery=on_delivery,
-                    **kwargs,
-                )
-                return
-            except BufferError:  # local queue full: let deliveries drain
-                self._producer.poll(0.1)
+        """Queue ``event``; ``on_delivery(err, msg)`` runs on the poll thread. For threads: while
+        librdkafka's queue is full this blocks until deliveries drain it (never call it on a loop)."""
+        record = self._record(event, topic)
+        while not self._try_produce(record, on_delivery, partition):
+            self._producer.poll(0.1)
+
+    def _record(self, event: Event, topic: str | None) -> tuple[str, bytes, bytes | None]:
+        """Encoded once, however often the queue turns it away."""
+        return topic or self.topic_of(event), codec.encode(event), event.key
+
+    def _try_produce(
+        self, record: tuple[str, bytes, bytes | None], on_delivery: Callable[[KafkaError | None, Message], None], partition: int | None
+    ) -> bool:
+        """Hand ``record`` to librdkafka; False when its local queue is full."""
+        topic, value, key = record
+        kwargs: dict[str, Any] = {} if partition is None else {"partition": partition}
+        try:
+            self._producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **kwargs)
+        except BufferError:
+            return False
+        return True
 
     def send_nowait(
         self, event: Event, *, topic: str | None = None, partition: int | None = None
     ) -> asyncio.Future[Delivered]:
         """Queue ``event`` now (events keep the order of the calls); the future resolves on its acknowledgement,
-        or fails with ``ProduceFailed``."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Delivered] = loop.create_future()
+        or fails with ``ProduceFailed`` (``QueueFull`` at once when librdkafka's queue has no room)."""
+        fut = self._send_record(self._record(event, topic), partition)
+        if fut is None:
+            # On the loop nothing may wait for queue space: a full queue means the broker has been away
+            # long enough to fill it, and the event fails now, as it would at its delivery timeout.
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(QueueFull(f"the local queue for {self._settings.bootstrap} is full (broker away?)"))
+        return fut
 
+    def _on_delivery(
+        self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Delivered]
+    ) -> Callable[[KafkaError | None, Message], None]:
         def done(err: KafkaError | None, msg: Message) -> None:  # on the poll thread, or a thread in flush()
             with self._acked_lock:
                 burst = self._acked.get(loop)
@@ -133,8 +155,7 @@ class EventProducer:
                 with self._acked_lock:
                     self._acked.pop(loop, None)
 
-        self.produce(event, done, topic=topic, partition=partition)
-        return fut
+        return done
 
     def _resolve_acked(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._acked_lock:
@@ -143,7 +164,22 @@ class EventProducer:
             _resolve(fut, err, msg)
 
     async def send(self, event: Event, *, topic: str | None = None, partition: int | None = None) -> Delivered:
-        return await self.send_nowait(event, topic=topic, partition=partition)
+        """Queue ``event``, awaiting room in librdkafka's queue while it is full (the loop runs on), and
+        resolve on its acknowledgement."""
+        record = self._record(event, topic)
+        while True:
+            fut = self._send_record(record, partition)
+            if fut is not None:
+                return await fut
+            await asyncio.sleep(QUEUE_FULL_PAUSE_S)
+
+    def _send_record(self, record: tuple[str, bytes, bytes | None], partition: int | None) -> asyncio.Future[Delivered] | None:
+        """``record`` queued, with the future of its acknowledgement; None while the queue is full."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Delivered] = loop.create_future()
+        if not self._try_produce(record, self._on_delivery(loop, fut), partition):
+            return None
+        return fut
 
     def produce_sync(
         self, event: Event, *, topic: str | None = None, partition: int | None = None, timeout: float = 125.0

@@ -72,8 +72,18 @@ class _Consumer(faust_aiokafka.Consumer):
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
 
 
+class _Producer(faust_aiokafka.Producer):
+    """Idempotent, as every Parley producer (docs/design.md §5): a send aiokafka retries after a lost
+    acknowledgement is not written twice, nor reordered. faust turns idempotence on only in its
+    exactly-once mode, which Parley does not use; the broker assigns the producer id on start."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
+
 class _Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
+    Producer = _Producer
 
 
 class _App(faust.App):

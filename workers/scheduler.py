@@ -19,14 +19,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from parley.errors import BrokerUnavailable, Fenced
+from parley.errors import Fenced, Unavailable
 from parley.logs import trace_context
 from parley.retry import retrying
-from schemas.endings import ENGINE_UNAVAILABLE
-from schemas.events import Event, InferenceRouted, TokenChunk, WorkerHeartbeat
+from schemas.endings import ENGINE_UNAVAILABLE, WORKER_ERROR
+from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers import priority
 from workers.chat_template import CHATML, ChatTemplate
 from workers.coalesce import Coalescer, Piece
@@ -251,39 +251,45 @@ class Scheduler:
 
     async def _resend(self, job: Job, events: Sequence[Event]) -> None:
         """A redelivered request that had finished: produce the closing events its owner did not get out."""
+        committed: list[bool] = []
         try:
-            await self._settle(events, job)
+            await self._settle(events, job, committed)
         except Fenced:
             self._book.dropped(job)
             return
-        except Exception:  # a bug, as in _run: let the record go rather than hold back the commits
+        except Exception:
             log.exception("could not resend the closing events of a finished request", extra=job.ids)
+            final = next((e for e in events if isinstance(e, TokenChunk)), None)
+            seq, chars = (final.seq, final.offset_chars) if final is not None else (0, len(job.routed.request.resume_text))
+            # Only while no ending of the attempt is on the log: one already there must not get a second.
+            ending = next((e for e in events if isinstance(e, GenerationCompleted)), None)
+            if ending is not None and not committed and not await self._end_failed(
+                job, Outcome(finish_reason="failed"), seq, chars, 0.0, attempt=ending.attempt
+            ):
+                self._book.dropped(job)
+                return
         log.info("redelivered request closed without generating", extra=job.ids | {"resent": len(events)})
         self._do(self._book.ended(job, finished=True))
 
     async def _run(self, job: Job) -> None:
         finished = False
+        req = job.routed.request
+        coalescer = Coalescer(self._settings.coalesce_ms / 1000, self._settings.coalesce_tokens, start_chars=len(req.resume_text))
+        outcome = Outcome(finish_reason="failed")
+        queue_ms = 0.0
+        committed: list[bool] = []
         try:
             # A cancel may land between launch and here: then the engine is never asked.
             if job.cancel_reason is None:
-                outcome, seq, chars, queue_ms = await self._generate(job)
+                outcome, queue_ms = await self._generate(job, coalescer)
             else:
                 outcome = Outcome(finish_reason="cancelled").as_cancelled(job.cancel_reason)
-                seq, chars, queue_ms = 0, len(job.routed.request.resume_text), self._queue_ms(job)
+                queue_ms = self._queue_ms(job)
             new_tokens = outcome.usage.completion_tokens  # before resumed(): this attempt's own tokens
             outcome = outcome.resumed(job.resume_tokens)
             model = self._model(job)
             record_outcome(outcome, pool=self._settings.pool, model=model, new_tokens=new_tokens)
-            completed, final, usage = terminal_events(
-                job.routed,
-                outcome,
-                seq=seq,
-                offset_chars=chars,
-                replica=self._settings.worker_id,
-                model=model,
-                queue_ms=queue_ms,
-            )
-            await self._settle((completed, usage, final), job)
+            await self._settle(self._closing(job, outcome, coalescer.next_seq, coalescer.chars, queue_ms), job, committed)
             finished = True
             log.info(
                 "generation ended",
@@ -292,7 +298,7 @@ class Scheduler:
                     "finish_reason": outcome.finish_reason,
                     "error_code": outcome.error_code,
                     "completion_tokens": outcome.usage.completion_tokens,
-                    "chunks": seq + 1,
+                    "chunks": coalescer.next_seq + 1,
                 },
             )
         except asyncio.CancelledError:
@@ -301,14 +307,54 @@ class Scheduler:
             log.error("closing events not committed: this worker was replaced; leaving the request", extra=job.ids)
             self._book.dropped(job)
         except Exception:
-            # A bug, not an outage (produce failures are retried in _deliver): a redelivery would fail
-            # the same way, so the record is let go rather than holding back every later commit.
-            log.exception("could not close a generation; its record is skipped", extra=job.ids)
-            finished = True
+            # Not an outage (those _settle retries in place): a closing the log refuses (ClosingRefused), or a
+            # bug. A redelivery would fail the same way, so the turn is ended worker_error instead, and its
+            # record let go rather than holding back every later commit.
+            if committed:  # the reply is on the log; only its final chunk is missing: never end it twice
+                log.exception("could not produce the final chunk of a committed reply; its record is let go", extra=job.ids)
+                finished = True
+            else:
+                log.exception("could not close a generation; ending it failed", extra=job.ids)
+                finished = await self._end_failed(job, outcome, coalescer.next_seq, coalescer.chars, queue_ms)
+                if not finished:
+                    self._book.dropped(job)
         finally:
             self._do(self._book.ended(job, finished=finished))
 
-    async def _generate(self, job: Job) -> tuple[Outcome, int, int, float]:
+    def _closing(
+        self, job: Job, outcome: Outcome, seq: int, chars: int, queue_ms: float, attempt: int | None = None
+    ) -> tuple[Event, ...]:
+        routed = job.routed
+        if attempt is not None:
+            routed = replace(routed, request=replace(routed.request, attempt=attempt))
+        completed, final, usage = terminal_events(
+            routed,
+            outcome,
+            seq=seq,
+            offset_chars=chars,
+            replica=self._settings.worker_id,
+            model=self._model(job),
+            queue_ms=queue_ms,
+        )
+        return completed, usage, final
+
+    async def _end_failed(
+        self, job: Job, outcome: Outcome, seq: int, chars: int, queue_ms: float, attempt: int | None = None
+    ) -> bool:
+        """One more try, after a closing could not be written: a ``worker_error`` ending without the reply's
+        new text (it may be what was refused), so the turn ends and its stream with it. False if fenced."""
+        message = "the worker could not record the reply's ending"
+        failed = replace(outcome, finish_reason="failed", text="", error_code=WORKER_ERROR, error_message=message)
+        try:
+            await self._settle(self._closing(job, failed, seq, chars, queue_ms, attempt), job)
+        except Fenced:
+            return False
+        except Exception:
+            log.exception("could not end the turn failed either; its record is let go", extra=job.ids)
+        return True
+
+    async def _generate(self, job: Job, coalescer: Coalescer) -> tuple[Outcome, float]:
+        """The engine's reply, streamed through ``coalescer`` as chunks; with the time it queued (ms)."""
         req = job.routed.request
         asked = req.sampling
         request = GenerateRequest(
@@ -323,9 +369,6 @@ class Scheduler:
             frequency_penalty=asked.frequency_penalty or 0.0,
             json_schema=asked.json_schema,
             priority=priority.of_turn(req),
-        )
-        coalescer = Coalescer(
-            self._settings.coalesce_ms / 1000, self._settings.coalesce_tokens, start_chars=len(req.resume_text)
         )
         acks: list[asyncio.Future[object]] = []
 
@@ -344,7 +387,7 @@ class Scheduler:
         lost = [r for r in await asyncio.gather(*acks, return_exceptions=True) if isinstance(r, BaseException)]
         if lost:
             log.warning("token chunks were not acknowledged", extra=job.ids | {"lost": len(lost)})
-        return outcome, coalescer.next_seq, coalescer.chars, queue_ms
+        return outcome, queue_ms
 
     def _chunk(self, job: Job, piece: Piece) -> TokenChunk:
         routed = job.routed
@@ -370,21 +413,25 @@ class Scheduler:
         """From the router's InferenceRouted to now (engine submission)."""
         return max(0.0, self._wall() * 1000 - job.routed.occurred_at / 1000)
 
-    async def _settle(self, events: Sequence[Event], job: Job) -> None:
+    async def _settle(self, events: Sequence[Event], job: Job, committed: list[bool] | None = None) -> None:
         """Close a request: the events that settle it in one fenced transaction (all or none, and
         only while this worker owns its partition), then its final chunk, so a reader who sees the
-        stream end finds the reply and its usage on the log (docs/design.md)."""
+        stream end finds the reply and its usage on the log (docs/design.md). ``committed`` is told
+        when the transaction is in (its ending must then never be written again)."""
         chunks = [e for e in events if isinstance(e, TokenChunk)]
         settling = [e for e in events if not isinstance(e, TokenChunk)]
         if settling:
             await self._retrying("the settling transaction", lambda: self._sink.commit(settling), job)
+            if committed is not None:
+                committed.append(True)
         for chunk in chunks:
             await self._retrying("producing the final chunk", lambda: self._sink.send(chunk), job)
 
     @staticmethod
     async def _retrying(what: str, attempt: Callable[[], Awaitable[object]], job: Job) -> None:
-        """Retried while the broker is away: the closing events must not be skipped."""
-        await retrying(what, attempt, 10.0, on=BrokerUnavailable, first_pause_s=0.5, ids=job.ids)
+        """Retried while the broker (or, for sealing, the key store) is away: the closing events must not
+        be skipped."""
+        await retrying(what, attempt, 10.0, on=Unavailable, first_pause_s=0.5, ids=job.ids)
 
     async def _abort(self, job: Job, generation: Generation, stop_on_error: bool = False) -> None:
         try:

@@ -2,9 +2,21 @@
 
 The same client talks to a real SGLang server and to Parley's CPU engine. The
 wire is read in two steps: ``parse_sse_line`` (bytes → one decoded event) and
-``StreamDecoder`` (SGLang's cumulative outputs → ``EngineDelta``s), both pure,
-so recorded streams can be replayed in unit tests; ``SGLangClient`` only moves
-bytes and translates transport errors at the boundary::
+``StreamDecoder`` (SGLang's outputs → ``EngineDelta``s), both pure, so recorded
+streams can be replayed in unit tests; ``SGLangClient`` only moves bytes and
+translates transport errors at the boundary.
+
+A ``/generate`` stream comes in one of two forms, chosen by the engine's launch
+flag, never by the request: SGLang's default resends the whole reply so far in
+every event (``text``, ``output_ids``: O(n) per event, O(n²) per reply on both
+sides), while ``--incremental-streaming-output`` sends only what each event
+adds. The client reads which from the engine's ``/get_server_info``
+(``incremental_streaming_output``; absent, as before SGLang had the flag:
+cumulative) before its first request, and again after it lost the engine (a
+restart may change the flag). It does not guess from the chunks: the first
+event of both forms looks the same, and a wrong guess would repeat or drop
+text. The engine is the one place that knows; a pool setting could disagree
+with the flags an engine was launched with. Errors::
 
     httpx.TransportError / timeout / HTTP 5xx   → EngineUnavailable  (retry elsewhere)
     HTTP 4xx, or an error before the first token → EngineRejected     (SGLang's message)
@@ -90,16 +102,21 @@ def error_message(body: bytes | str) -> str:
 
 
 class StreamDecoder:
-    """Turns SGLang's cumulative stream into deltas; raises EngineError only before the first delta."""
+    """Turns an SGLang stream into deltas; raises EngineError only before the first delta.
 
-    def __init__(self, rid: str = "") -> None:
+    ``incremental``: the engine streams each event's own text (``--incremental-streaming-output``),
+    else the whole text so far, which is diffed against what came before."""
+
+    def __init__(self, rid: str = "", incremental: bool = False) -> None:
         self.rid = rid
-        self._text = ""
+        self.incremental = incremental
+        self._text = ""  # cumulative form only: the text so far
         self._prompt_tokens = 0
         self._cached_tokens = 0
         self._completion_tokens = 0
         self.started = False  # a delta has been returned: errors now end the stream instead of raising
         self.finished = False
+        self.wrong_form = False  # the text was not cumulative: the engine's form is not what was read
 
     def feed(self, line: bytes | str) -> EngineDelta | None:
         if self.finished:
@@ -146,12 +163,16 @@ class StreamDecoder:
             raise EngineUnavailable(error or "the engine failed the request")
         text = event.get("text")
         delta = ""
-        if isinstance(text, str):
+        if isinstance(text, str) and self.incremental:
+            delta = text
+        elif isinstance(text, str):
             if text.startswith(self._text):
                 delta, self._text = text[len(self._text) :], text
             elif finish is None:
+                self.wrong_form = True
                 return self._fail(
-                    "engine text is not cumulative (is SGLang running with --incremental-streaming-output?)"
+                    "engine text is not cumulative though its /get_server_info says incremental_streaming_output "
+                    "is off (was it restarted with --incremental-streaming-output?)"
                 )
             # A final text that is not an extension (an abort before prefill sends ""): nothing new.
         if finish is None and not delta:
@@ -182,9 +203,9 @@ class StreamDecoder:
         )
 
 
-def decode_stream(lines: Iterable[bytes | str], rid: str = "") -> list[EngineDelta]:
+def decode_stream(lines: Iterable[bytes | str], rid: str = "", incremental: bool = False) -> list[EngineDelta]:
     """All deltas of a recorded stream (the pure path the client runs line by line)."""
-    decoder = StreamDecoder(rid)
+    decoder = StreamDecoder(rid, incremental)
     out = [d for d in (decoder.feed(line) for line in lines) if d is not None]
     tail = decoder.end()
     return out + ([tail] if tail is not None else [])
@@ -234,12 +255,43 @@ class SGLangClient:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             transport=transport,
         )
+        self._form: asyncio.Future[bool] | None = None  # the engine's stream form, once read
+
+    async def incremental(self) -> bool:
+        """Whether the engine streams incrementally (its ``/get_server_info``), read once per engine
+        life: again after a failure that may have been a restart."""
+        if self._form is None:
+            self._form = asyncio.ensure_future(self._read_form())
+            self._form.add_done_callback(_retrieve)
+        try:
+            return await asyncio.shield(self._form)
+        except EngineUnavailable:
+            self._forget_form()
+            raise
+
+    def _forget_form(self) -> None:
+        self._form = None
+
+    async def _read_form(self) -> bool:
+        try:
+            resp = await self._request("GET", "/get_server_info", allow_404=True)
+        except EngineRejected as exc:  # not this request's fault: the engine cannot be used as it is
+            raise EngineUnavailable(f"engine at {self.base_url} refused /get_server_info: {exc}") from exc
+        if resp.status_code == 404:
+            return False  # an SGLang older than /get_server_info streams cumulatively
+        info = _json(resp)
+        form = info.get("incremental_streaming_output", False) if isinstance(info, dict) else None
+        if not isinstance(form, bool):
+            raise EngineUnavailable(f"engine at {self.base_url}: incremental_streaming_output is {form!r}, not true or false")
+        return form
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[EngineDelta]:
-        decoder = StreamDecoder(request.rid)
+        decoder = StreamDecoder(request.rid, await self.incremental())
         try:
             async with self._http.stream("POST", "/generate", json=generate_payload(request)) as resp:
                 if resp.status_code >= 400:
+                    if resp.status_code >= 500:
+                        self._forget_form()
                     _raise_for_status(resp.status_code, await resp.aread(), "/generate")
                 # Lines split here, from the bytes: httpx's aiter_lines stacks a text decoder and a
                 # line decoder (two more generators) on every network read, the worker's largest
@@ -249,17 +301,22 @@ class SGLangClient:
                     *lines, pending = (pending + chunk).split(b"\n")
                     for line in lines:
                         delta = decoder.feed(line)
+                        if decoder.wrong_form:
+                            self._forget_form()  # restarted with the other flag: read it again next time
                         if delta is not None:
                             yield delta
                         if decoder.finished:
                             return
                 if pending:
                     delta = decoder.feed(pending)
+                    if decoder.wrong_form:
+                        self._forget_form()
                     if delta is not None:
                         yield delta
                     if decoder.finished:
                         return
         except (httpx.TransportError, httpx.TimeoutException) as exc:
+            self._forget_form()  # the engine may come back with other flags
             if not decoder.started:
                 raise EngineUnavailable(f"engine at {self.base_url} unreachable: {type(exc).__name__}: {exc}") from exc
             yield decoder.lost(exc)
@@ -290,7 +347,10 @@ class SGLangClient:
         try:
             resp = await _uncancelled(self._http.get("/health"))
         except (httpx.TransportError, httpx.TimeoutException):
+            self._forget_form()
             return False
+        if resp.status_code != 200:
+            self._forget_form()
         return resp.status_code == 200
 
     async def close(self) -> None:

@@ -29,6 +29,12 @@ moved since. One transaction at a time; every closing waiting when one starts
 goes into it. Token chunks stay outside (workers/sink.py): a transaction open
 on a chat.tokens partition would hold back every live stream behind it.
 
+Events are encoded (and sealed) before they join a batch, on the caller's
+loop: an event that cannot be encoded fails its own caller, never a batch. A
+closing whose records the broker or librdkafka refuses for good (too large,
+say) is taken out of the batch and fails alone (``ClosingRefused``), the rest
+go on; a batch aborted for any other reason is tried again whole.
+
 All producer calls run on one thread of this module's own (they block).
 """
 
@@ -44,7 +50,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from parley.errors import Fenced
+from parley.errors import Fenced, ParleyError
 from parley.kafka import producer_config
 from parley.metrics import TRANSACTIONS
 from parley.settings import KafkaSettings
@@ -83,13 +89,29 @@ class Aborted(Exception):
         self.cut_off = cut_off
 
 
+class ClosingRefused(ParleyError):
+    """This closing's records can never be written (librdkafka or the broker refused one for good:
+    MSG_SIZE_TOO_LARGE, say). Retrying cannot help; the caller ends the turn another way."""
+
+
+class _Refused(Aborted):
+    """The transaction was aborted because the records of one closing were refused for good."""
+
+    def __init__(self, closing: int, reason: str) -> None:
+        super().__init__(reason)
+        self.closing = closing  # its index in the batch
+
+
 #: Errors that mean the broker was out of reach (down, restarting, a network partition).
 _CUT_OFF = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT}
+
+#: A record as the producer takes it: (topic, key, value).
+Record = tuple[str, bytes | None, bytes]
 
 
 @dataclass(eq=False)
 class _Closing:
-    events: tuple[Event, ...]
+    records: tuple[Record, ...]
     done: asyncio.Future[None]
 
 
@@ -143,13 +165,17 @@ class TransactionalCommitter:
         return self._task
 
     async def commit(self, events: Sequence[Event]) -> None:
-        """Write ``events`` in a fenced transaction; returns once committed.
+        """Write ``events`` in a fenced transaction; returns once committed, or raises ``ClosingRefused``
+        when their records can never be written.
 
-        Tried again (with fresh group metadata) after every abort, for as long as the caller waits:
+        Tried again (with fresh group metadata) after every other abort, for as long as the caller waits:
         a job whose partition is revoked or lost is cancelled (Scheduler.abandon), and what it
         waited to write is then left out of the next transaction.
         """
-        closing = _Closing(tuple(events), asyncio.get_running_loop().create_future())
+        # Encoded here, on the caller's loop: an event that cannot be (InvalidEvent, or its key away:
+        # StoreUnavailable) fails this caller, not the batch it would have joined.
+        records = tuple([(self._kafka.topic(catalog.topic_name_for(e)), e.key, await codec.encode_async(e)) for e in events])
+        closing = _Closing(records, asyncio.get_running_loop().create_future())
         self._pending.append(closing)
         self._wake.set()
         await closing.done  # a cancelled caller cancels it: the next batch leaves it out
@@ -180,9 +206,17 @@ class TransactionalCommitter:
             self._wake.clear()
             batch = [c for c in self._pending if not c.done.done()]  # cancelled: its partition went elsewhere
             self._pending.clear()
-            events = tuple(e for c in batch for e in c.events)
             try:
-                await self._in_thread(events)
+                await self._in_thread(tuple(c.records for c in batch))
+            except _Refused as exc:
+                TRANSACTIONS.labels("aborted").inc()
+                refused = batch.pop(exc.closing)
+                log.error("a closing's records were refused; failing it alone", extra={"closings": len(batch) + 1, "error": str(exc)})
+                if not refused.done.done():
+                    refused.done.set_exception(ClosingRefused(str(exc)))
+                self._pending[:0] = batch  # the others go on at once
+                self._wake.set()
+                continue
             except Aborted as exc:
                 TRANSACTIONS.labels("aborted").inc()
                 log.warning(
@@ -213,7 +247,7 @@ class TransactionalCommitter:
                 if not c.done.done():
                     c.done.set_result(None)
 
-    async def _in_thread(self, events: tuple[Event, ...]) -> None:
+    async def _in_thread(self, closings: tuple[tuple[Record, ...], ...]) -> None:
         """``_transact`` on the committer thread, with a watchdog.
 
         librdkafka's ``send_offsets_to_transaction`` can block past its timeout, for good, when
@@ -223,7 +257,7 @@ class TransactionalCommitter:
         one had open and fences it; the batch is then tried again.
         """
         loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(self._executor, self._transact, events)
+        work = loop.run_in_executor(self._executor, self._transact, closings)
         work.add_done_callback(lambda f: f.cancelled() or f.exception())  # a stuck call's late end: seen, dropped
         try:
             await asyncio.wait_for(asyncio.shield(work), WEDGED_CALLS * self._call_s)
@@ -256,11 +290,11 @@ class TransactionalCommitter:
                     raise Fenced(f"init_transactions failed: {err.name()}") from exc
                 log.warning("transactions not initialised yet; retrying", extra={"error": err.name()})
 
-    def _transact(self, events: tuple[Event, ...]) -> None:
-        """One transaction: ``events`` and the owned partitions' positions, or nothing at all."""
+    def _transact(self, closings: tuple[tuple[Record, ...], ...]) -> None:
+        """One transaction: the closings' records and the owned partitions' positions, or nothing at all."""
         assert self._group is not None
         positions = self._group.positions()
-        if not events and (not positions or positions == self._committed):
+        if not closings and (not positions or positions == self._committed):
             return
         if not positions:
             raise Aborted("no partition is owned: nothing to fence the transaction with")
@@ -269,13 +303,18 @@ class TransactionalCommitter:
         if metadata is None:
             raise Aborted("the group member has not polled yet")
         p = self._producer
+        failed: list[tuple[int, KafkaError]] = []  # (closing, error) of records whose delivery failed
         try:
             p.begin_transaction()
-            for event in events:
-                self._produce(p, event)
+            for i, records in enumerate(closings):
+                for record in records:
+                    self._produce(p, i, record, failed)
             # Flushed first: left to commit_transaction, the commit waited ~100 ms for the batch's records.
             if p.flush(self._call_s) > 0:
                 raise Aborted("records of the transaction were not delivered in time", cut_off=True)
+            refused = next(((i, err) for i, err in failed if _for_good(err)), None)
+            if refused is not None:
+                raise _Refused(refused[0], f"delivery refused: {refused[1].name()}")
             self._retrying(lambda: p.send_offsets_to_transaction(offsets, metadata, self._call_s))
             self._retrying(lambda: p.commit_transaction(self._call_s))
         except KafkaException as exc:
@@ -290,13 +329,23 @@ class TransactionalCommitter:
         TRANSACTIONS.labels("committed").inc()
         self._committed = positions
 
-    def _produce(self, p: Producer, event: Event) -> None:
+    def _produce(self, p: Producer, closing: int, record: Record, failed: list[tuple[int, KafkaError]]) -> None:
+        topic, key, value = record
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                failed.append((closing, err))
+
         while True:
             try:
-                p.produce(self._kafka.topic(catalog.topic_name_for(event)), value=codec.encode(event), key=event.key)
+                p.produce(topic, value=value, key=key, on_delivery=delivered)
                 return
             except BufferError:
                 p.poll(0.1)
+            except KafkaException as exc:
+                if _for_good(exc.args[0]):  # refused before it was queued: MSG_SIZE_TOO_LARGE, say
+                    raise _Refused(closing, f"produce refused: {exc.args[0].name()}") from exc
+                raise
 
     def _retrying(self, call: Any) -> None:
         """A transactional call, again while its error is retriable and needs no abort."""
@@ -330,3 +379,17 @@ class TransactionalCommitter:
                 if time.monotonic() > deadline:
                     raise Aborted(f"abort still pending: {err.name()}", cut_off=True) from exc
                 time.sleep(0.2)
+
+
+#: A record's own refusal, which no retry can mend (not the broker away, not the transaction's state).
+_REFUSED = {
+    KafkaError.MSG_SIZE_TOO_LARGE,  # over message.max.bytes: librdkafka's, or the topic's max.message.bytes
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_MSG_SIZE,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_RECORD,
+}
+
+
+def _for_good(err: KafkaError) -> bool:
+    return err.code() in _REFUSED

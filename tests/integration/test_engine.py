@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -70,6 +71,15 @@ def torch_engine() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def cumulative_engine() -> Iterator[str]:
+    """The torch_engine's model and seed, streaming as SGLang does by default."""
+    yield from start_engine(
+        "--backend", "random", "--max-batch", "8", "--context-length", "256", "--max-total-tokens", "4096",
+        "--no-incremental-streaming-output",
+    )
+
+
+@pytest.fixture(scope="module")
 def synthetic_engine() -> Iterator[str]:
     yield from start_engine(
         "--backend", "synthetic", "--max-batch", "4", "--synthetic-ttft-ms", "50", "--synthetic-tokens-per-s", "200"
@@ -106,6 +116,30 @@ async def test_torch_stream_deltas_concatenate_to_the_full_reply(torch_engine: s
     assert last.completion_tokens == whole["meta_info"]["completion_tokens"] == len(whole["output_ids"])
     assert last.completion_tokens == 24 or last.finish_reason == "stop"
     assert last.cached_tokens == 0  # the torch backend reuses no KV across requests
+
+
+def raw_events(url: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", url + "/generate", json={**body, "stream": True}, timeout=60) as resp:
+        return [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: {")]
+
+
+async def test_both_stream_forms_carry_the_same_reply_and_the_client_reads_each(
+    torch_engine: str, cumulative_engine: str
+) -> None:
+    """SGLang's two /generate stream forms, each announced by /get_server_info: incremental (Parley's
+    default) sends each event's own text and ids, cumulative (SGLang's default) the reply so far."""
+    assert httpx.get(torch_engine + "/get_server_info").json()["incremental_streaming_output"] is True
+    assert httpx.get(cumulative_engine + "/get_server_info").json()["incremental_streaming_output"] is False
+    body = {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}}
+    incremental, cumulative = raw_events(torch_engine, body), raw_events(cumulative_engine, body)
+    reply = cumulative[-1]["text"]
+    assert "".join(e["text"] for e in incremental) == reply
+    assert [i for e in incremental for i in e["output_ids"]] == cumulative[-1]["output_ids"]
+    assert all(b["text"].startswith(a["text"]) for a, b in zip(cumulative, cumulative[1:]))
+    assert incremental[-1]["meta_info"]["completion_tokens"] == cumulative[-1]["meta_info"]["completion_tokens"] == 32
+    req = GenerateRequest(rid="forms", text="Once upon a time", max_new_tokens=32, temperature=0.0)
+    for url in (torch_engine, cumulative_engine):
+        assert "".join(d.text for d in await generate(url, req)) == reply
 
 
 async def test_torch_abort_mid_stream_ends_cancelled(torch_engine: str) -> None:

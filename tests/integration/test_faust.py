@@ -4,6 +4,7 @@ reads committed records only, and dead-letters poison through the shared DLQ sha
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from confluent_kafka import Consumer, Producer
 from parley.settings import KafkaSettings
 from schemas import codec
 from schemas.events import GenerationCancelRequested, TokenChunk
+from streams.app import make_app
 
 PROBE = Path(__file__).with_name("faust_probe.py")
 RUNNER_PROBE = Path(__file__).with_name("runner_probe.py")
@@ -113,3 +115,24 @@ def test_the_runner_retries_an_outage_in_place_in_order_and_dead_letters_only_ba
     # Only the poison and the bad input were dead-lettered, each at once.
     assert [(l.raw_value == b"\x00poison", l.error_type) for l in letters] == [(True, "undecodable"), (False, "invalid")]
     assert codec.decode(letters[1].raw_value).request_id == "bad"
+
+
+def test_processor_producer_is_idempotent(kafka: KafkaSettings) -> None:
+    """design.md §5: every producer is idempotent, the faust processors' too. faust turns idempotence on
+    only in its exactly-once mode, so ``make_app`` asks for it; the broker proves it took effect by
+    assigning the producer an id (InitProducerId), which a plain producer never asks for."""
+
+    async def produce_one() -> tuple[bool, int]:
+        producer = make_app(f"idempotence-{uuid.uuid4().hex[:6]}", kafka).producer
+        await producer.start()
+        try:
+            topic = kafka.topic("chat.control")
+            await producer.send_and_wait(topic, key=b"idempotence", value=b"probe", partition=None, timestamp=None, headers=None)
+            txn = producer._producer._txn_manager  # aiokafka's: made only for an idempotent producer
+            return txn is not None, (txn.producer_id if txn is not None else -1)
+        finally:
+            await producer.stop()
+
+    idempotent, producer_id = asyncio.run(produce_one())
+    assert idempotent
+    assert producer_id >= 0  # assigned by the broker

@@ -70,6 +70,9 @@ def engine(pool: PoolSpec, phase: Phase) -> Launch:
         *_priority(pool),
         "--enable-metrics",  # /metrics: the ServiceMonitor's, and queue depth for dashboards
         "--enable-cache-report",  # cached_tokens in every reply's meta_info: Parley's usage and cache hit rate
+        # Each /generate event carries only its own text and ids: O(n) per reply, not O(n²) (the workers read
+        # the form from /get_server_info, workers/sglang.py).
+        "--incremental-streaming-output",
         *_speculative(pool),
         *_disaggregation(pool, phase),
         *_extra(phase.extra_args),

@@ -2,11 +2,11 @@
 
 | route | as in SGLang |
 |---|---|
-| ``POST /generate`` | ``text``, ``sampling_params``, ``stream``, ``rid`` (SGLang's other fields refused by name); SSE of cumulative outputs, ``data: [DONE]`` |
+| ``POST /generate`` | ``text``, ``sampling_params``, ``stream``, ``rid`` (SGLang's other fields refused by name); SSE of outputs, ``data: [DONE]``: cumulative, or each event's own text and ids under ``--incremental-streaming-output`` |
 | ``POST /abort_request`` | ``{"rid"}`` or ``{"abort_all": true}``; the stream ends with finish_reason abort |
 | ``GET /health``, ``/health_generate`` | 200 when serving (the latter generates one token), else 503 |
 | ``GET /get_model_info``, ``/v1/models`` | model path, ``is_generation``, ``max_model_len``; plus ``untrained`` |
-| ``GET /get_load``, ``/v1/loads``, ``/get_server_info`` | running / waiting requests, token usage, cache hit rate; ``/get_server_info`` also ``parley_sampling_params`` (Parley's own: which sampling params are applied, accepted without effect, refused) |
+| ``GET /get_load``, ``/v1/loads``, ``/get_server_info`` | running / waiting requests, token usage, cache hit rate; ``/get_server_info`` also SGLang's ``incremental_streaming_output`` and ``parley_sampling_params`` (Parley's own: which sampling params are applied, accepted without effect, refused) |
 
 Errors follow SGLang: a request refused while tokenizing or validating (an
 out-of-range or unsupported sampling param among them, named in the message) is HTTP
@@ -56,9 +56,10 @@ def _bad_request(message: str) -> JSONResponse:
     return JSONResponse(protocol.error_body(message), status_code=400)
 
 
-def create_app(backend: Backend, info: dict[str, Any] | None = None) -> Starlette:
-    """``info``: extra settings shown by /get_server_info (backend name, limits)."""
-    extra_info = dict(info or {})
+def create_app(backend: Backend, info: dict[str, Any] | None = None, *, incremental_streaming_output: bool = False) -> Starlette:
+    """``info``: extra settings shown by /get_server_info (backend name, limits).
+    ``incremental_streaming_output``: SGLang's flag of that name (see ``_stream``)."""
+    extra_info = dict(info or {}) | {"incremental_streaming_output": incremental_streaming_output}
 
     async def generate(request: Request) -> Response:
         try:
@@ -85,26 +86,34 @@ def create_app(backend: Backend, info: dict[str, Any] | None = None) -> Starlett
         )
         if gen.stream:
             return StreamingResponse(_stream(state), media_type="text/event-stream")
-        last: Progress | None = None
+        steps: list[Progress] = []
         try:
-            async for last in state.progress():
-                pass
+            async for p in state.progress():
+                steps.append(p)
         finally:
             if not state.finished:
                 backend.abort(gen.rid)  # the client went away before the reply was complete
-        assert last is not None and last.finish_reason is not None
+        last = protocol.joined(steps)
+        assert last.finish_reason is not None
         _log_finished(state, last)
         reason = last.finish_reason
         if reason.get("type") == "abort" and reason.get("status_code") is not None:
             # SGLang raises these for non-streamed requests instead of returning them.
             return JSONResponse(protocol.error_body(str(reason.get("message"))), status_code=int(reason["status_code"]))
-        return JSONResponse(protocol.output(gen.rid, last, time.monotonic() - state.created))
+        return JSONResponse(protocol.output(gen.rid, last.text, last.output_ids, last, time.monotonic() - state.created))
 
     async def _stream(state: RequestState) -> AsyncIterator[bytes]:
+        """SGLang's stream: by default every event carries the whole reply so far (O(n) per event, O(n²)
+        per reply, on both sides); with ``--incremental-streaming-output`` only what it adds."""
+        reply = _Reply()
         try:
             async for p in state.progress():
                 latency = time.monotonic() - state.created if p.finish_reason is not None else None
-                yield _event(protocol.output(state.rid, p, latency))
+                if incremental_streaming_output:
+                    yield _event(protocol.output(state.rid, p.text, p.output_ids, p, latency))
+                else:
+                    reply.add(p)
+                    yield _event(protocol.output(state.rid, reply.text, reply.ids, p, latency))
                 if p.finish_reason is not None:
                     _log_finished(state, p)
             yield DONE
@@ -274,6 +283,18 @@ def create_app(backend: Backend, info: dict[str, Any] | None = None) -> Starlett
     )
 
 
+class _Reply:
+    """The whole reply so far, from a stream's deltas (what SGLang's ReqState keeps)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.ids: list[int] = []
+
+    def add(self, p: Progress) -> None:
+        self.text += p.text
+        self.ids.extend(p.output_ids)
+
+
 def _log_finished(state: RequestState, p: Progress) -> None:
     reason = p.finish_reason or {}
     log.info(
@@ -282,7 +303,7 @@ def _log_finished(state: RequestState, p: Progress) -> None:
             "rid": state.rid,
             "finish": reason.get("type"),
             "prompt_tokens": p.prompt_tokens,
-            "completion_tokens": len(p.output_ids),
+            "completion_tokens": p.completion_tokens,
             "cached_tokens": p.cached_tokens,
         },
     )

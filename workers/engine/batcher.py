@@ -7,7 +7,7 @@ batcher thread owns the model and runs one loop, SGLang style::
     admit waiting requests (higher ``priority`` first) while the batch and the token budget allow
     if some were admitted: one prefill pass over all of them (left-padded)
     else: one decode pass over every running request together
-    publish each request's progress; drop finished rows from the batch cache
+    publish what the step added to each request (one wake-up of the loop); drop finished rows from the batch cache
 
 Prefill has priority over decode, as in SGLang's default policy. Counters of
 decode steps and decoded tokens show the batching from outside
@@ -37,7 +37,7 @@ import torch
 from workers.engine import protocol
 from workers.engine.detokenize import IncrementalText
 from workers.engine.protocol import GenerateInput, Progress
-from workers.engine.request import LoadSnapshot, RequestState, Throughput
+from workers.engine.request import LoadSnapshot, RequestState, Throughput, publish_threadsafe
 from workers.engine.settings import EngineSettings
 from workers.engine.torch_model import BatchCache, LoadedModel, left_pad, load_model, model_name, request_generator, sample
 
@@ -264,6 +264,7 @@ class TorchBackend:
         generators = [s.generator or self._generator for s in seqs]
         eos = self._model.tokenizer.eos_ids
         tokens = sample(logits, params, [s.output_ids for s in seqs], generators, eos)
+        steps: list[tuple[RequestState, Progress]] = []
         for seq, token, p in zip(seqs, tokens, params):
             seq.output_ids.append(token)
             # As SGLang's Req.check_finished: EOS and stop_token_ids end the reply unless ignore_eos, and
@@ -271,14 +272,15 @@ class TorchBackend:
             stop_token = not p.ignore_eos and (token in eos or token in p.stop_token_ids)
             at_limit = len(seq.output_ids) >= seq.max_new
             shown = seq.output_ids[:-1] if stop_token and not p.no_stop_trim else seq.output_ids
-            seq.text.update(shown, final=stop_token or at_limit)
+            added = seq.text.update(shown, final=stop_token or at_limit)
             if seq.text.matched is not None:
                 seq.finish = protocol.finish_stop_str(seq.text.matched)
             elif stop_token:
                 seq.finish = protocol.finish_stop_token(token)
             elif at_limit:
                 seq.finish = protocol.finish_length(len(seq.output_ids))
-            self._publish(seq)
+            steps.append((seq.state, self._progress(seq, added, (token,))))
+        publish_threadsafe(steps)  # one wake-up of the loop per step
         self._throughput.add(len(seqs))
         self._drop_finished()
 
@@ -290,16 +292,19 @@ class TorchBackend:
         self._cache = self._cache.select(keep) if keep and self._cache is not None else None
 
     def _publish(self, seq: _Seq, prompt_tokens: int | None = None) -> None:
+        """A request's ending outside a step (abort, failure, nothing to generate): nothing new to add."""
+        seq.state.publish_threadsafe(self._progress(seq, "", (), prompt_tokens))
+
+    def _progress(self, seq: _Seq, text: str, ids: tuple[int, ...], prompt_tokens: int | None = None) -> Progress:
         if seq.finish is not None:
             with self._live_lock:
                 self._live.discard(seq.state.rid)
             log.debug("request finished", extra={"rid": seq.state.rid, "completion_tokens": len(seq.output_ids)})
-        seq.state.publish_threadsafe(
-            Progress(
-                text=seq.text.text,
-                output_ids=tuple(seq.output_ids),
-                prompt_tokens=len(seq.input_ids) if prompt_tokens is None else prompt_tokens,
-                cached_tokens=0,
-                finish_reason=seq.finish,
-            )
+        return Progress(
+            text=text,
+            output_ids=ids,
+            completion_tokens=len(seq.output_ids),
+            prompt_tokens=len(seq.input_ids) if prompt_tokens is None else prompt_tokens,
+            cached_tokens=0,
+            finish_reason=seq.finish,
         )

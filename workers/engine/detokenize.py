@@ -1,11 +1,13 @@
 """Incremental detokenization and stop strings, the way SGLang's DetokenizerManager does it.
 
-The text a request reports is cumulative and must only ever grow, so that a
-client can turn it into deltas. Two things would break that if sent as soon as
-decoded: a multi-byte character split across tokens (decodes to U+FFFD until
-its last byte arrives), and the start of a stop string (which is cut from the
-reply once complete). Both are held back until they resolve or the request
-finishes.
+Each update returns only the text that became sendable (a delta), so a reply of
+n tokens costs O(n) in all, however it is streamed. Two things are held back
+until they resolve or the request finishes: a multi-byte character split across
+tokens (decodes to U+FFFD until its last byte arrives), and a tail that may
+begin a stop string (cut from the reply once complete). Stop strings are looked
+for only in that held tail plus the new text: an occurrence cannot start in
+text already sent, since the held tail is the longest one that begins a stop
+string.
 """
 
 from __future__ import annotations
@@ -20,48 +22,37 @@ class IncrementalText:
         self._decode = decode
         self._stop = stop
         self._keep_stop = keep_stop
-        self._decoded = ""  # everything decoded so far, stop strings not yet cut
         self._surr = 0  # SGLang's surr_offset / read_offset: re-decode from surr for context
         self._read = 0
-        self.text = ""  # what may be sent: grows only
+        self._held = ""  # decoded but not sent: the start of a stop string, perhaps
         self.matched: str | None = None  # the stop string that ended the reply
-        self._cut = 0  # where the matched stop string starts in the decoded text
 
     def update(self, ids: Sequence[int], final: bool = False) -> str:
-        """Take the token ids generated so far; return the sendable cumulative text."""
+        """Take the token ids generated so far; return the text that may be sent after what was."""
+        if self.matched is not None:
+            return ""
         surr_text = self._decode(ids[self._surr : self._read])
-        full = self._decode(ids[self._surr :])
-        new = full[len(surr_text) :]
+        new = self._decode(ids[self._surr :])[len(surr_text) :]
         if new and (final or not new.endswith(REPLACEMENT)):
-            self._decoded += new
             self._surr, self._read = self._read, len(ids)
-        elif final:
-            self._decoded += new
-        self._apply_stop(final)
-        return self.text
+        elif not final:
+            new = ""  # an unfinished character: wait for its last byte
+        window = self._held + new
+        found = min(((i, s) for s in self._stop if (i := window.find(s)) != -1), key=lambda f: f[0], default=None)
+        if found is not None:
+            at, self.matched = found
+            self._held = ""
+            return window[: at + (len(self.matched) if self._keep_stop else 0)]
+        hold = 0 if final else self._partial_stop(window)
+        self._held = window[len(window) - hold :] if hold else ""
+        return window[: len(window) - hold]
 
-    def _apply_stop(self, final: bool) -> None:
-        if self.matched is None:
-            for s in self._stop:
-                i = self._decoded.find(s)
-                if i != -1 and (self.matched is None or i < self._cut):
-                    self.matched, self._cut = s, i
-            if self.matched is not None:
-                end = self._cut + (len(self.matched) if self._keep_stop else 0)
-                self.text = self._decoded[:end]
-                return
-        else:
-            return
-        visible = self._decoded if final else self._decoded[: len(self._decoded) - self._partial_stop()]
-        if len(visible) > len(self.text):
-            self.text = visible
-
-    def _partial_stop(self) -> int:
-        """Length of the longest tail of the decoded text that starts some stop string."""
+    def _partial_stop(self, window: str) -> int:
+        """Length of the longest tail of ``window`` that starts some stop string."""
         longest = 0
         for s in self._stop:
-            for n in range(min(len(s) - 1, len(self._decoded)), longest, -1):
-                if self._decoded.endswith(s[:n]):
+            for n in range(min(len(s) - 1, len(window)), longest, -1):
+                if window.endswith(s[:n]):
                     longest = n
                     break
         return longest

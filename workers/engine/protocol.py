@@ -18,16 +18,17 @@ without starting a server:
   The body's other SGLang fields (logprobs, images, LoRA, ...: ``UNSUPPORTED_FIELDS``)
   are refused the same way;
 * ``finish_*`` build SGLang's finish_reason objects (``FINISH_*.to_json()``);
-* ``output`` builds one streamed / final output object: cumulative ``text``,
-  cumulative ``output_ids`` and ``meta_info``.
+* ``output`` builds one streamed / final output object: ``text``, ``output_ids``
+  (cumulative, or what the event adds under ``--incremental-streaming-output``)
+  and ``meta_info``.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: SGLang's default when sampling_params has no max_new_tokens.
@@ -351,29 +352,41 @@ ABORT_BEFORE_PREFILL = {"type": "abort", "message": "Abort before prefill"}
 
 @dataclass(frozen=True)
 class Progress:
-    """The state of one request after an engine step: what an output object reports."""
+    """What engine steps added to one request since its previous ``Progress``: deltas, so a reply of n
+    tokens costs O(n) to report in all; the HTTP layer accumulates them when it streams cumulatively."""
 
-    text: str  # cumulative detokenized reply
-    output_ids: tuple[int, ...]  # cumulative generated token ids
+    text: str  # detokenized text added (never a held-back partial character or stop-string start)
+    output_ids: tuple[int, ...]  # generated token ids added
+    completion_tokens: int  # generated so far, in all
     prompt_tokens: int
     cached_tokens: int
     finish_reason: dict[str, Any] | None = None
 
 
-def output(rid: str, p: Progress, e2e_latency: float | None = None) -> dict[str, Any]:
-    """One output object as SGLang's ``/generate`` streams it (non-incremental mode)."""
+def joined(steps: Iterable[Progress]) -> Progress:
+    """A request's steps as one: their text and ids together, the last one's counts and ending."""
+    steps = list(steps)
+    return replace(steps[-1], text="".join(p.text for p in steps), output_ids=tuple(i for p in steps for i in p.output_ids))
+
+
+def output(
+    rid: str, text: str, output_ids: Sequence[int], p: Progress, e2e_latency: float | None = None
+) -> dict[str, Any]:
+    """One output object as SGLang's ``/generate`` sends it: ``text`` and ``output_ids`` are the whole
+    reply so far (SGLang's default) or, under ``--incremental-streaming-output``, what this event adds;
+    ``meta_info``'s counts are totals either way."""
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": p.finish_reason,
         "prompt_tokens": p.prompt_tokens,
         "weight_version": "default",
         "total_retractions": 0,
-        "completion_tokens": len(p.output_ids),
+        "completion_tokens": p.completion_tokens,
         "cached_tokens": p.cached_tokens,
     }
     if p.finish_reason is not None and e2e_latency is not None:
         meta["e2e_latency"] = e2e_latency
-    return {"text": p.text, "output_ids": list(p.output_ids), "meta_info": meta}
+    return {"text": text, "output_ids": list(output_ids), "meta_info": meta}
 
 
 def error_body(message: str) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """One request's life inside the engine, and what a backend offers the HTTP layer.
 
-A backend publishes ``Progress`` into the request's ``RequestState``; the HTTP
-handler waits on it and always sends the newest state (as SGLang's
-TokenizerManager does), so a slow client gets fewer, larger steps instead of
-an unbounded queue.
+A backend publishes ``Progress`` (what a step added) into the request's
+``RequestState``; the HTTP handler waits on it and takes everything published
+since it last looked, merged into one (as SGLang's TokenizerManager does), so a
+slow client gets fewer, larger steps instead of a queue of events.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from workers.engine.protocol import GenerateInput, Progress
@@ -24,6 +24,9 @@ class RequestState:
         self.prompt_tokens = prompt_tokens
         self.created = time.monotonic()
         self._loop = loop
+        # What was published and not yet taken: the deltas, and the newest counts and ending.
+        self._texts: list[str] = []
+        self._ids: list[int] = []
         self._latest: Progress | None = None
         self._event = asyncio.Event()
         self.finished = False
@@ -36,6 +39,9 @@ class RequestState:
         """Called on the event loop's thread."""
         if self.finished:
             return
+        if progress.text:
+            self._texts.append(progress.text)
+        self._ids.extend(progress.output_ids)
         self._latest = progress
         self.finished = progress.finish_reason is not None
         self._event.set()
@@ -45,16 +51,35 @@ class RequestState:
         self._loop.call_soon_threadsafe(self.publish, progress)
 
     async def progress(self) -> AsyncIterator[Progress]:
-        """Newest progress each time something changed, until the one carrying finish_reason."""
+        """What was published since the last time, merged into one, until the one carrying finish_reason."""
         while True:
             await self._event.wait()
             self._event.clear()
             latest = self._latest
             if latest is None:
                 continue
-            yield latest
-            if latest.finish_reason is not None:
+            taken = replace(latest, text="".join(self._texts), output_ids=tuple(self._ids))
+            self._texts.clear()
+            self._ids.clear()
+            self._latest = None
+            yield taken
+            if taken.finish_reason is not None:
                 return
+
+
+def publish_threadsafe(steps: list[tuple[RequestState, Progress]]) -> None:
+    """One engine step's progress of every request, handed to their loop in one wake-up (one
+    ``call_soon_threadsafe`` per step, not per request: each is a self-pipe write)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestState, Progress]]] = {}
+    for state, progress in steps:
+        by_loop.setdefault(state._loop, []).append((state, progress))
+    for loop, batch in by_loop.items():
+        loop.call_soon_threadsafe(_publish_all, batch)
+
+
+def _publish_all(batch: list[tuple[RequestState, Progress]]) -> None:
+    for state, progress in batch:
+        state.publish(progress)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def serve(settings: EngineSettings) -> None:
             "serving an UNTRAINED random model: replies are noise; PARLEY_ENGINE_BACKEND=torch serves a real one"
         )
     info = {"backend": settings.backend, "host": settings.host, "port": settings.port}
-    app = create_app(backend, info)
+    app = create_app(backend, info, incremental_streaming_output=settings.incremental_streaming_output)
     # Access logs carry no bodies, but they add nothing the engine's own lines lack.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), access_log=False)
 
@@ -77,6 +77,13 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
     for name, kind in flags.items():
         extra: dict[str, Any] = {"choices": BACKENDS} if name == "backend" else {}
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, help=docs[name], **extra)
+    parser.add_argument(
+        "--incremental-streaming-output",
+        dest="incremental_streaming_output",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=docs["incremental_streaming_output"],
+    )
     args = parser.parse_args(argv)
     chosen = {k: v for k, v in vars(args).items() if v is not None}
     return replace(base, **chosen)

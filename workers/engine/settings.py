@@ -2,7 +2,10 @@
 
 Defaults mirror SGLang where SGLang has one (port 30000, max_new_tokens 128), so a
 worker pointed at ``http://127.0.0.1:30000`` finds the CPU engine where it would
-find a real SGLang server.
+find a real SGLang server. One is deliberately not SGLang's: the stream is
+incremental by default (SGLang's ``--incremental-streaming-output``), since
+cumulative events cost O(n²) per reply on both sides and Parley's workers read
+the form an engine serves from its ``/get_server_info``.
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ class EngineSettings:
         "PARLEY_ENGINE_THREADS",
         0,
         "torch threads of the torch and random backends; 0 = the CPUs this process may use, less one for the HTTP loop",
+    )
+    incremental_streaming_output: bool = env(
+        "PARLEY_ENGINE_INCREMENTAL_STREAMING_OUTPUT",
+        True,
+        "Stream each /generate event's own text and token ids, as SGLang's --incremental-streaming-output; "
+        "false: the whole reply so far in every event (SGLang's default)",
     )
     seed: int = env("PARLEY_ENGINE_SEED", 0, "Seed of the random model's weights and of sampling")
     log_level: str = env("PARLEY_ENGINE_LOG_LEVEL", "info", "Log level of the engine and uvicorn")

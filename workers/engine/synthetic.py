@@ -165,6 +165,7 @@ class SyntheticBackend:
         by_id = dict(zip(ids, reply))
         text = IncrementalText(lambda xs: "".join(by_id[i] for i in xs), sampling.stop, sampling.no_stop_trim)
         done = 0
+        shown: list[int] = []  # the ids whose text may show: a trimmed stop token is not among them
         admitted = False
         cached = 0
         try:
@@ -182,7 +183,7 @@ class SyntheticBackend:
             await asyncio.sleep(self.settings.synthetic_ttft_ms / 1000)
             step = 1.0 / self.settings.synthetic_tokens_per_s
             if max_new == 0:
-                state.publish(Progress("", (), len(prompt), cached, protocol.finish_length(0)))
+                state.publish(Progress("", (), 0, len(prompt), cached, protocol.finish_length(0)))
                 return
             while done < max_new:
                 done += 1
@@ -193,7 +194,9 @@ class SyntheticBackend:
                 # text cannot be resampled, so an early one just stays in it) and is cut from the text.
                 stop_token = not sampling.ignore_eos and done > sampling.min_new_tokens and token in sampling.stop_token_ids
                 final = done == max_new or stop_token
-                visible = text.update(ids[: done - 1] if stop_token and not sampling.no_stop_trim else ids[:done], final=final)
+                if not stop_token or sampling.no_stop_trim:
+                    shown.append(token)
+                added = text.update(shown, final=final)
                 finish = None
                 if text.matched is not None:
                     finish = protocol.finish_stop_str(text.matched)
@@ -201,7 +204,7 @@ class SyntheticBackend:
                     finish = protocol.finish_stop_token(token)
                 elif final:
                     finish = protocol.finish_length(done)
-                state.publish(Progress(visible, tuple(ids[:done]), len(prompt), cached, finish))
+                state.publish(Progress(added, (token,), done, len(prompt), cached, finish))
                 if finish is not None:
                     break
                 # An absolute schedule: the rate holds however long publishing took.
@@ -209,9 +212,9 @@ class SyntheticBackend:
                 await asyncio.sleep(max(delay, 0.0))
         except asyncio.CancelledError:
             if admitted:
-                state.publish(Progress(text.text, tuple(ids[:done]), len(prompt), cached, protocol.finish_abort()))
+                state.publish(Progress("", (), done, len(prompt), cached, protocol.finish_abort()))
             else:
-                state.publish(Progress("", (), 0, 0, dict(protocol.ABORT_BEFORE_PREFILL)))
+                state.publish(Progress("", (), 0, 0, 0, dict(protocol.ABORT_BEFORE_PREFILL)))
         finally:
             if admitted:
                 self._slots.release()

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from parley.kafka import EventProducer, ProduceFailed
+from parley.errors import BrokerUnavailable
+from parley.kafka import EventProducer, ProduceFailed, QueueFull
 from parley.settings import KafkaSettings
 from schemas.events import TokenChunk
 
@@ -55,3 +56,39 @@ async def test_a_cancelled_future_is_skipped_and_the_rest_resolve() -> None:
     finally:
         producer.close(0)
     assert first.cancelled()
+
+
+#: A queue of one record that nothing drains for two minutes: every later event finds it full.
+FULL_QUEUE = {"queue.buffering.max.messages": 1, "delivery.timeout.ms": 120_000}
+
+
+@pytest.mark.timeout(30)  # the old produce path held the loop until the first record timed out (120 s)
+async def test_send_nowait_on_a_full_queue_fails_at_once_with_a_transient_error() -> None:
+    producer = EventProducer(KafkaSettings(bootstrap="127.0.0.1:1"), **FULL_QUEUE)
+    try:
+        first = producer.send_nowait(chunk(0))
+        second = producer.send_nowait(chunk(1))
+        assert second.done() and not first.done()
+        with pytest.raises(QueueFull) as refused:
+            second.result()
+        assert isinstance(refused.value, BrokerUnavailable)  # what callers already retry
+    finally:
+        first.cancel()
+        producer.close(0)
+
+
+@pytest.mark.timeout(30)
+async def test_send_awaits_room_in_a_full_queue_without_holding_the_loop() -> None:
+    producer = EventProducer(KafkaSettings(bootstrap="127.0.0.1:1"), **FULL_QUEUE)
+    try:
+        first = producer.send_nowait(chunk(0))
+        waiting = asyncio.create_task(producer.send(chunk(1)))
+        for _ in range(5):
+            await asyncio.sleep(0.01)  # the loop keeps running other work while send waits
+        assert not waiting.done()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    finally:
+        first.cancel()
+        producer.close(0)

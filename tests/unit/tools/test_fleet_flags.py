@@ -101,7 +101,7 @@ def test_every_engine_carries_the_flags_the_issue_asks_for():
             for flag in (
                 "--model-path", "--served-model-name", "--host", "--port", "--tp-size", "--chunked-prefill-size",
                 "--schedule-policy", "--max-running-requests", "--mem-fraction-static", "--enable-metrics",
-                "--enable-cache-report",
+                "--enable-cache-report", "--incremental-streaming-output",
             ):
                 assert flag in argv, (pool.name, launch.role, flag)
             assert argv[argv.index("--host") + 1] == "0.0.0.0"

@@ -282,6 +282,36 @@ async def test_a_lookup_that_fails_ends_the_turn_and_never_generates() -> None:
     assert h.produced(UsageRecorded) == [] and h.finished == [(0, 5)]
 
 
+async def test_an_ending_that_cannot_be_resent_is_ended_worker_error_under_its_attempt() -> None:
+    r = routed()
+    h = Harness(RuntimeError("a bug in the lookup"))
+    h.sink.refuse = lambda e: RuntimeError("a bug") if getattr(e, "error_code", None) == HISTORY_UNAVAILABLE else None
+    h.scheduler.accept(r, 0, 5, inherited=True)
+    await h.until_finished()
+    (completed,) = h.produced(GenerationCompleted)
+    assert (completed.error_code, completed.attempt) == ("worker_error", 1)
+    assert [c.finish_reason for c in h.produced(TokenChunk)] == ["failed"]
+
+
+async def test_a_missing_final_chunk_that_cannot_be_resent_never_adds_a_second_ending() -> None:
+    r = routed()
+    chunk = final(r, seq=3, offset=4)
+    h = Harness(Finished((chunk,)))
+    h.sink.refuse = lambda e: None
+    h.sink.failures.clear()
+    sent = h.sink.send
+
+    async def broken(event: Any) -> Any:
+        if event is chunk:
+            raise RuntimeError("a bug")
+        return await sent(event)
+
+    h.sink.send = broken  # type: ignore[method-assign]
+    h.scheduler.accept(r, 0, 3, inherited=True)
+    await h.until_finished()
+    assert h.produced(GenerationCompleted) == [] and h.finished == [(0, 3)]
+
+
 async def test_fresh_traffic_is_not_looked_up() -> None:
     h = Harness(Finished())  # were it looked up, it would not run
     h.scheduler.accept(routed("[[tokens:2]]"), 0, 1)

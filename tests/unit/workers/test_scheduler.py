@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from parley.ids import engine_rid
+from parley.errors import StoreUnavailable
 from parley.kafka import ProduceFailed
+from schemas.codec import InvalidEvent
 from schemas.events import (
     Event,
     GenerationCompleted,
@@ -37,6 +39,7 @@ from workers.engine_health import PROBE_S
 from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
 from workers.settings import WorkerSettings
+from workers.transactions import ClosingRefused
 
 SETTINGS = WorkerSettings(worker_id="w-test", max_concurrency=4, max_queued=2, cancel_memory_s=60.0)
 
@@ -45,6 +48,7 @@ class MemorySink:
     def __init__(self) -> None:
         self.log: list[tuple[str, Event]] = []
         self.failures: dict[type[Event], int] = {}  # event type → how many sends of it fail first
+        self.refuse: Callable[[Event], Exception | None] = lambda e: None  # a commit of e raises this at once
 
     def send_nowait(self, event: Event) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -67,6 +71,10 @@ class MemorySink:
 
     async def commit(self, events: Sequence[Event]) -> None:
         """All or none, like a transaction: each logged as produced, then all acknowledged together."""
+        for e in events:
+            refused = self.refuse(e)
+            if refused is not None:
+                raise refused
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self.log.extend(("produce", e) for e in events)
@@ -404,6 +412,37 @@ async def test_closing_events_are_retried_until_the_broker_acknowledges() -> Non
     await until(lambda: h.finished == [(0, 0)])
     produced = [e for w, e in h.sink.log if w == "produce" and isinstance(e, GenerationCompleted)]
     assert len(produced) == 2 and h.completed("retry").finish_reason == "stop"
+
+
+@pytest.mark.parametrize("refusal", [ClosingRefused("MSG_SIZE_TOO_LARGE"), InvalidEvent("a bug"), RuntimeError("a bug")])
+async def test_a_closing_that_cannot_be_written_ends_the_turn_worker_error(refusal: Exception) -> None:
+    h = Harness()
+    h.sink.refuse = lambda e: refusal if isinstance(e, GenerationCompleted) and e.request_id == "big" and e.finish_reason == "stop" else None
+    h.scheduler.accept(routed("big", "[[tokens:3]]"), partition=0, offset=0)
+    h.scheduler.accept(routed("next", "[[tokens:2]]"), partition=0, offset=1)
+    await until(lambda: h.finished == [(0, 0), (0, 1)])
+    completed = h.completed("big")
+    assert (completed.finish_reason, completed.error_code) == ("failed", "worker_error")
+    final = h.chunks("big")[-1]
+    assert final.finish_reason == "failed" and final.seq == len(h.chunks("big")) - 1  # the stream ends, in order
+    assert h.completed("next").finish_reason == "stop"  # the worker goes on
+
+
+async def test_a_closing_whose_key_is_away_is_retried_not_failed() -> None:
+    h = Harness()
+    away = [StoreUnavailable("key store away")]  # sealing the reply needs its user's key
+    h.sink.refuse = lambda e: away.pop() if away and isinstance(e, GenerationCompleted) else None
+    h.scheduler.accept(routed("sealed", "[[tokens:2]]"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)], timeout=10)
+    assert h.completed("sealed").finish_reason == "stop"
+
+
+async def test_a_closing_refused_twice_lets_the_record_go() -> None:
+    h = Harness()
+    h.sink.refuse = lambda e: ClosingRefused("MSG_SIZE_TOO_LARGE") if isinstance(e, GenerationCompleted) else None
+    h.scheduler.accept(routed("poison", "[[tokens:3]]"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    assert not [e for e in h.sink.acked("poison") if isinstance(e, GenerationCompleted)]
 
 
 async def test_heartbeat_reports_load_and_identity() -> None:

@@ -105,6 +105,18 @@ def test_stream_cut_after_tokens_fails_and_before_tokens_is_unavailable() -> Non
         decode_stream([b"data: [DONE]"])
 
 
+def test_an_incremental_stream_gives_the_same_deltas_as_the_cumulative_one() -> None:
+    cumulative = decode_stream(lines("stream_length.sse"))
+    incremental = decode_stream(lines("stream_length_incremental.sse"), incremental=True)
+    assert incremental == cumulative
+    assert "".join(d.text for d in incremental) == " Paris. It is the largest city in"
+
+
+def test_abort_while_queued_reads_alike_in_both_forms() -> None:
+    [queued] = decode_stream(lines("stream_abort_before_prefill.sse"), incremental=True)
+    assert (queued.text, queued.finish_reason) == ("", "cancelled")
+
+
 def test_non_cumulative_text_is_reported_not_duplicated() -> None:
     decoder = StreamDecoder()
     first = decoder.feed(b'data: {"text": "ab", "meta_info": {"completion_tokens": 1, "finish_reason": null}}')
@@ -163,12 +175,22 @@ async def collect(client: SGLangClient) -> list:  # type: ignore[type-arg]
     return [d async for d in client.generate(REQ)]
 
 
+def sse(name: str) -> httpx.Response:
+    return httpx.Response(200, content=(FIXTURES / name).read_bytes(), headers={"content-type": "text/event-stream"})
+
+
+def server_info(**flags: object) -> httpx.Response:
+    return httpx.Response(200, json={"model_path": "m", **flags})
+
+
 async def test_client_streams_a_recorded_response() -> None:
     seen: dict = {}
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":
+            return server_info()  # SGLang's default: cumulative
         seen.update(path=request.url.path, body=json.loads(request.content))
-        return httpx.Response(200, content=(FIXTURES / "stream_length.sse").read_bytes(), headers={"content-type": "text/event-stream"})
+        return sse("stream_length.sse")
 
     client = client_for(handler)
     deltas = await collect(client)
@@ -178,12 +200,78 @@ async def test_client_streams_a_recorded_response() -> None:
     assert deltas[-1].finish_reason == "length"
 
 
+async def test_client_reads_the_stream_form_from_server_info_once_per_engine_life() -> None:
+    probes: list[str] = []
+    engine = {"incremental": True, "up": True}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if not engine["up"]:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/get_server_info":
+            probes.append("probe")
+            return server_info(incremental_streaming_output=engine["incremental"])
+        return sse("stream_length_incremental.sse" if engine["incremental"] else "stream_length.sse")
+
+    client = client_for(handler)
+    whole = " Paris. It is the largest city in"
+    assert "".join(d.text for d in await collect(client)) == whole
+    assert "".join(d.text for d in await collect(client)) == whole
+    assert probes == ["probe"]  # once, not per request
+    # The engine goes away and comes back launched without the flag: the client reads the form again.
+    engine["up"] = False
+    with pytest.raises(EngineUnavailable):
+        await collect(client)
+    engine.update(up=True, incremental=False)
+    assert "".join(d.text for d in await collect(client)) == whole
+    assert probes == ["probe", "probe"]
+    await client.close()
+
+
+async def test_a_stream_in_the_other_form_fails_and_the_form_is_read_again() -> None:
+    said = {"incremental": False}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":
+            return server_info(incremental_streaming_output=said["incremental"])
+        return sse("stream_length_incremental.sse")  # restarted with the flag, unseen by the client
+
+    client = client_for(handler)
+    broken = await collect(client)
+    assert broken[-1].finish_reason == "failed" and "not cumulative" in (broken[-1].error or "")
+    said["incremental"] = True
+    assert "".join(d.text for d in await collect(client)) == " Paris. It is the largest city in"
+    await client.close()
+
+
+async def test_client_refuses_an_engine_whose_stream_form_is_unreadable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":
+            return server_info(incremental_streaming_output="yes")
+        return sse("stream_length.sse")
+
+    with pytest.raises(EngineUnavailable, match="incremental_streaming_output"):
+        await collect(client_for(handler))
+
+
+async def test_client_takes_an_engine_without_server_info_as_cumulative() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":
+            return httpx.Response(404)
+        return sse("stream_length.sse")
+
+    assert "".join(d.text for d in await collect(client_for(handler))) == " Paris. It is the largest city in"
+
+
 async def test_client_maps_http_errors() -> None:
     body = (FIXTURES / "error_400.json").read_bytes()
+
+    def answering(status: int, content: bytes):  # type: ignore[no-untyped-def]
+        return lambda r: server_info() if r.url.path == "/get_server_info" else httpx.Response(status, content=content)
+
     with pytest.raises(EngineRejected, match="longer than the model's context length"):
-        await collect(client_for(lambda r: httpx.Response(400, content=body)))
+        await collect(client_for(answering(400, body)))
     with pytest.raises(EngineUnavailable, match="HTTP 503"):
-        await collect(client_for(lambda r: httpx.Response(503, content=b"")))
+        await collect(client_for(answering(503, b"")))
 
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

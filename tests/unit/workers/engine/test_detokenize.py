@@ -1,4 +1,4 @@
-"""Incremental detokenization: the sent text only ever grows."""
+"""Incremental detokenization: each update returns what became sendable; together they only ever grow."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ TOK = ByteTokenizer()
 
 
 def feed(text: IncrementalText, ids: list[int]) -> list[str]:
-    seen = []
+    """The sendable text after each token: the deltas so far, joined."""
+    seen, sent = [], ""
     for n in range(1, len(ids) + 1):
-        seen.append(text.update(ids[:n], final=n == len(ids)))
+        sent += text.update(ids[:n], final=n == len(ids))
+        seen.append(sent)
     return seen
 
 
@@ -46,3 +48,15 @@ def test_invalid_bytes_do_not_stall_the_text() -> None:
     text = IncrementalText(TOK.decode)
     seen = feed(text, [0xFF, ord("a"), ord("b")])
     assert seen[-1] == "\ufffdab"
+
+
+def test_earliest_stop_string_wins_across_updates() -> None:
+    text = IncrementalText(TOK.decode, stop=("cd", "bc"))
+    assert feed(text, list(b"abcd"))[-1] == "a"
+    assert text.matched == "bc"
+
+
+def test_a_stop_string_split_across_many_updates_is_found() -> None:
+    text = IncrementalText(TOK.decode, stop=("<|end|>",))
+    seen = feed(text, list(b"x<|en<|end|>tail"))
+    assert text.matched == "<|end|>" and seen[-1] == "x<|en"

@@ -55,7 +55,7 @@ def test_context_check_uses_sglangs_message() -> None:
 
 def test_output_has_sglangs_shape() -> None:
     recorded = json.loads((FIXTURES / "generate_nonstream.json").read_text())
-    ours = protocol.output("r1", Progress("ab", (1, 2), 5, 0, protocol.finish_length(2)), e2e_latency=0.1)
+    ours = protocol.output("r1", "ab", (1, 2), Progress("b", (2,), 2, 5, 0, protocol.finish_length(2)), e2e_latency=0.1)
     assert set(ours) == set(recorded)
     # Every meta_info field the engine sends is one SGLang sends, with the same type.
     for key, value in ours["meta_info"].items():
@@ -63,7 +63,7 @@ def test_output_has_sglangs_shape() -> None:
         assert type(value) is type(recorded["meta_info"][key]), key
     assert ours["meta_info"]["finish_reason"] == {"type": "length", "length": 2}
     assert ours["meta_info"]["completion_tokens"] == 2
-    streaming = protocol.output("r1", Progress("a", (1,), 5, 0, None))
+    streaming = protocol.output("r1", "a", (1,), Progress("a", (1,), 1, 5, 0, None))
     assert streaming["meta_info"]["finish_reason"] is None and "e2e_latency" not in streaming["meta_info"]
 
 

@@ -212,11 +212,7 @@ def torch_settings(**kw: object) -> EngineSettings:
 
 async def finish(backend: TorchBackend | SyntheticBackend, rid: str, text: str, **params: object) -> Progress:
     gen = protocol.parse_generate({"text": text, "rid": rid, "sampling_params": params})
-    last = None
-    async for last in backend.submit(gen).progress():
-        pass
-    assert last is not None
-    return last
+    return protocol.joined([p async for p in backend.submit(gen).progress()])
 
 
 @pytest.fixture

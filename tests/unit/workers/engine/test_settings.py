@@ -22,6 +22,14 @@ def test_environment_then_flags() -> None:
     assert (s.backend, s.port, s.max_batch, s.synthetic_ttft_ms) == ("synthetic", 32000, 3, 5.0)
 
 
+def test_the_stream_form_takes_sglangs_flag_and_its_negation() -> None:
+    assert from_env(EngineSettings, {}).incremental_streaming_output  # Parley's default, not SGLang's
+    assert not from_env(EngineSettings, {"PARLEY_ENGINE_INCREMENTAL_STREAMING_OUTPUT": "false"}).incremental_streaming_output
+    assert not parse_args(["--no-incremental-streaming-output"], {}).incremental_streaming_output
+    off = {"PARLEY_ENGINE_INCREMENTAL_STREAMING_OUTPUT": "false"}
+    assert parse_args(["--incremental-streaming-output"], off).incremental_streaming_output
+
+
 def test_bad_settings_name_the_variable() -> None:
     with pytest.raises(ConfigError, match="PARLEY_ENGINE_BACKEND"):
         from_env(EngineSettings, {"PARLEY_ENGINE_BACKEND": "vllm"})

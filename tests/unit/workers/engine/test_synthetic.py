@@ -28,24 +28,25 @@ def test_replies_are_a_pure_function_of_the_prompt() -> None:
     assert len(synthetic_pieces("hi", 37)) == 37
 
 
-async def test_counts_and_cumulative_text() -> None:
+async def test_counts_and_text_in_deltas() -> None:
     b = backend()
     await b.start()
     prompt = "Tell me about the sea, please."
     steps = await finish(b, "a", prompt, 12)
-    last = steps[-1]
+    last = protocol.joined(steps)
     assert last.finish_reason == protocol.finish_length(12)
     assert last.prompt_tokens == len(WordTokenizer().pieces(prompt))
-    assert len(last.output_ids) == 12
+    assert len(last.output_ids) == last.completion_tokens == 12
     assert last.text == "".join(synthetic_pieces(prompt, 12))
-    assert all(b2.text.startswith(a.text) for a, b2 in zip(steps, steps[1:]))
+    # Each step carries only what it added: the counts grow by its ids.
+    assert all(b2.completion_tokens - a.completion_tokens == len(b2.output_ids) for a, b2 in zip(steps, steps[1:]))
 
 
 async def test_repeated_prefix_is_reported_cached() -> None:
     b = backend()
     await b.start()
-    first = (await finish(b, "a", "System prompt here. First question?", 4))[-1]
-    second = (await finish(b, "b", "System prompt here. Second question?", 4))[-1]
+    first = protocol.joined(await finish(b, "a", "System prompt here. First question?", 4))
+    second = protocol.joined(await finish(b, "b", "System prompt here. Second question?", 4))
     assert first.cached_tokens == 0
     assert second.cached_tokens == len(WordTokenizer().pieces("System prompt here."))
     assert 0 < b.load().cache_hit_rate < 1
@@ -56,14 +57,14 @@ async def test_stop_and_abort() -> None:
     await b.start()
     reply = "".join(synthetic_pieces("q", 30))
     stop = reply.split(" ")[5]
-    stopped = (await finish(b, "s", "q", 30, stop=(stop,)))[-1]
+    stopped = protocol.joined(await finish(b, "s", "q", 30, stop=(stop,)))
     assert stopped.finish_reason == protocol.finish_stop_str(stop) and stop not in stopped.text
     state = b.submit(GenerateInput("x", "q", Sampling(max_new_tokens=1000), True))
     stream = state.progress()
     await stream.__anext__()
     b.abort("x")
-    last = [p async for p in stream][-1]
-    assert last.finish_reason == protocol.finish_abort() and len(last.output_ids) < 1000
+    last = protocol.joined([p async for p in stream])
+    assert last.finish_reason == protocol.finish_abort() and last.completion_tokens < 1000
     await b.stop()
 
 
