@@ -178,11 +178,11 @@ class PageReader:
     def _ask(self, request: dict, timeout: float) -> list | None:
         """The child's checked reply: ["ok", value], ["refused", code, message] or ["error", reason]; ["died"] if it
         exited or answered nonsense; None on timeout (the child is then killed). Raises ``Refused`` over budget."""
+        if self._deadline <= time.monotonic():
+            raise self._over_budget(cpu=False)
         self._start()
         assert self._conn is not None and self._child is not None
         remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise self._over_budget(cpu=False)
         try:
             self._conn.send_bytes(json.dumps(request).encode())
             if not self._conn.poll(min(timeout, remaining)):

@@ -10,23 +10,26 @@ that taking it over gains little:
   no ``PARLEY_*``, no passwords, no key paths.
 - **A private directory**, made for this child, its working directory and
   ``TMPDIR``; the caller removes it with the child (``Confined.close``).
-- **Another user.** A worker running as root (as the image does) starts the
-  child as root only long enough to enter its namespaces, then it becomes
-  ``nobody`` with no groups: files the worker's user owns and keeps private
-  (the KEK file is ``0600``) are closed to it. A worker running as an ordinary
-  user cannot change user; its child can read what that user can read.
-- **No network.** The child enters a new network namespace (as root directly,
-  otherwise inside a new user namespace) where no interface is up; where the
+- **Only its own files.** Landlock lets it read the interpreter, the
+  system's programs and libraries, the repo's ``PACKAGES`` and what the
+  caller names (clamscan's signatures), and write its own directory: no other
+  file, whatever its mode, the KEK's included; it may not signal a process
+  outside the sandbox (the worker). Kernels without Landlock skip this layer.
+- **No privileges.** Every capability is dropped (bounding set included),
+  with ``no_new_privs``: a worker started as root does not make its child root.
+- **No network.** The child enters a new network namespace (inside a new user
+  namespace; a root worker's child without one, directly) where no interface
+  is up; where the
   kernel allows neither, the next layer is all there is. Then, always, a
   seccomp filter makes ``socket()`` and ``io_uring_setup()`` fail with
-  ``EPERM``, with ``no_new_privs`` set, so no socket of any family can be
-  opened, and nothing it runs (setuid programs included) can gain privileges.
+  ``EPERM``, so no socket of any family can be opened.
 - **Bounded** by the caller: address space and CPU time (``RLIMIT_AS``,
   ``RLIMIT_CPU``) and wall-clock deadlines (``documents.pages``).
 
 ``confine`` is what the child runs first, before it imports any parser; it
 returns what it got, which the parent logs. Entry: ``python -m
-documents.sandbox UID GID module:function ARG...`` (``UID`` -1: stay).
+documents.sandbox READABLE_JSON module:function ARG...``; the function is
+called with that report first.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ import ctypes
 import errno
 import importlib
 import os
-import platform
 import json
+import platform
 import shutil
 import signal
 import struct
@@ -67,6 +70,7 @@ _FS_ABI1 = (1 << 13) - 1  # execute … make_sym: every right of ABI 1
 _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
 _FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 
 # capabilities, from linux/capability.h and linux/prctl.h
 _PR_CAPBSET_DROP = 24
@@ -196,14 +200,19 @@ def _deny_sockets() -> None:
 
 
 def _restrict_files(readable: list[str], home: str) -> int:
-    """Landlock: read only ``readable``, read and write only ``home``, no TCP; the ABI in force, 0 if unsupported."""
+    """Landlock: read only ``readable``, read and write only ``home``, no TCP (ABI 4), no signal to a process
+    outside the sandbox (ABI 6); the ABI in force, 0 if unsupported."""
     libc = _libc()
     abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
     if abi < 1:
         return 0
     handled = _FS_ABI1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     network = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0  # handled with no rule: no TCP bind or connect
-    attr = struct.pack("QQ", handled, network) if abi >= 4 else struct.pack("Q", handled)
+    scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL  # no signal to the worker, no abstract socket outside
+    if abi >= 6:
+        attr = struct.pack("QQQ", handled, network, scoped)
+    else:
+        attr = struct.pack("QQ", handled, network) if abi >= 4 else struct.pack("Q", handled)
     ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, attr, len(attr), 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")

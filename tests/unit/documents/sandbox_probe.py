@@ -32,3 +32,14 @@ def attempt(port: str, path: str) -> dict[str, Any]:
 
 def probe(confined: dict, port: str, path: str) -> None:
     json.dump({"confined": confined, **attempt(port, path)}, sys.stdout)
+
+
+def signal_parent(confined: dict) -> None:
+    """Try to stop the process that started the child (the worker, in production)."""
+    import signal
+
+    try:
+        os.kill(os.getppid(), signal.SIGCONT)  # harmless if it were delivered; the question is whether it may be
+        json.dump({"signal": "sent"}, sys.stdout)
+    except OSError as exc:
+        json.dump({"signal": type(exc).__name__}, sys.stdout)

@@ -92,11 +92,20 @@ def test_the_child_works_in_a_private_directory_removed_afterwards(listener: int
     assert not home.exists()
 
 
+def test_the_child_cannot_signal_the_worker() -> None:
+    child = sandbox.start("tests.unit.documents.sandbox_probe:signal_parent", [], readable=(str(sandbox.ROOT / "tests"),), stdout=subprocess.PIPE)
+    try:
+        out, _ = child.process.communicate(timeout=120)
+    finally:
+        child.close()
+    assert json.loads(out) == {"signal": "PermissionError"}
+
+
 def test_this_host_gives_the_child_every_layer(listener: int, kek: Path) -> None:
-    """Linux with user namespaces and Landlock (this CI host): a network namespace, and Landlock with TCP rules."""
+    """Linux with user namespaces and Landlock (this CI host): a network namespace, Landlock with TCP and signal rules."""
     found, _ = probe(listener, kek)
     assert found["confined"]["network_namespace"] is True
-    assert found["confined"]["landlock"] >= 4
+    assert found["confined"]["landlock"] >= 6
 
 
 def test_the_page_readers_child_is_that_sandbox(kek: Path) -> None:
