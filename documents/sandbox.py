@@ -19,9 +19,8 @@ that taking it over gains little:
   with ``no_new_privs``: a worker started as root does not make its child root.
 - **No network.** The child enters a new network namespace (inside a new user
   namespace; a root worker's child without one, directly) where no interface
-  is up; where the
-  kernel allows neither, the next layer is all there is. Then, always, a
-  seccomp filter makes ``socket()`` and ``io_uring_setup()`` fail with
+  is up; where the kernel allows neither, the next layer is all there is.
+  Then, always, a seccomp filter makes ``socket()`` and ``io_uring_setup()`` fail with
   ``EPERM``, so no socket of any family can be opened.
 - **Bounded** by the caller: address space and CPU time (``RLIMIT_AS``,
   ``RLIMIT_CPU``) and wall-clock deadlines (``documents.pages``).
