@@ -19,6 +19,7 @@ CODES = {
     "decompression_bomb": "the file expands to far more than its size",
     "too_many_pages": "the document has more pages than the limit",
     "unreadable": "the file is damaged, encrypted or could not be parsed",
+    "budget_exceeded": "reading the file took more time than one document may take",
     "no_text": "no page yielded any text, even by OCR",
     "scan_failed": "the virus scanner could not run, so the file was not trusted",
 }
@@ -32,6 +33,3 @@ class Refused(Exception):
         self.code = code
         self.message = message
 
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
-        # Crosses the extraction child's pipe: rebuild from both fields, not from Exception.args.
-        return (Refused, (self.code, self.message))

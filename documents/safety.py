@@ -6,21 +6,30 @@ signature directory), then per type:
 
 - DOCX: the zip directory's declared sizes (total, and each member's expansion
   ratio) against the bomb limits, then macros (a ``vbaProject.bin`` part, a
-  macro-enabled content type, or VBA that oletools finds in any member).
+  macro-enabled content type, or VBA that oletools finds in any member; a
+  package oletools cannot read is refused, not taken for macro-free).
   Declared sizes suffice because Python's zipfile never inflates a member past
   its declared size (python-docx reads through it).
 - PDF: every indirect object pypdf can reach, object streams included, is
   walked for active content (JavaScript, launch and import actions, embedded
   files, rich media, XFA forms, additional actions). pypdf decodes names, so
-  ``/J#61vaScript`` is ``/JavaScript`` here. Then the page count, then each
-  Flate stream is inflated in bounded steps to find decompression bombs.
+  ``/J#61vaScript`` is ``/JavaScript`` here. Then the page count. Then the
+  bombs, with the extractor's own parser: pdfminer (what pdfplumber reads
+  with) decodes every stream through its whole filter chain (Flate, LZW,
+  ASCII85/Hex, RunLength, predictors), exactly as extraction will, and a
+  stream or the sum of them past the limit is refused. The decoding is bounded
+  by the child's address space (``PARLEY_DOCUMENTS_CHILD_MEMORY_MB``): one too
+  large to decode at all is a bomb as well. Image codecs (DCT, JPX, JBIG2) are
+  decoded by pdfium only when a page is rendered for OCR; their declared
+  pixel count is checked here.
 - Images: the pixel count against the bomb limit (before anything decodes them).
 - DOCX, HTML, Markdown and text: the page count (``extract.page_count``).
 
-Bounded on hostile input: the scanner has a timeout, every inflation is capped,
-and the PDF walk gives up at a deadline. The parsers themselves (pypdf,
-python-docx) are not interruptible, so the worker runs ``check`` in the
-extraction child (``PageReader.check``), where a timeout kills the process.
+Bounded on hostile input: the scanner has a timeout and the PDF walks give up
+at a deadline. The parsers themselves (pypdf, pdfminer, python-docx) are not
+interruptible, so the worker runs ``check`` in the sandboxed extraction child
+(``PageReader.check``), where a timeout or the document's budget kills the
+process and the address-space cap bounds every decoding.
 """
 
 from __future__ import annotations
@@ -31,7 +40,6 @@ import subprocess
 import time
 import warnings
 import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +50,6 @@ from documents.sniff import DOCX, JPEG, PDF, PNG
 #: A zip member may expand this much before its ratio counts: tiny XML parts compress extremely well.
 _RATIO_FLOOR_BYTES = 1 << 20
 _MAX_ZIP_MEMBERS = 10_000
-_INFLATE_STEP = 1 << 20
 
 #: Dictionary keys that make a PDF do something when opened, rather than show something.
 _ACTIVE_KEYS = frozenset({"/JavaScript", "/JS", "/Launch", "/EmbeddedFile", "/EmbeddedFiles", "/RichMedia", "/XFA"})
@@ -151,12 +158,12 @@ def _olevba_finds_macros(data: bytes) -> bool:
 
     try:
         parser = VBA_Parser("upload.docx", data=data)
-    except Exception:  # oletools raises its own and zipfile's errors: not its finding, the zip checks stand
-        return False
+    except Exception as exc:  # the zip checks passed, so a package oletools cannot read is not one we trust
+        raise Refused("unreadable", f"The macro scanner could not read the document ({type(exc).__name__}).")
     try:
         return bool(parser.detect_vba_macros())
-    except Exception:
-        return False
+    except Exception as exc:  # failing closed: "could not look" is not "no macros"
+        raise Refused("unreadable", f"The macro scanner could not read the document ({type(exc).__name__}).")
     finally:
         parser.close()
 
@@ -174,13 +181,10 @@ def _check_pdf(data: bytes, limits: Limits) -> None:
         if reader.is_encrypted and not reader.decrypt(""):
             raise Refused("unreadable", "The PDF is password-protected.")
         active: str | None = _active_in(reader.trailer) or None
-        streams = []
         for number, obj in _indirect_objects(reader):
             if time.monotonic() > deadline:
                 raise Refused("unreadable", f"The PDF took over {limits.scan_timeout_s:g} s to check.")
             active = active or _active_in(obj)
-            if hasattr(obj, "get_data"):  # a stream
-                streams.append(obj)
         pages = len(reader.pages)
     except Refused:
         raise
@@ -193,7 +197,7 @@ def _check_pdf(data: bytes, limits: Limits) -> None:
     if active:
         raise Refused("active_content", f"The PDF carries active content ({active}).")
     _check_pages(pages, limits)
-    _check_streams(streams, limits, deadline)
+    _check_streams(data, limits, deadline)
 
 
 def _indirect_objects(reader: Any):
@@ -243,45 +247,54 @@ def _non_empty(value: Any) -> bool:
 
 
 def _number(value: Any) -> int:
-    value = value.get_object() if hasattr(value, "get_object") else value
-    return int(value) if isinstance(value, (int, float)) else 0
+    from pdfminer.pdftypes import resolve1
+
+    value = resolve1(value)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def _check_streams(streams: list, limits: Limits, deadline: float) -> None:
-    """Inflate each Flate stream in steps, stopping at the limit: one stream, or all but images together."""
+def _check_streams(data: bytes, limits: Limits, deadline: float) -> None:
+    """Decode every stream as the extractor will, with its own parser (pdfminer, under pdfplumber) and its own
+    decoders, whole filter chains included: one stream, or all but images together, past the limit is a bomb.
+
+    Decoding is bounded by the child's address space: a stream too large to decode at all is a bomb too."""
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfparser import PDFParser
+    from pdfminer.pdftypes import PDFStream
+    from pdfminer.psparser import LIT
+
+    try:
+        document = PDFDocument(PDFParser(io.BytesIO(data)))
+        numbers = sorted({n for xref in document.xrefs for n in xref.get_objids()})
+    except Exception as exc:  # pdfminer's own errors: the extractor could not open it either
+        raise Refused("unreadable", f"The PDF could not be parsed ({type(exc).__name__}).")
     total = 0
-    for stream in streams:
+    for number in numbers:
         if time.monotonic() > deadline:
             raise Refused("unreadable", f"The PDF took over {limits.scan_timeout_s:g} s to check.")
-        image = stream.get("/Subtype") == "/Image"
-        if image:
-            pixels = _number(stream.get("/Width")) * _number(stream.get("/Height"))
-            if pixels * 3 > limits.max_uncompressed_bytes:
-                raise Refused("decompression_bomb", f"An image of the PDF has {pixels:,} pixels.")
-        size = _inflated_size(stream, limits.max_uncompressed_bytes + 1)
+        try:
+            stream = document.getobj(number)
+            if not isinstance(stream, PDFStream):
+                continue
+            image = stream.get("Subtype") is LIT("Image")
+            if image:
+                pixels = _number(stream.get("Width")) * _number(stream.get("Height"))
+                if pixels * 3 > limits.max_uncompressed_bytes:
+                    raise Refused("decompression_bomb", f"An image of the PDF has {pixels:,} pixels.")
+            size = len(stream.get_data())
+            stream.data = None  # decoded once to be measured, not kept: the next stream needs the room
+        except Refused:
+            raise
+        except MemoryError:
+            raise Refused("decompression_bomb", "A stream of the PDF expands beyond the reader's memory.")
+        except Exception:  # a damaged object is the extractor's problem (it skips it too), not a bomb
+            continue
         if size > limits.max_uncompressed_bytes:
             raise Refused("decompression_bomb", "A stream of the PDF expands beyond the limit.")
         if not image:
             total += size
             if total > limits.max_uncompressed_bytes:
                 raise Refused("decompression_bomb", f"The PDF's streams expand to over {total:,} bytes.")
-
-
-def _inflated_size(stream: Any, cap: int) -> int:
-    """Bytes the first (Flate) filter of ``stream`` yields, counted up to ``cap``; the raw size for other filters."""
-    raw = stream._data
-    filters = stream.get("/Filter")
-    first = filters[0] if isinstance(filters, list) and filters else filters
-    if first not in ("/FlateDecode", "/Fl"):
-        return len(raw)
-    inflater, total, pending = zlib.decompressobj(), 0, raw
-    try:
-        while pending and total < cap:
-            total += len(inflater.decompress(pending, _INFLATE_STEP))
-            pending = inflater.unconsumed_tail
-    except zlib.error:
-        pass  # a damaged stream is the extractor's problem, not a bomb
-    return total
 
 
 # ---------------------------------------------------------------- images and pages

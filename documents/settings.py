@@ -52,6 +52,16 @@ class DocumentSettings:
     open_timeout_s: float = env(
         "PARLEY_DOCUMENTS_OPEN_TIMEOUT_S", 60.0, "Longest parsing a whole document (to count its pages) may take"
     )
+    document_timeout_s: float = env(
+        "PARLEY_DOCUMENTS_DOCUMENT_TIMEOUT_S",
+        3600.0,
+        "Longest one document's reading (checks, every page, OCR) may take, wall clock; then it fails (budget_exceeded)",
+    )
+    document_cpu_s: int = env(
+        "PARLEY_DOCUMENTS_DOCUMENT_CPU_S",
+        1200,
+        "CPU seconds the extraction child may spend on one document (RLIMIT_CPU); then it fails (budget_exceeded)",
+    )
     child_memory_mb: int = env(
         "PARLEY_DOCUMENTS_CHILD_MEMORY_MB",
         2048,

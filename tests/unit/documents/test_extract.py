@@ -128,15 +128,17 @@ def reader():
         yield r
 
 
-def test_the_reader_serves_pages_from_one_warm_child(reader: PageReader) -> None:
+def test_the_reader_serves_a_document_from_one_child_and_the_next_from_a_fresh_one(reader: PageReader) -> None:
     data = fx.text_pdf(fx.PDF_PAGES)
     assert reader.page_count(data, PDF) == 3
-    child = reader._process.pid
+    child = reader._child
     pages = [reader.read(data, PDF, n) for n in (1, 2, 3)]
     assert [p for p in pages] == [extract_page(data, PDF, n) for n in (1, 2, 3)]
+    assert reader._child is child
     docx = fx.docx_with_table()
     assert reader.read(docx, DOCX, 2).blocks[-1].kind == "table"
-    assert reader._process.pid == child
+    assert reader._child.process.pid != child.process.pid  # nothing of one file stays in the process reading the next
+    assert not child.home.exists()  # the first child's directory, with its copy of the file, is gone
 
 
 def test_the_reader_checks_in_the_child(reader: PageReader) -> None:
@@ -152,13 +154,13 @@ def test_a_slow_page_times_out_and_the_next_page_still_reads() -> None:
     settings = dataclasses.replace(DocumentSettings(), page_timeout_s=0.3, ocr_dpi=300)
     with PageReader(settings) as reader:
         assert reader.page_count(data, PDF) == 2
-        first_child = reader._process.pid
+        first_child = reader._child.process.pid
         with pytest.raises(PageTimeout) as timeout:
             reader.read(data, PDF, 1)
         assert timeout.value.number == 1 and "PARLEY_DOCUMENTS_PAGE_TIMEOUT_S" in timeout.value.reason
-        assert reader._process is None  # killed, not left running
+        assert reader._child is None  # killed, not left running
         text = reader.read(fx.text_pdf(fx.PDF_PAGES), PDF, 2)  # a fresh child, the document reopened
-        assert "pomegranate" in text.text and reader._process.pid != first_child
+        assert "pomegranate" in text.text and reader._child.process.pid != first_child
 
 
 @pytest.mark.parametrize(

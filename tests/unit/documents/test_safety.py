@@ -110,6 +110,51 @@ def test_a_flate_bomb_in_a_pdf_stream() -> None:
     check(data, PDF, NO_SCAN)  # 20 MiB is within the default limit
 
 
+def _pdf_with_stream(encoded: bytes, filters: bytes) -> bytes:
+    objects = _one_page()
+    objects[3] = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>"
+    objects[4] = b"<< /Length %d /Filter %s >>\nstream\n" % (len(encoded), filters) + encoded + b"\nendstream"
+    return fx._pdf(objects, compressed=set())
+
+
+@pytest.mark.parametrize(
+    ("encode", "filters"),
+    [
+        (lambda raw: zlib.compress(raw, 9).hex().encode() + b">", b"[/ASCIIHexDecode /FlateDecode]"),
+        (lambda raw: b"\x81\x00" * (len(raw) // 128) + b"\x80", b"/RunLengthDecode"),
+    ],
+    ids=["hex-then-flate", "run-length"],
+)
+def test_a_bomb_behind_any_filter_chain_is_measured_as_the_extractor_decodes_it(encode, filters: bytes) -> None:
+    data = _pdf_with_stream(encode(bytes(20 << 20)), filters)
+    assert refusal(data, PDF, dataclasses.replace(NO_SCAN, max_uncompressed_bytes=10 << 20)) == "decompression_bomb"
+    check(data, PDF, NO_SCAN)  # 20 MiB is within the default limit
+
+
+def test_a_stream_too_large_to_decode_in_the_child_is_a_bomb() -> None:
+    """512 MiB of zeros in half a megabyte, checked in a child capped at 256 MiB: the decoding itself runs out."""
+    from documents.pages import PageReader
+
+    squeeze, parts = zlib.compressobj(9), []
+    for _ in range(32):
+        parts.append(squeeze.compress(bytes(16 << 20)))
+    data = _pdf_with_stream(b"".join(parts) + squeeze.flush(), b"/FlateDecode")
+    settings = dataclasses.replace(DocumentSettings(), child_memory_mb=256)
+    limits = dataclasses.replace(NO_SCAN, max_uncompressed_bytes=1 << 40)  # only the memory cap can stop it
+    with PageReader(settings) as reader, pytest.raises(Refused) as refused:
+        reader.check(data, PDF, limits)
+    assert refused.value.code == "decompression_bomb" and "memory" in refused.value.message
+
+
+def test_a_package_the_macro_scanner_cannot_read_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Unreadable:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise ValueError("oletools could not parse it")
+
+    monkeypatch.setattr("oletools.olevba.VBA_Parser", Unreadable)
+    assert refusal(fx.docx_with_table(), DOCX) == "unreadable"
+
+
 def test_a_damaged_pdf_is_unreadable() -> None:
     assert refusal(b"%PDF-1.7\n" + bytes(range(256)) * 8, PDF) == "unreadable"
 
