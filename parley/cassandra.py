@@ -11,7 +11,7 @@ import asyncio
 import ssl
 from typing import Any
 
-from cassandra import AuthenticationFailed, DriverException, RequestExecutionException
+from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException, RequestExecutionException
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -27,6 +27,15 @@ RECONNECT_MAX_S = 5.0
 #: Seconds the control connection waits for the schema read it does at connect.
 CONTROL_TIMEOUT_S = 15.0
 
+#: Every statement's level unless it says otherwise (the driver's own default is LOCAL_ONE). A quorum
+#: of the local data centre's replicas writes, and a quorum reads, so every read overlaps the last
+#: acknowledged write: read-your-writes across processes (a turn the materializer stored, a revoked API
+#: key, an erased user's tombstones), and one replica of three may be down. The exceptions override
+#: it where they are: SAI ANN searches at ONE (documents/index.py), which Cassandra allows no other way.
+CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
+#: Lightweight transactions (IF NOT EXISTS) run their Paxos round in the local data centre too.
+SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
+
 
 def connect(settings: CassandraSettings, keyspace: str | None = None, connect_timeout: float = 5.0) -> Session:
     """A session on ``keyspace`` (none: no keyspace). Close it with ``session.cluster.shutdown()``."""
@@ -35,7 +44,9 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
         port=settings.port,
         execution_profiles={
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
-                load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc)
+                load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc),
+                consistency_level=CONSISTENCY,
+                serial_consistency_level=SERIAL_CONSISTENCY,
             )
         },
         connect_timeout=connect_timeout,
