@@ -1,9 +1,10 @@
 """Apache Cassandra on loopback: one node on 127.0.0.1, or a replicated cluster of ``replicas`` nodes, one
 per address of ``LocalInfraSettings.hosts``, on the same ports.
 
-A cluster's nodes are all seeds and own evenly spaced tokens set in their config (``auto_bootstrap``
-off): a new cluster has nothing to stream, and a node that restarts finds any live peer. They still
-start one after another (``infra.local.stack``): Cassandra lets one node join the ring at a time."""
+A cluster's nodes are all seeds and own evenly spaced tokens set in their config, with ``auto_bootstrap``
+off: a new cluster has nothing to stream, so no node ever bootstraps, and they may start at once
+(``infra.local.stack``); a node that restarts finds any live peer. Adding a node to a cluster that holds
+data is not what this is for: it would need a bootstrap, one node at a time."""
 
 from __future__ import annotations
 
