@@ -8,6 +8,10 @@ the replication tests.
     faults.restart(cfg, "kafka", 1)           # start it again on its own data; returns once healthy
     faults.pid(cfg, "cassandra", 0)           # its pid, or None when it is not running
 
+The cluster itself: ``stack.up(replace(cfg, replicas=3))`` starts it (reusing the nodes that run), and
+``secure.client_settings(cfg)`` / ``secure.client_env(cfg)`` are how clients reach it (every address,
+RF 3 for topics and keyspaces).
+
 ``name`` is ``kafka`` or ``cassandra``; node ``i`` (0-based) listens on ``cfg.hosts[i]``, and index 0 is
 the single node when ``cfg.replicas`` is 1. Each call acts on one node of ours (by pid file) and raises
 ``InfraError`` when that node is not running.
@@ -82,7 +86,8 @@ def resume(cfg: LocalInfraSettings, name: str, index: int) -> int:
 
 
 def restart(cfg: LocalInfraSettings, name: str, index: int, echo: stack.Echo = lambda s: None) -> int:
-    """Start node ``index`` again on its data (nothing when it runs) and wait until it is healthy; its pid."""
+    """Start node ``index`` again on its data and wait until it is healthy; its pid. A node that runs is
+    only awaited (``resume`` a paused one first: it would not get healthy)."""
     service(cfg, name, index)  # a valid node
     [state] = stack.up(cfg, echo=echo, only=(name,), nodes=(index,))
     assert state.pid is not None

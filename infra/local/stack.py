@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -106,15 +107,20 @@ def _await(
 
 def down(cfg: LocalInfraSettings, echo: Echo = jvm.echo_stderr) -> None:
     """Stop every service Parley started under ``cfg.data_dir``: the single node's, and a replicated
-    cluster's nodes (in reverse order, so Cassandra's first node, its gossip's anchor, goes last)."""
-    for node_cfg in _layouts(cfg):
-        for name, mod in _MODULES.items():
-            for index in reversed(range(node_cfg.replicas)):
-                svc = mod.service(node_cfg, index)
-                if jvm.stop(svc):
-                    echo(f"{svc.name}: stopped")
-                elif not node_cfg.replicated:
-                    echo(f"{svc.name}: not running (nothing Parley started)")
+    cluster's. All at once: a broker left without its controllers' quorum would wait 30 s for it."""
+    services = [
+        (node_cfg, mod.service(node_cfg, index))
+        for node_cfg in _layouts(cfg)
+        for mod in _MODULES.values()
+        for index in range(node_cfg.replicas)
+    ]
+    with ThreadPoolExecutor(max_workers=len(services)) as pool:
+        stopped = list(pool.map(lambda s: jvm.stop(s[1]), services))
+    for (node_cfg, svc), was_running in zip(services, stopped):
+        if was_running:
+            echo(f"{svc.name}: stopped")
+        elif not node_cfg.replicated:
+            echo(f"{svc.name}: not running (nothing Parley started)")
 
 
 def _layouts(cfg: LocalInfraSettings) -> list[LocalInfraSettings]:
@@ -124,7 +130,7 @@ def _layouts(cfg: LocalInfraSettings) -> list[LocalInfraSettings]:
     if cluster is None and (cfg.data_dir / "replicated").is_dir():
         nodes = {p.name.rsplit("-", 1)[1] for p in (cfg.data_dir / "replicated").glob("*-*") if p.is_dir()}
         if nodes:
-            cluster = replace(cfg, replicas=max(2, len(nodes)))
+            cluster = replace(cfg, replicas=max(2, len(nodes)), secure=False, kafka_side_port=0)
     return [single, *([cluster] if cluster else [])]
 
 

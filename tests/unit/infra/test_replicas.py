@@ -113,3 +113,16 @@ def test_down_finds_a_cluster_under_the_data_dir(tmp_path: Path) -> None:
     layouts = stack._layouts(LocalInfraSettings(data_dir=tmp_path))
     assert [c.replicas for c in layouts] == [1, 3]
     assert stack._layouts(LocalInfraSettings(data_dir=tmp_path / "none")) == [LocalInfraSettings(data_dir=tmp_path / "none")]
+
+
+def test_the_cli_refuses_a_cluster_size_by_its_setting(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    result = CliRunner().invoke(app, ["infra", "status", "--replicas", "0"], env={"PARLEY_DATA_DIR": str(tmp_path)})
+    assert result.exit_code == 1
+    assert "PARLEY_INFRA_REPLICAS=0" in result.output
+    listed = CliRunner().invoke(app, ["infra", "status", "--replicas", "3"], env={"PARLEY_DATA_DIR": str(tmp_path)})
+    assert listed.exit_code == 0
+    assert all(name in listed.output for name in ("kafka-2", "cassandra-2", "127.0.0.4:9042"))
