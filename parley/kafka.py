@@ -36,6 +36,10 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         # Keep retrying through a broker restart (or a rolling upgrade); delivery fails only after this.
         # Idempotence keeps the retries from duplicating or reordering anything.
         "delivery.timeout.ms": 120_000,
+        # A request to a broker that hangs (paused, or cut off without a reset) is given up after 15 s and
+        # retried where the partition's leader is then, not after librdkafka's 60 s: with 3 replicas a new
+        # leader is elected within seconds (docs/operations.md, the replicated cluster).
+        "socket.timeout.ms": 15_000,
     }
     config.update(overrides)
     return config

@@ -8,6 +8,7 @@ import base64
 import logging
 import os
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -215,9 +216,16 @@ def _cluster_id(cfg: LocalInfraSettings) -> str:
         return cluster_id
     kept = cfg.home("kafka").parent / "kafka-cluster-id"
     kept.parent.mkdir(parents=True, exist_ok=True)
-    if not kept.exists():
-        kept.write_text(cluster_id + "\n")
-    return kept.read_text().strip()
+    try:
+        with open(kept, "x") as out:  # the nodes are prepared at once: the first to get here chooses
+            out.write(cluster_id + "\n")
+        return cluster_id
+    except FileExistsError:
+        pass
+    deadline = time.monotonic() + 5
+    while not (chosen := kept.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.01)  # created, not yet written
+    return chosen
 
 
 def _scram_user(cfg: LocalInfraSettings) -> tuple[str, ...]:

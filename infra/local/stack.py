@@ -61,10 +61,14 @@ def up(
     driver_log = logging.getLogger("cassandra")
     level = driver_log.level
     driver_log.setLevel(logging.CRITICAL)  # refused connections while it boots are expected
+    wanted = [(name, index) for name in only for index in (range(cfg.replicas) if nodes is None else nodes)]
+    for name in {name for name, index in wanted if jvm.pid_of(_MODULES[name].service(cfg, index)) is None}:
+        mod = _MODULES[name]
+        jvm.fetch_classpath(mod.POM, cfg.cache_dir, mod.tag(), echo)  # once, before the threads below use it
     try:
-        for name in only:
-            for index in range(cfg.replicas) if nodes is None else nodes:
-                svc, state = _launch(cfg, name, index, echo)
+        # Each node's preparation runs a JVM of its own (Kafka formats its storage): all at once.
+        with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
+            for (name, index), (svc, state) in zip(wanted, pool.map(lambda w: _launch(cfg, *w, echo), wanted)):
                 states.append(state)
                 awaited.append((name, index, svc, time.monotonic()))
         _await(cfg, awaited, states, echo)
