@@ -56,29 +56,29 @@ def up(
     """The services ``only`` running and healthy, each of their ``nodes`` (None: all), started where none
     of ours runs."""
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    wanted = [(name, index) for name in only for index in (range(cfg.replicas) if nodes is None else nodes)]
+    for name in {name for name, index in wanted if jvm.pid_of(_MODULES[name].service(cfg, index)) is None}:
+        mod = _MODULES[name]
+        jvm.fetch_classpath(mod.POM, cfg.cache_dir, mod.tag(), echo)  # once, before the threads below use it
     states: list[ServiceState] = []
     awaited: list[tuple[str, int, jvm.JvmService, float]] = []
     driver_log = logging.getLogger("cassandra")
     level = driver_log.level
     driver_log.setLevel(logging.CRITICAL)  # refused connections while it boots are expected
-    wanted = [(name, index) for name in only for index in (range(cfg.replicas) if nodes is None else nodes)]
-    for name in {name for name, index in wanted if jvm.pid_of(_MODULES[name].service(cfg, index)) is None}:
-        mod = _MODULES[name]
-        jvm.fetch_classpath(mod.POM, cfg.cache_dir, mod.tag(), echo)  # once, before the threads below use it
     try:
         # Each node's preparation runs a JVM of its own (Kafka formats its storage): all at once.
-        with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
-            for (name, index), (svc, state) in zip(wanted, pool.map(lambda w: _launch(cfg, *w, echo), wanted)):
+        with ThreadPoolExecutor(max_workers=max(1, len(wanted))) as pool:
+            for (name, index), (svc, state, began) in zip(wanted, pool.map(lambda w: _launch(cfg, *w, echo), wanted)):
                 states.append(state)
-                awaited.append((name, index, svc, time.monotonic()))
+                awaited.append((name, index, svc, began))
         _await(cfg, awaited, states, echo)
     finally:
         driver_log.setLevel(level)
     return states
 
 
-def _launch(cfg: LocalInfraSettings, name: str, index: int, echo: Echo) -> tuple[jvm.JvmService, ServiceState]:
-    """Node ``index`` of ``name``: ours already running, or started now (not yet awaited)."""
+def _launch(cfg: LocalInfraSettings, name: str, index: int, echo: Echo) -> tuple[jvm.JvmService, ServiceState, float]:
+    """Node ``index`` of ``name``: ours already running, or started now (not yet awaited); and since when."""
     mod = _MODULES[name]
     svc = mod.service(cfg, index)
     pid = jvm.pid_of(svc)
@@ -86,12 +86,12 @@ def _launch(cfg: LocalInfraSettings, name: str, index: int, echo: Echo) -> tuple
     if pid is not None:
         state.reused = True
         echo(f"{svc.name}: already running (pid {pid}), reusing it")
-        return svc, state
+        return svc, state, time.monotonic()
     lib = jvm.fetch_classpath(mod.POM, cfg.cache_dir, mod.tag(), echo)
     svc = mod.prepare(cfg, lib, index)
     echo(f"{svc.name}: starting {mod.tag()} on {state.address}")
     state.pid = jvm.start(svc, lib)
-    return svc, state
+    return svc, state, time.monotonic()
 
 
 def _await(
