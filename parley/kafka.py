@@ -24,6 +24,10 @@ from schemas import catalog, codec
 from schemas.events import Event
 
 
+#: A request a broker has not answered by then is given up and retried (see producer_config).
+SOCKET_TIMEOUT_MS = 15_000
+
+
 def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
     config = kafka_config(settings)
     config |= {
@@ -39,9 +43,12 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         # A request to a broker that hangs (paused, or cut off without a reset) is given up after 15 s and
         # retried where the partition's leader is then, not after librdkafka's 60 s: with 3 replicas a new
         # leader is elected within seconds (docs/operations.md, the replicated cluster).
-        "socket.timeout.ms": 15_000,
+        "socket.timeout.ms": SOCKET_TIMEOUT_MS,
     }
     config.update(overrides)
+    if "transaction.timeout.ms" in config and "socket.timeout.ms" not in overrides:
+        # librdkafka refuses a transactional producer whose requests may outlive its transactions.
+        config["socket.timeout.ms"] = min(SOCKET_TIMEOUT_MS, int(config["transaction.timeout.ms"]) + 100)
     return config
 
 
