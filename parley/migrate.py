@@ -22,6 +22,8 @@ from parley.errors import MigrationError
 CQL_DIR = Path(__file__).resolve().parent.parent / "schemas" / "cql"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+#: Seconds a schema statement may take (the driver's default is 10).
+DDL_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,13 @@ def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = C
     """Apply pending migrations; returns those applied by this call."""
     if not _IDENT.match(keyspace):
         raise MigrationError(f"keyspace name {keyspace!r} is not a plain identifier (PARLEY_KEYSPACE)")
-    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}")
+    # Schema changes wait for every live node to agree: a cluster's take longer than the driver's 10 s.
+    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}", timeout=DDL_TIMEOUT_S)
     session.set_keyspace(keyspace)
     session.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
+        "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)",
+        timeout=DDL_TIMEOUT_S,
     )
     applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
     done = []
@@ -77,7 +81,7 @@ def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = C
                 )
             continue
         for statement in mig.statements:
-            session.execute(statement, timeout=60)
+            session.execute(statement, timeout=DDL_TIMEOUT_S)
         session.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
             (mig.version, mig.name, mig.checksum, datetime.now(timezone.utc)),
