@@ -57,18 +57,23 @@ def load(cql_dir: Path = CQL_DIR) -> list[Migration]:
     return out
 
 
+def _ddl(session: Session, statement: str) -> None:
+    """A schema change, once every live node has it: the next statement may run on any of them. The driver
+    waits 10 s for their agreement and then goes on regardless; a cluster under load takes longer."""
+    result = session.execute(statement, timeout=DDL_TIMEOUT_S)
+    if result.response_future.is_schema_agreed:
+        return
+    if not session.cluster.control_connection.wait_for_schema_agreement(wait_time=DDL_TIMEOUT_S):
+        raise MigrationError(f"the nodes did not agree on the schema within {DDL_TIMEOUT_S}s after: {statement[:80]}")
+
+
 def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = CQL_DIR) -> list[Migration]:
     """Apply pending migrations; returns those applied by this call."""
     if not _IDENT.match(keyspace):
         raise MigrationError(f"keyspace name {keyspace!r} is not a plain identifier (PARLEY_KEYSPACE)")
-    # Schema changes wait for every live node to agree: a cluster's take longer than the driver's 10 s.
-    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}", timeout=DDL_TIMEOUT_S)
+    _ddl(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}")
     session.set_keyspace(keyspace)
-    session.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)",
-        timeout=DDL_TIMEOUT_S,
-    )
+    _ddl(session, "CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, name text, checksum text, applied_at timestamp)")
     applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
     done = []
     for mig in load(cql_dir):
@@ -81,7 +86,7 @@ def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = C
                 )
             continue
         for statement in mig.statements:
-            session.execute(statement, timeout=DDL_TIMEOUT_S)
+            _ddl(session, statement)
         session.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
             (mig.version, mig.name, mig.checksum, datetime.now(timezone.utc)),
