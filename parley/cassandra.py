@@ -11,9 +11,9 @@ import asyncio
 import ssl
 from typing import Any
 
-from cassandra import AuthenticationFailed, DriverException, RequestExecutionException
+from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException, OperationTimedOut, RequestExecutionException
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
-from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
+from cassandra.policies import ConstantSpeculativeExecutionPolicy, DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from parley.errors import StoreUnavailable
@@ -27,6 +27,20 @@ RECONNECT_MAX_S = 5.0
 #: Seconds the control connection waits for the schema read it does at connect.
 CONTROL_TIMEOUT_S = 15.0
 
+#: Every statement's level unless it says otherwise (the driver's own default is LOCAL_ONE). A quorum
+#: of the local data centre's replicas writes, and a quorum reads, so every read overlaps the last
+#: acknowledged write: read-your-writes across processes (a turn the materializer stored, a revoked API
+#: key, an erased user's tombstones), and one replica of three may be down. The exceptions override
+#: it where they are: SAI ANN searches at ONE (documents/index.py), which Cassandra allows no other way.
+CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
+#: Lightweight transactions (IF NOT EXISTS) run their Paxos round in the local data centre too.
+SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
+#: A read whose coordinator has not answered within this is sent to the next node as well, and the first
+#: answer wins: a coordinator that hangs (paused, or swapping) costs a read 2 s, not the 10 s request
+#: timeout and an error. Only reads: the driver speculates only on statements marked idempotent, and
+#: ``AsyncCql`` marks its SELECTs (a write may append to a list or be an LWT, which must not run twice).
+SPECULATE_AFTER_S = 2.0
+
 
 def connect(settings: CassandraSettings, keyspace: str | None = None, connect_timeout: float = 5.0) -> Session:
     """A session on ``keyspace`` (none: no keyspace). Close it with ``session.cluster.shutdown()``."""
@@ -35,7 +49,10 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
         port=settings.port,
         execution_profiles={
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
-                load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc)
+                load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=settings.local_dc),
+                consistency_level=CONSISTENCY,
+                serial_consistency_level=SERIAL_CONSISTENCY,
+                speculative_execution_policy=ConstantSpeculativeExecutionPolicy(SPECULATE_AFTER_S, max_attempts=1),
             )
         },
         connect_timeout=connect_timeout,
@@ -43,9 +60,15 @@ def connect(settings: CassandraSettings, keyspace: str | None = None, connect_ti
         # that fails a busy node (CI: a node sharing two cores with a second Cassandra starting).
         control_connection_timeout=CONTROL_TIMEOUT_S,
         protocol_version=5,
+        # A statement is prepared on the node that runs it first, and on each other node when that node
+        # first answers "unprepared" (the driver re-prepares and retries): not on every node at once,
+        # which waits out the request timeout for each new statement while one node hangs.
+        prepare_on_all_hosts=False,
         # The driver's default backs off to 10 minutes between reconnection attempts: after an
-        # outage of a minute, clients would stay down for minutes more. Cap it at a few seconds.
-        reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=RECONNECT_MAX_S),
+        # outage of a minute, clients would stay down for minutes more. Cap it at a few seconds, and
+        # never give up: the driver's default stops after 64 attempts (5 minutes here), and a node that
+        # came back after that would never be used again by this process.
+        reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=RECONNECT_MAX_S, max_attempts=None),
         **cassandra_options(settings),
     )
     try:
@@ -105,7 +128,9 @@ class AsyncCql:
         statement = self._prepared.get(cql)
         if statement is None:
             text = cql.replace("{ks}", self.settings.keyspace)
-            statement = self._prepared[cql] = await asyncio.to_thread(session.prepare, text)
+            statement = await asyncio.to_thread(_prepare, session, text)
+            statement.is_idempotent = text.lstrip()[:6].upper() == "SELECT"  # may be speculated (SPECULATE_AFTER_S)
+            self._prepared[cql] = statement
         return statement
 
     async def run(
@@ -156,6 +181,17 @@ class AsyncCql:
         if self._session is not None:
             self._session.cluster.shutdown()
             self._session = None
+
+
+def _prepare(session: Session, text: str, attempts: int = 3) -> PreparedStatement:
+    """``text`` prepared by one node (``prepare_on_all_hosts`` is off); a node that does not answer
+    within the request timeout is passed over for the next (a prepare may run any number of times)."""
+    for _ in range(attempts - 1):
+        try:
+            return session.prepare(text)
+        except OperationTimedOut:
+            continue
+    return session.prepare(text)
 
 
 def _all_pages(future: ResponseFuture) -> asyncio.Future[list[Any]]:

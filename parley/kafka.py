@@ -24,6 +24,10 @@ from schemas import catalog, codec
 from schemas.events import Event
 
 
+#: A request a broker has not answered by then is given up and retried (see producer_config).
+SOCKET_TIMEOUT_MS = 15_000
+
+
 def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
     config = kafka_config(settings)
     config |= {
@@ -36,8 +40,15 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         # Keep retrying through a broker restart (or a rolling upgrade); delivery fails only after this.
         # Idempotence keeps the retries from duplicating or reordering anything.
         "delivery.timeout.ms": 120_000,
+        # A request to a broker that hangs (paused, or cut off without a reset) is given up after 15 s and
+        # retried where the partition's leader is then, not after librdkafka's 60 s: with 3 replicas a new
+        # leader is elected within seconds (docs/operations.md, the replicated cluster).
+        "socket.timeout.ms": SOCKET_TIMEOUT_MS,
     }
     config.update(overrides)
+    if "transaction.timeout.ms" in config and "socket.timeout.ms" not in overrides:
+        # librdkafka refuses a transactional producer whose requests may outlive its transactions.
+        config["socket.timeout.ms"] = min(SOCKET_TIMEOUT_MS, int(config["transaction.timeout.ms"]) + 100)
     return config
 
 

@@ -22,6 +22,8 @@ from parley.errors import MigrationError
 CQL_DIR = Path(__file__).resolve().parent.parent / "schemas" / "cql"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+#: Seconds a schema statement may take (the driver's default is 10).
+DDL_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,23 @@ def load(cql_dir: Path = CQL_DIR) -> list[Migration]:
     return out
 
 
+def _ddl(session: Session, statement: str) -> None:
+    """A schema change, once every live node has it: the next statement may run on any of them. The driver
+    waits 10 s for their agreement and then goes on regardless; a cluster under load takes longer."""
+    result = session.execute(statement, timeout=DDL_TIMEOUT_S)
+    if result.response_future.is_schema_agreed:
+        return
+    if not session.cluster.control_connection.wait_for_schema_agreement(wait_time=DDL_TIMEOUT_S):
+        raise MigrationError(f"the nodes did not agree on the schema within {DDL_TIMEOUT_S}s after: {statement[:80]}")
+
+
 def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = CQL_DIR) -> list[Migration]:
     """Apply pending migrations; returns those applied by this call."""
     if not _IDENT.match(keyspace):
         raise MigrationError(f"keyspace name {keyspace!r} is not a plain identifier (PARLEY_KEYSPACE)")
-    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}")
+    _ddl(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}")
     session.set_keyspace(keyspace)
-    session.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
-    )
+    _ddl(session, "CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, name text, checksum text, applied_at timestamp)")
     applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
     done = []
     for mig in load(cql_dir):
@@ -77,7 +86,7 @@ def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = C
                 )
             continue
         for statement in mig.statements:
-            session.execute(statement, timeout=60)
+            _ddl(session, statement)
         session.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
             (mig.version, mig.name, mig.checksum, datetime.now(timezone.utc)),

@@ -4,6 +4,10 @@ Missing topics are created; configs that drifted are set back to the catalog's
 values (safe at any time). A partition count that differs is reported, never
 changed: adding partitions moves conversations to other partitions and breaks
 per-conversation order, so that is an operator's deliberate migration.
+
+Topics get ``PARLEY_KAFKA_REPLICATION`` replicas and ``min.insync.replicas`` from
+``min_insync_replicas``: at 3 replicas a write (acks=all) needs 2 in sync, so one
+broker may be away and an acknowledged event is still on two.
 """
 
 from __future__ import annotations
@@ -17,6 +21,23 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS, Topic
+
+
+def replication_factor(brokers: int) -> int:
+    """The replicas a cluster of ``brokers`` gives each topic: 3 where it can (the local replicated
+    cluster sets PARLEY_KAFKA_REPLICATION to this, and its internal topics too)."""
+    return min(3, brokers)
+
+
+def min_insync_replicas(replication: int) -> int:
+    """In-sync replicas an acks=all write needs: one fewer than the replicas, at least 1 and at most 2,
+    so a topic keeps taking writes with one replica away, and an acknowledged write is on two from RF 3."""
+    return max(1, min(2, replication - 1))
+
+
+def topic_configs(settings: KafkaSettings, topic: Topic) -> dict[str, str]:
+    """The configs ``topic`` must have on the broker: the catalog's, and its durability."""
+    return {**topic.configs, "min.insync.replicas": str(min_insync_replicas(settings.replication))}
 
 
 @dataclass
@@ -37,16 +58,22 @@ def ensure_topics(
 ) -> list[TopicReport]:
     topics = list(TOPICS.values()) if topics is None else topics
     try:
-        existing = client.list_topics(timeout=10).topics
+        metadata = client.list_topics(timeout=10)
     except KafkaException as exc:
         raise BrokerUnavailable(f"cannot list topics at {settings.bootstrap}: {exc}") from exc
 
     reports = {t.name: TopicReport(t.name) for t in topics}
+    existing = metadata.topics
     to_create = [
-        NewTopic(settings.topic(t.name), t.partitions, settings.replication, config=t.configs)
+        NewTopic(settings.topic(t.name), t.partitions, settings.replication, config=topic_configs(settings, t))
         for t in topics
         if settings.topic(t.name) not in existing
     ]
+    if to_create and settings.replication > len(metadata.brokers):
+        raise BrokerUnavailable(
+            f"PARLEY_KAFKA_REPLICATION={settings.replication}, but the cluster at {settings.bootstrap} has "
+            f"{len(metadata.brokers)} broker(s) up to hold the replicas: lower it, or start the missing brokers"
+        )
     if to_create:
         for name, fut in client.create_topics(to_create, operation_timeout=30).items():
             try:
@@ -99,13 +126,14 @@ def verify_topics(
         if report.partitions != t.partitions:
             report.problems.append(f"has {report.partitions} partitions, catalog says {t.partitions}")
         actual = actual_configs[name]
+        wanted = topic_configs(settings, t)
         drift = {
             k: (actual[k].value if k in actual else "", v)
-            for k, v in t.configs.items()
+            for k, v in wanted.items()
             if k not in actual or actual[k].value != v
         }
         if drift and fix_configs:
-            _set_configs(client, name, t.configs)
+            _set_configs(client, name, wanted)
             report.config_fixed = drift
         elif drift:
             report.problems.extend(f"{k} is {was!r}, catalog says {now!r}" for k, (was, now) in drift.items())

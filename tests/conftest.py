@@ -95,6 +95,7 @@ def cassandra(cassandra_settings: CassandraSettings) -> Iterator:
 _SLOWEST = (
     "tests/browser",
     "tests/e2e/test_outages.py",
+    "tests/integration/test_replication.py",
     "tests/e2e/test_routing.py",
     "tests/e2e/test_scaling.py",
     "tests/e2e/test_conversation_features.py",

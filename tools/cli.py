@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -52,7 +54,7 @@ out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception) -> NoReturn:
     err.print(f"[bold red]error:[/] {exc}")
     raise typer.Exit(1)
 
@@ -60,13 +62,30 @@ def _fail(exc: Exception) -> None:
 # ---------------------------------------------------------------- infra
 
 
-@infra_app.command("up")
-def infra_up() -> None:
-    """Start (or reuse) Kafka and Cassandra and wait until both are healthy."""
-    from infra.local import jvm, stack
+_REPLICAS = typer.Option(
+    None,
+    "--replicas",
+    help="1: one broker and one Cassandra node on 127.0.0.1; 3: a replicated cluster on 127.0.0.2-127.0.0.4 "
+    "(default: PARLEY_INFRA_REPLICAS)",
+)
 
+
+def _infra_settings(replicas: int | None) -> LocalInfraSettings:
     try:
-        states = stack.up(from_env(LocalInfraSettings), echo=lambda s: err.print(s, highlight=False))
+        cfg = from_env(LocalInfraSettings)
+        return cfg if replicas is None else replace(cfg, replicas=replicas)
+    except errors.ConfigError as exc:
+        _fail(exc)
+
+
+@infra_app.command("up")
+def infra_up(replicas: int | None = _REPLICAS) -> None:
+    """Start (or reuse) Kafka and Cassandra and wait until every node is healthy."""
+    from infra.local import jvm, secure, stack
+
+    cfg = _infra_settings(replicas)
+    try:
+        states = stack.up(cfg, echo=lambda s: err.print(s, highlight=False))
     except jvm.InfraError as exc:
         _fail(exc)
     table = Table("service", "address", "pid", "state", "healthy after", "RSS")
@@ -80,23 +99,27 @@ def infra_up() -> None:
             f"{s.rss_mib:.0f} MiB" if s.rss_mib else "-",
         )
     out.print(table)
+    if cfg.replicated:
+        out.print("Clients reach this cluster with:")
+        for name, value in secure.client_env(cfg).items():
+            out.print(f"  export {name}=\"{value}\"", highlight=False, soft_wrap=True)
 
 
 @infra_app.command("down")
 def infra_down() -> None:
-    """Stop the Kafka and Cassandra processes Parley started (by pid file), nothing else."""
+    """Stop the Kafka and Cassandra processes Parley started (by pid file), a replicated cluster's too."""
     from infra.local import stack
 
     stack.down(from_env(LocalInfraSettings), echo=out.print)
 
 
 @infra_app.command("status")
-def infra_status() -> None:
+def infra_status(replicas: int | None = _REPLICAS) -> None:
     """Show whether the local services run, and their memory."""
     from infra.local import stack
 
     table = Table("service", "address", "pid", "RSS", "log")
-    for s in stack.status(from_env(LocalInfraSettings)):
+    for s in stack.status(_infra_settings(replicas)):
         table.add_row(s.name, s.address, str(s.pid or "not running"), f"{s.rss_mib:.0f} MiB" if s.rss_mib else "-", str(s.log))
     out.print(table)
 

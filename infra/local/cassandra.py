@@ -1,4 +1,10 @@
-"""Apache Cassandra (one node) on 127.0.0.1."""
+"""Apache Cassandra on loopback: one node on 127.0.0.1, or a replicated cluster of ``replicas`` nodes, one
+per address of ``LocalInfraSettings.hosts``, on the same ports.
+
+A cluster's nodes are all seeds and own evenly spaced tokens set in their config, with ``auto_bootstrap``
+off: a new cluster has nothing to stream, so no node ever bootstraps, and they may start at once
+(``infra.local.stack``); a node that restarts finds any live peer. Adding a node to a cluster that holds
+data is not what this is for: it would need a bootstrap, one node at a time."""
 
 from __future__ import annotations
 
@@ -6,9 +12,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cassandra import AuthenticationFailed, OperationTimedOut
+from cassandra import AuthenticationFailed, ConsistencyLevel, OperationTimedOut
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
-from cassandra.policies import RoundRobinPolicy
+from cassandra.policies import WhiteListRoundRobinPolicy
 
 from infra.local import secure
 from infra.local.jvm import HERE, InfraError, JvmService, version_of
@@ -51,23 +57,31 @@ def tag() -> str:
     return f"cassandra-{version_of(POM, 'cassandra.version')}"
 
 
-def jmx_port(cfg: LocalInfraSettings) -> int:
+def jmx_port(cfg: LocalInfraSettings, index: int = 0) -> int:
     """The local-only JMX port nodetool talks to (``infra.local.nodetool``): 7199, Cassandra's usual,
-    beside the default storage port 7000, and another for a node started on other ports."""
-    return cfg.cassandra_storage_port + 199
+    beside the default storage port 7000, and another for a node started on other ports. JMX listens
+    on 127.0.0.1 whatever the node's address, so each node of a replicated cluster has its own: 7200 + i."""
+    return cfg.cassandra_storage_port + 199 + (1 + index if cfg.replicated else 0)
 
 
-def service(cfg: LocalInfraSettings) -> JvmService:
-    home = cfg.data_dir / "cassandra"
+def node_name(cfg: LocalInfraSettings, index: int = 0) -> str:
+    return f"cassandra-{index}" if cfg.replicated else "cassandra"
+
+
+def service(cfg: LocalInfraSettings, index: int = 0) -> JvmService:
+    home = cfg.home("cassandra", index)
+    heap = cfg.replica_cassandra_heap if cfg.replicated else cfg.cassandra_heap
     return JvmService(
-        name="cassandra",
+        name=node_name(cfg, index),
         pom=POM,
         main_class=MAIN,
         home=home,
-        ports=(cfg.cassandra_port, cfg.cassandra_storage_port, jmx_port(cfg)),
+        host=cfg.hosts[index],
+        ports=(cfg.cassandra_port, cfg.cassandra_storage_port),
+        loopback_ports=(jmx_port(cfg, index),),
         jvm_options=(
-            f"-Xms{cfg.cassandra_heap}",
-            f"-Xmx{cfg.cassandra_heap}",
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
             "-Xss256k",
             "-XX:+UseG1GC",
             "-XX:+ParallelRefProcEnabled",
@@ -83,36 +97,55 @@ def service(cfg: LocalInfraSettings) -> JvmService:
             f"-Dcassandra.storagedir={home / 'data'}",
             f"-Dcassandra.logdir={home / 'logs'}",
             f"-Dlogback.configurationFile={home / 'conf' / 'logback.xml'}",
-            # Local single node: skip the waits meant for real clusters.
-            "-Dcassandra.unsafesystem=true",
+            # Local nodes: skip the waits meant for real clusters.
             "-Dcassandra.superuser_setup_delay_ms=0",
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
             "-Dcassandra.ring_delay_ms=0",
+            # A single node's system tables skip the commit log, for fast starts. Not a cluster's: a node
+            # killed there (bench.chaos) must come back with its host id and tokens, or it cannot rejoin.
+            *(() if cfg.replicated else ("-Dcassandra.unsafesystem=true",)),
             # JMX on 127.0.0.1 only, for nodetool (a flush before `parley audit erasure` reads the SSTables).
-            f"-Dcassandra.jmx.local.port={jmx_port(cfg)}",
+            f"-Dcassandra.jmx.local.port={jmx_port(cfg, index)}",
         ),
         classpath_first=(home / "conf",),
     )
 
 
-def cassandra_yaml(cfg: LocalInfraSettings) -> str:
+def initial_token(cfg: LocalInfraSettings, index: int = 0) -> int:
+    """Node ``index``'s token: evenly spaced around the Murmur3 ring, so each owns an equal range."""
+    if not cfg.replicated:
+        return 0
+    return -(2**63) + index * (2**64 // cfg.replicas)
+
+
+def cassandra_yaml(cfg: LocalInfraSettings, index: int = 0) -> str:
+    host = cfg.hosts[index]
+    seeds = ",".join(f"{h}:{cfg.cassandra_storage_port}" for h in cfg.hosts)
+    # A cluster's write is acknowledged by a quorum: each node's share of it must outlive a SIGKILL,
+    # so the commit log is synced before the acknowledgement (grouped for 10 ms), not every 10 s.
+    commitlog = (
+        "commitlog_sync: group\ncommitlog_sync_group_window: 10ms"
+        if cfg.replicated
+        else "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms"
+    )
+    memtable = "64MiB" if cfg.replicated else "128MiB"
     return f"""# Written by infra/local/cassandra.py; edits are overwritten on start.
 cluster_name: parley-local
 num_tokens: 1
-initial_token: 0
+initial_token: {initial_token(cfg, index)}
+auto_bootstrap: false
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:{cfg.cassandra_storage_port}"
-listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
+      - seeds: "{seeds}"
+listen_address: {host}
+rpc_address: {host}
 storage_port: {cfg.cassandra_storage_port}
 native_transport_port: {cfg.cassandra_port}
 start_native_transport: true
-commitlog_sync: periodic
-commitlog_sync_period: 10000ms
+{commitlog}
 auto_snapshot: false
 # A new cluster: use the 5.0 storage formats (vector search, SAI, BTI).
 storage_compatibility_mode: NONE
@@ -121,8 +154,8 @@ concurrent_reads: 8
 concurrent_writes: 8
 concurrent_counter_writes: 8
 concurrent_compactors: 1
-memtable_heap_space: 128MiB
-memtable_offheap_space: 128MiB
+memtable_heap_space: {memtable}
+memtable_offheap_space: {memtable}
 key_cache_size: 16MiB
 {_security_yaml(cfg) if cfg.secure else ""}"""
 
@@ -162,22 +195,23 @@ LOGBACK = """<configuration>
 """
 
 
-def prepare(cfg: LocalInfraSettings, lib: Path) -> JvmService:
-    svc = service(cfg)
+def prepare(cfg: LocalInfraSettings, lib: Path, index: int = 0) -> JvmService:
+    svc = service(cfg, index)
     if cfg.secure:
         secure.ensure(cfg)
     conf = svc.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     (svc.home / "logs").mkdir(parents=True, exist_ok=True)
-    (conf / "cassandra.yaml").write_text(cassandra_yaml(cfg))
+    (conf / "cassandra.yaml").write_text(cassandra_yaml(cfg, index))
     (conf / "logback.xml").write_text(LOGBACK)
     return svc
 
 
-def healthy(cfg: LocalInfraSettings) -> bool:
-    """True once CQL answers on the native port. Secure mode: over TLS, where a refused login is an answer
-    too (the parley role exists only once ``ensure_role`` made it)."""
+def healthy(cfg: LocalInfraSettings, index: int = 0) -> bool:
+    """True once node ``index`` answers CQL on its native port. Secure mode: over TLS, where a refused login
+    is an answer too (the parley role exists only once ``ensure_role`` made it)."""
     _, settings = secure.client_settings(cfg)
+    settings = replace(settings, hosts=cfg.hosts[index])
     try:
         _query(settings, "SELECT release_version FROM system.local")
         return True
@@ -233,7 +267,14 @@ def _query(settings: CassandraSettings, cql: str, values: tuple[object, ...] = (
         settings.contact_points,
         port=settings.port,
         connect_timeout=5,
-        execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=RoundRobinPolicy())},
+        # Asked of these nodes only, never of a peer they gossip about (which may still be booting), and
+        # answered by the node asked: its own system tables, and role statements that Cassandra itself
+        # writes at the level its auth needs.
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=WhiteListRoundRobinPolicy(settings.contact_points), consistency_level=ConsistencyLevel.ONE
+            )
+        },
         protocol_version=5,
         **cassandra_options(settings),
     )
@@ -244,6 +285,6 @@ def _query(settings: CassandraSettings, cql: str, values: tuple[object, ...] = (
         cluster.shutdown()
 
 
-def log_file(cfg: LocalInfraSettings) -> Path:
-    return cfg.data_dir / "cassandra" / "logs" / "system.log"
+def log_file(cfg: LocalInfraSettings, index: int = 0) -> Path:
+    return cfg.home("cassandra", index) / "logs" / "system.log"
 

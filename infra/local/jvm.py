@@ -34,10 +34,12 @@ class JvmService:
     pom: Path  # resolves the runtime classpath
     main_class: str
     home: Path  # .data/<name>: config, data, logs, pid file
-    ports: tuple[int, ...]  # every port it listens on (all must be free to start)
+    ports: tuple[int, ...]  # every port it listens on at ``host`` (all must be free to start)
     jvm_options: tuple[str, ...]
     args: tuple[str, ...] = ()
     classpath_first: tuple[Path, ...] = ()  # e.g. a conf dir that must precede the jars
+    host: str = "127.0.0.1"  # the loopback address it listens on
+    loopback_ports: tuple[int, ...] = ()  # ports it listens on at 127.0.0.1 whatever its host (JMX)
 
     @property
     def pid_file(self) -> Path:
@@ -110,10 +112,11 @@ def port_taken(port: int, host: str = "127.0.0.1") -> bool:
 
 def start(service: JvmService, lib: Path) -> int:
     """Launch ``service`` detached (it outlives this process); returns its pid."""
-    taken = [p for p in service.ports if port_taken(p)]
+    wanted = [(service.host, p) for p in service.ports] + [("127.0.0.1", p) for p in service.loopback_ports]
+    taken = [f"{port} on {host}" for host, port in wanted if port_taken(port, host)]
     if taken:
         raise InfraError(
-            f"cannot start {service.name}: port(s) {', '.join(map(str, taken))} on 127.0.0.1 are in use by a "
+            f"cannot start {service.name}: port(s) {', '.join(taken)} are in use by a "
             f"process Parley did not start. Stop it, or choose other ports with the PARLEY_*_PORT settings "
             f"(see `parley infra --help`)."
         )
@@ -187,6 +190,7 @@ def stop(service: JvmService, timeout: float = 30.0) -> bool:
     if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGCONT)  # one paused by a fault (infra.local.faults) acts on it only once resumed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and pid_of(service) is not None and _alive(pid):
         time.sleep(0.2)

@@ -18,7 +18,7 @@ import ipaddress
 import os
 import secrets
 import socket
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from infra.local.settings import LocalInfraSettings
 from parley.settings import CassandraSettings, KafkaSettings
+from parley.topics import replication_factor
 
 #: The Kafka SCRAM user and the Cassandra superuser role every local client logs in as.
 USER = "parley"
@@ -193,8 +194,14 @@ def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
 
 def client_settings(cfg: LocalInfraSettings) -> tuple[KafkaSettings, CassandraSettings]:
     """How a client reaches this local stack: its ports, and in secure mode the user, password files and CA."""
-    kafka = KafkaSettings(bootstrap=f"127.0.0.1:{cfg.kafka_port}")
-    cassandra = CassandraSettings(hosts="127.0.0.1", port=cfg.cassandra_port)
+    kafka = KafkaSettings(bootstrap=",".join(f"{h}:{cfg.kafka_port}" for h in cfg.hosts))
+    cassandra = CassandraSettings(hosts=",".join(cfg.hosts), port=cfg.cassandra_port)
+    if cfg.replicated:  # a replicated cluster: topics and keyspaces on replicas too (no secure mode there)
+        rf = replication_factor(cfg.replicas)
+        kafka = replace(kafka, replication=rf)
+        cassandra = replace(
+            cassandra, replication=f"{{'class': 'NetworkTopologyStrategy', '{cassandra.local_dc}': {rf}}}"
+        )
     if not cfg.secure:
         return kafka, cassandra
     m = material(cfg)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+from parley.errors import ConfigError
 from parley.settings import REPO_ROOT, env
 
 
@@ -39,3 +41,57 @@ class LocalInfraSettings:
         "Kafka on SASL_SSL (SCRAM-SHA-512) and Cassandra with a password and TLS; generated keys and passwords "
         "under PARLEY_DATA_DIR/secure (docs/transport-security.md)",
     )
+    replicas: int = env(
+        "PARLEY_INFRA_REPLICAS",
+        1,
+        "Kafka brokers and Cassandra nodes to run: 1 (on 127.0.0.1) or a replicated cluster of 2-9 of each, one "
+        "per loopback address from PARLEY_INFRA_REPLICA_ADDRESS, under PARLEY_DATA_DIR/replicated",
+    )
+    replica_address: str = env(
+        "PARLEY_INFRA_REPLICA_ADDRESS",
+        "127.0.0.2",
+        "First loopback address of a replicated cluster (node i listens on this + i, on the usual ports)",
+    )
+    replica_kafka_heap: str = env("PARLEY_INFRA_REPLICA_KAFKA_HEAP", "256m", "JVM heap of each broker of a replicated cluster")
+    replica_cassandra_heap: str = env(
+        "PARLEY_INFRA_REPLICA_CASSANDRA_HEAP", "512m", "JVM heap of each Cassandra node of a replicated cluster"
+    )
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replicas <= 9:
+            raise ConfigError(f"PARLEY_INFRA_REPLICAS={self.replicas}: 1 (one node) or 2-9 (a replicated cluster)")
+        if self.replicated:
+            try:
+                first = ipaddress.IPv4Address(self.replica_address)
+            except ValueError:
+                first = None
+            if first is None or not (first.is_loopback and (first + self.replicas - 1).is_loopback):
+                raise ConfigError(
+                    f"PARLEY_INFRA_REPLICA_ADDRESS={self.replica_address!r}: the first of {self.replicas} IPv4 loopback addresses"
+                )
+            if first == ipaddress.IPv4Address("127.0.0.1"):
+                raise ConfigError("PARLEY_INFRA_REPLICA_ADDRESS=127.0.0.1 is the single node's: start from 127.0.0.2")
+            # Refused by name rather than half done: certificates name 127.0.0.1 only, and the brokers'
+            # controller listener would need one per node.
+            if self.secure:
+                raise ConfigError("PARLEY_INFRA_SECURE is not supported with PARLEY_INFRA_REPLICAS > 1")
+            if self.kafka_side_port:
+                raise ConfigError("PARLEY_KAFKA_SIDE_PORT is not supported with PARLEY_INFRA_REPLICAS > 1")
+
+    @property
+    def replicated(self) -> bool:
+        return self.replicas > 1
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The address of each node (index 0 first): 127.0.0.1 alone, or one loopback address per replica."""
+        if not self.replicated:
+            return ("127.0.0.1",)
+        first = ipaddress.IPv4Address(self.replica_address)
+        return tuple(str(first + i) for i in range(self.replicas))
+
+    def home(self, name: str, index: int = 0) -> Path:
+        """Where node ``index`` of ``name`` (kafka | cassandra) keeps its config, data, logs and pid file."""
+        if not self.replicated:
+            return self.data_dir / name
+        return self.data_dir / "replicated" / f"{name}-{index}"

@@ -92,3 +92,16 @@ async def test_send_awaits_room_in_a_full_queue_without_holding_the_loop() -> No
     finally:
         first.cancel()
         producer.close(0)
+
+
+def test_a_transactional_producer_gives_up_a_request_within_its_transaction() -> None:
+    from confluent_kafka import Producer
+
+    from parley.kafka import SOCKET_TIMEOUT_MS, producer_config
+
+    settings = KafkaSettings(bootstrap="127.0.0.1:1")
+    assert producer_config(settings)["socket.timeout.ms"] == SOCKET_TIMEOUT_MS
+    overrides = {"transactional.id": "t", "transaction.timeout.ms": 2000, "delivery.timeout.ms": 2000}  # as workers/transactions.py
+    config = producer_config(settings, **overrides)
+    assert config["socket.timeout.ms"] == 2100
+    Producer(config).flush(0)  # librdkafka takes it
