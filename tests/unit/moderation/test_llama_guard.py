@@ -83,6 +83,8 @@ def _engine(answer: str, *, finish: dict | None = None) -> tuple[SGLangClient, l
     seen: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":  # the client asks which stream form, once
+            return httpx.Response(200, json={})  # an SGLang without the flag: cumulative
         seen.append(json.loads(request.content))
         meta = {"prompt_tokens": 200, "completion_tokens": 3, "finish_reason": finish or {"type": "stop"}}
         lines = [f"data: {json.dumps({'text': answer, 'meta_info': meta})}", "data: [DONE]"]
