@@ -1,21 +1,21 @@
-"""Chaos: conversations on a whole stack while a random component is SIGKILLed and restarted every few seconds.
+"""Chaos: conversations on a whole stack while a random component, Kafka or Cassandra fails every few seconds.
 
     python -m bench.chaos [--conversations 200] [--turns 3] [--concurrency 24] [--kill-every 5] [--min-kills 10]
 
-On loopback: a private Kafka (infra/local, its own data dir under .data/chaos-*
-and free ports, killed and restarted on the same data dir), the shared
-Cassandra (never killed), and a stack with two workers (each its own engine)
-for the one pool used, and two gateways. Clients post on one gateway; when a
-stream breaks they resume on the other with ``GET /v1/messages/{id}/stream``
-and ``Last-Event-ID`` (a POST that never got its head is retried with the same
-``client_message_id``: idempotent).
+On loopback: a Kafka and a Cassandra of the run's own (``bench.chaos_infra``: free ports, a data dir
+under .data/chaos-*; the shared ones are never touched), and a stack with two workers (each its own
+engine) for the one pool used, and two gateways. Clients post on one gateway; when a stream breaks
+they resume on the other with ``GET /v1/messages/{id}/stream`` and ``Last-Event-ID`` (a POST that
+never got its head is retried with the same ``client_message_id``: idempotent).
 
-The first tenth of the conversations run calm (the baseline), the rest under
-chaos; kills go on until ``--min-kills`` and the load are both done (more
-conversations are started while kills are missing). Then it waits for
-quiescence, audits the log against Cassandra (``tools.audit``) and prints the
-counts; it exits 1 when a turn was lost, answered twice, or a row differs.
-Not part of ``make bench``'s default run: it takes minutes and a Kafka of its own.
+The faults, in shuffled rounds (each once per round): every service process SIGKILLed and
+restarted; the broker SIGKILLed and restarted, and slowed (every request and response delayed
+0.2–0.6 s for 10–20 s, by the proxy its clients reach it through); the Cassandra node SIGKILLed and
+restarted, and SIGSTOPped for 20–60 s. The first tenth of the conversations run calm (the
+baseline), the rest under chaos; faults go on until ``--min-kills`` and the load are both done (more
+conversations are started while faults are missing). Then it waits for quiescence, audits the log
+against Cassandra (``tools.audit``) and prints the counts; it exits 1 when a turn was lost, answered
+twice, or a row differs. Not part of ``make bench``'s default run: it takes minutes and infra of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
 import sys
 import time
@@ -37,8 +36,7 @@ from typing import Any
 
 import httpx
 
-from infra.local import jvm, kafka as local_kafka, stack as local_stack
-from infra.local.settings import LocalInfraSettings
+from bench.chaos_infra import PrivateInfra
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
 from tools import isolated
@@ -92,34 +90,66 @@ class Component:
     ports: dict[str, int] = field(default_factory=dict)
 
 
+#: How long the Cassandra node stays SIGSTOPped; how long, and by how much, the broker is slowed.
+PAUSE_S = (20.0, 60.0)
+SLOW_S = (10.0, 20.0)
+SLOW_DELAY_S = (0.2, 0.6)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of the rotation: ``action`` (kill | pause | slow) done to ``target`` (a component's
+    name, ``kafka`` or ``cassandra``), node ``node`` of it (infra only; 0 while there is one)."""
+
+    action: str
+    target: str
+    node: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.action} {_kind(self.target)}" + (f" {self.node}" if self.node else "")
+
+
 class Chaos:
-    def __init__(self, inner: isolated.IsolatedStack, infra: LocalInfraSettings, components: list[Component]) -> None:
+    def __init__(self, inner: isolated.IsolatedStack, infra: PrivateInfra, components: list[Component]) -> None:
         self.inner, self.infra, self.components = inner, infra, components
         self.kills: Counter[str] = Counter()
-        self._bag: list[str] = []
+        self._bag: list[Fault] = []
+
+    def rotation(self) -> list[Fault]:
+        """One round: every fault once (every node of the infra)."""
+        faults = [Fault("kill", c.name) for c in self.components]
+        for node in range(self.infra.nodes["kafka"]):
+            faults += [Fault("kill", "kafka", node), Fault("slow", "kafka", node)]
+        for node in range(self.infra.nodes["cassandra"]):
+            faults += [Fault("kill", "cassandra", node), Fault("pause", "cassandra", node)]
+        return faults
 
     def kill_one(self, rng: random.Random) -> str:
-        # Shuffled rounds: random order, but every component (Kafka too) dies once per round.
-        if not self._bag:
-            self._bag = [c.name for c in self.components] + ["kafka"]
+        """Do the next fault of the round and recover from it; what was done, in words."""
+        if not self._bag:  # shuffled rounds: random order, but every fault once per round
+            self._bag = self.rotation()
             rng.shuffle(self._bag)
-        victim = self._bag.pop()
-        if victim == "kafka":
-            pid = jvm.pid_of(local_kafka.service(self.infra))
-            if pid is not None:
-                os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid)
-            time.sleep(1.0)
-            local_stack.up(self.infra, echo=lambda s: None, only=("kafka",))  # same data dir, same ports
+        f = self._bag.pop()
+        said = f.label
+        if f.action == "pause":
+            seconds = rng.uniform(*PAUSE_S)
+            self.infra.pause(f.target, seconds, f.node)
+            said += f" for {seconds:.0f} s"
+        elif f.action == "slow":
+            seconds, delay = rng.uniform(*SLOW_S), rng.uniform(*SLOW_DELAY_S)
+            self.infra.slow(seconds, delay, f.node)
+            said += f" by {delay * 1000:.0f} ms for {seconds:.0f} s"
+        elif f.target in ("kafka", "cassandra"):
+            self.infra.kill(f.target, f.node)  # same data dir, same ports
         else:
-            c = next(c for c in self.components if c.name == victim)
+            c = next(c for c in self.components if c.name == f.target)
             c.child.process.kill()
             c.child.process.wait(30)
             time.sleep(0.5)
             self.restart(c)
-        self.kills[_kind(victim)] += 1
-        return victim
-
+        self.kills[f.label] += 1
+        return said
 
     def restart(self, c: Component, tries: int = 10) -> None:
         """Start ``c`` again; a start that fails (its log says why) is retried, not given up on."""
@@ -138,15 +168,6 @@ class Chaos:
 
 def _kind(name: str) -> str:
     return name.rstrip("-0123456789") if not name.startswith("w") else "worker"
-
-
-def _wait_gone(pid: int) -> None:
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
 
 
 class Clients:
@@ -245,29 +266,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--conversations", type=int, default=200)
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=24)
-    p.add_argument("--kill-every", type=float, default=10.0, help="seconds between the end of one restart and the next kill")
-    p.add_argument("--min-kills", type=int, default=10)
+    p.add_argument("--kill-every", type=float, default=10.0, help="seconds between the end of one fault's recovery and the next fault")
+    p.add_argument("--min-kills", type=int, default=10, help="faults (kills, pauses, slow brokers) to do at least")
     p.add_argument("--seed", type=int, default=7)
     return p.parse_args(argv)
 
 
-def start_private_kafka(run: str) -> LocalInfraSettings:
-    cfg = replace(
-        from_env(LocalInfraSettings),
-        data_dir=REPO_ROOT / ".data" / f"chaos-{run}",
-        kafka_port=free_port(),
-        kafka_controller_port=free_port(),
-        cassandra_port=free_port(),  # never started: the shared Cassandra is used
-        cassandra_storage_port=free_port(),
-        kafka_heap="384m",
-    )
-    local_stack.up(cfg, echo=lambda s: None, only=("kafka",))
-    return cfg
-
-
-def start_stack(infra: LocalInfraSettings, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
-    kafka = replace(from_env(KafkaSettings), bootstrap=f"127.0.0.1:{infra.kafka_port}", replication=1)
-    kafka, cassandra = isolated.prepare(kafka, from_env(CassandraSettings), "chaos")
+def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
+    kafka = replace(from_env(KafkaSettings), bootstrap=infra.bootstrap, replication=1)
+    cassandra = replace(from_env(CassandraSettings), hosts="127.0.0.1", port=infra.cfg.cassandra_port)
+    kafka, cassandra = isolated.prepare(kafka, cassandra, "chaos")
     services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
     inner = isolated.start(kafka, cassandra, log_dir, ENV, services=services)
     by_name = {c.service.name: c for c in inner.supervisor.children}
@@ -316,7 +324,7 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tup
         while not stop.is_set() or sum(chaos.kills.values()) < args.min_kills:
             await asyncio.sleep(args.kill_every)
             victim = await asyncio.to_thread(chaos.kill_one, rng)
-            print(f"  {time.monotonic() - marks['chaos_start']:6.1f}s killed and restarted {victim}", flush=True)
+            print(f"  {time.monotonic() - marks['chaos_start']:6.1f}s {victim}, recovered", flush=True)
 
     kills = asyncio.create_task(killer())
     pending = [asyncio.create_task(conversation(i, "chaos")) for i in range(calm_n, args.conversations)]
@@ -351,10 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     # the audit opens what the stack sealed.
     os.environ.setdefault("PARLEY_KEYS_KEYSPACE", "bench_keys")
     run = uuid.uuid4().hex[:6]
-    infra = start_private_kafka(run)
+    infra = PrivateInfra(REPO_ROOT / ".data" / f"chaos-{run}")
     inner = None
     try:
-        inner, components, urls = start_stack(infra, infra.data_dir / "logs")  # migrates the keys keyspace
+        infra.up()
+        # This process's own clients (the key service, the audit) use the private infra too.
+        os.environ.update(
+            PARLEY_KAFKA_BOOTSTRAP=infra.bootstrap,
+            PARLEY_CASSANDRA_HOSTS="127.0.0.1",
+            PARLEY_CASSANDRA_PORT=str(infra.cfg.cassandra_port),
+        )
+        inner, components, urls = start_stack(infra, infra.cfg.data_dir / "logs")  # migrates the keys keyspace
         keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]
         chaos = Chaos(inner, infra, components)
@@ -373,14 +388,13 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(finish_late(clients, late))
             finally:
                 asyncio.run(clients.close())
-        text = compare_text(inner, turns, infra.data_dir / "streamed-vs-stored.jsonl")
+        text = compare_text(inner, turns, infra.cfg.data_dir / "streamed-vs-stored.jsonl")
         return summarise(args, turns, marks, chaos, report, undecodable, text)
     finally:
         if inner is not None:
             inner.stop()
-            isolated.drop(inner.kafka, inner.cassandra)
-        jvm.stop(local_kafka.service(infra))
-        print(f"logs and Kafka data of this run: {infra.data_dir}")
+        infra.down()
+        print(f"logs and data of this run: {infra.cfg.data_dir}")
 
 
 def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) -> Counter[str]:
@@ -421,7 +435,7 @@ def summarise(
     calm = [t for t in turns if t.phase == "calm"]
     storm = [t for t in turns if t.phase == "chaos"]
     calm_s, storm_s = marks["calm_end"] - marks["calm_start"], marks["chaos_end"] - marks["chaos_start"]
-    print(f"\n== bench.chaos: {len(turns) // args.turns} conversations × {args.turns} turns, {sum(chaos.kills.values())} kills")
+    print(f"\n== bench.chaos: {len(turns) // args.turns} conversations × {args.turns} turns, {sum(chaos.kills.values())} faults")
     rows = [
         ("turns posted", len(turns)),
         ("turns accepted (reply id received)", len(accepted)),
@@ -437,7 +451,7 @@ def summarise(
         ("turns the client gave up on, ended by a reload after the storm", sum(t.late and t.outcome != "lost" for t in turns)),
         ("turns resumed at least once", sum(t.resumed > 0 for t in turns)),
         ("completions re-appended with the same outcome (re-deliveries)", report.turns.reappended),
-        ("kills by component", dict(sorted(chaos.kills.items()))),
+        ("faults by kind", dict(sorted(chaos.kills.items()))),
     ]
     for name, value in rows:
         print(f"  {name:<78} {value}")
