@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from bench.chaos_infra import PrivateInfra
+from bench.chaos_probe import Probe
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
 from tools import isolated
@@ -253,12 +254,25 @@ class Clients:
         return t
 
 
-async def finish_late(clients: Clients, late: list[Turn]) -> None:
-    for t in late:
-        again = await clients.resume(t)
-        t.late = True
-        if again.outcome != "lost":
-            t.outcome, t.code, t.text = again.outcome, again.code, again.text
+async def finish_late(urls: list[str], key: str, late: list[Turn]) -> None:
+    clients = Clients(urls, key)
+    try:
+        for t in late:
+            again = await clients.resume(t)
+            t.late = True
+            if again.outcome != "lost":
+                t.outcome, t.code, t.text = again.outcome, again.code, again.text
+    finally:
+        await clients.close()
+
+
+async def load(args: argparse.Namespace, urls: list[str], key: str, chaos: Chaos, probe: Probe) -> tuple[list[Turn], dict[str, float]]:
+    """``drive`` with clients of its own event loop (a client's connections belong to the loop that made them)."""
+    clients = Clients(urls, key)
+    try:
+        return await drive(args, clients, chaos, probe)
+    finally:
+        await clients.close()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -301,7 +315,7 @@ def _env_of(child: Child, name: str) -> str:
     return next(v.split(b"=", 1)[1].decode() for v in raw if v.startswith(name.encode() + b"="))
 
 
-async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tuple[list[Turn], dict[str, float]]:
+async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos, probe: Probe) -> tuple[list[Turn], dict[str, float]]:
     rng = random.Random(args.seed)
     calm_n = max(1, args.conversations // 10)
     turns: list[Turn] = []
@@ -327,6 +341,7 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tup
             print(f"  {time.monotonic() - marks['chaos_start']:6.1f}s {victim}, recovered", flush=True)
 
     kills = asyncio.create_task(killer())
+    probing = asyncio.create_task(probe.run(stop, await clients.create(0)))
     pending = [asyncio.create_task(conversation(i, "chaos")) for i in range(calm_n, args.conversations)]
     started = args.conversations
     while pending:
@@ -340,6 +355,7 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tup
     marks["chaos_end"] = time.monotonic()
     stop.set()
     await kills
+    await probing
     return turns, marks
 
 
@@ -373,23 +389,16 @@ def main(argv: list[str] | None = None) -> int:
         keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]
         chaos = Chaos(inner, infra, components)
-        clients = Clients(urls, key)
-        try:
-            turns, marks = asyncio.run(drive(args, clients, chaos))
-        finally:
-            asyncio.run(clients.close())
+        probe = Probe(urls, key)
+        turns, marks = asyncio.run(load(args, urls, key, chaos, probe))
         print("load done; waiting for quiescence and auditing…", flush=True)
         report, undecodable = run_audit(inner.kafka, inner.cassandra, wait_s=180.0)
         # A user whose client gave up reloads the page later: one more resume of each such turn, now.
         late = [t for t in turns if t.outcome == "lost" and t.reply_id]
         if late:
-            clients = Clients(urls, key)
-            try:
-                asyncio.run(finish_late(clients, late))
-            finally:
-                asyncio.run(clients.close())
+            asyncio.run(finish_late(urls, key, late))
         text = compare_text(inner, turns, infra.cfg.data_dir / "streamed-vs-stored.jsonl")
-        return summarise(args, turns, marks, chaos, report, undecodable, text)
+        return summarise(args, turns, marks, chaos, probe, report, undecodable, text)
     finally:
         if inner is not None:
             inner.stop()
@@ -426,7 +435,8 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) ->
 
 
 def summarise(
-    args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, report: Any, undecodable: int, text: Counter[str]
+    args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, probe: Probe, report: Any, undecodable: int,
+    text: Counter[str],
 ) -> int:
     accepted = [t for t in turns if t.reply_id]
     client_lost = [t for t in turns if t.outcome == "lost"]
@@ -446,6 +456,8 @@ def summarise(
         ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
         ("completed replies streamed with their opening missing [must be 0]", text["opening_missing"]),
         ("completed replies streamed otherwise ≠ stored [must be 0]", text["different"]),
+        ("gateway reads answered 500, 503 without JSON, or not in 30 s [must be 0]", probe.failures),
+        ("gateway reads by outcome (every 2 s on each, Cassandra outages included)", dict(sorted(probe.seen.items()))),
         ("undecodable records on chat.events", undecodable),
         ("streams resumed on the other gateway", sum(t.resumed for t in turns)),
         ("turns the client gave up on, ended by a reload after the storm", sum(t.late and t.outcome != "lost" for t in turns)),
@@ -466,16 +478,21 @@ def summarise(
         and report.row_problems == 0
         and not report.turns.unrequested
         and text["opening_missing"] == text["different"] == 0
+        and probe.failures == 0
     )
     for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
         found = getattr(report.turns, kind)
         if found:
             print(f"  {kind}: {found[:5]}")
+    for bad in probe.bad[:5]:
+        print(f"  gateway read: {bad}")
     if not ok:
-        for key in (report.missing + report.extra)[:5]:
-            print(f"  row problem: {key[0]} {key[1]}")
-        for d in report.differing[:5]:
-            print(f"  differs: {d.key[0]} {d.key[1]} .{d.column}")
+        for what, keys in (("missing", report.missing), ("extra", report.extra)):
+            for key in keys[:5]:
+                print(f"  row {what}: {key[0]} {key[1]}")
+        for d in report.differing[:8]:
+            shown = "" if d.column == "content" else f" log says {d.expected!r:.60}, row has {d.found!r:.60}"
+            print(f"  differs: {d.key[0]} {d.key[1]} .{d.column}{shown}")
         print(f"  in flight on the log: {report.turns.in_flight[:5]}; client-lost reply ids: {[t.reply_id or '-' for t in client_lost][:5]}")
     print("  invariants:", "hold" if ok else "BROKEN")
     return 0 if ok else 1
