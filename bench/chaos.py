@@ -4,18 +4,21 @@
 
 On loopback: a Kafka and a Cassandra of the run's own (``bench.chaos_infra``: free ports, a data dir
 under .data/chaos-*; the shared ones are never touched), and a stack with two workers (each its own
-engine) for the one pool used, and two gateways. Clients post on one gateway; when a stream breaks
+engine) for the one pool used, the context builder, router, materializer, usage processor, and two
+gateways. Clients post on one gateway; when a stream breaks
 they resume on the other with ``GET /v1/messages/{id}/stream`` and ``Last-Event-ID`` (a POST that
 never got its head is retried with the same ``client_message_id``: idempotent).
 
 The faults, in shuffled rounds (each once per round): every service process SIGKILLed and
 restarted; the broker SIGKILLed and restarted, and slowed (every request and response delayed
 0.2–0.6 s for 10–20 s, by the proxy its clients reach it through); the Cassandra node SIGKILLed and
-restarted, and SIGSTOPped for 20–60 s. The first tenth of the conversations run calm (the
+restarted, and SIGSTOPped for 20–60 s (one service, each in turn, killed and started again halfway
+through the pause: a start with Cassandra away). The first tenth of the conversations run calm (the
 baseline), the rest under chaos; faults go on until ``--min-kills`` and the load are both done (more
 conversations are started while faults are missing). Then it waits for quiescence, audits the log
 against Cassandra (``tools.audit``) and prints the counts; it exits 1 when a turn was lost, answered
-twice, or a row differs. Not part of ``make bench``'s default run: it takes minutes and infra of its own.
+twice, or a row differs, when a process exited that was not killed, or when a gateway answered a read
+with a 500, a 503 that is not the JSON error, or not in 30 s (``bench.chaos_probe``). Not part of ``make bench``'s default run: it takes minutes and infra of its own.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from tools import isolated
 from tools.audit_sources import run_audit
 from tools.client import SseEvent, parse_sse, reply_text
 from tools.supervisor import Child, StartFailed, free_port
-from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
+from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, USAGE, WORKER_SMALL, Service
 
 #: How long a client keeps trying (resuming, failing over) before it gives up on a turn.
 TURN_DEADLINE_S = 300.0
@@ -115,7 +118,11 @@ class Chaos:
     def __init__(self, inner: isolated.IsolatedStack, infra: PrivateInfra, components: list[Component]) -> None:
         self.inner, self.infra, self.components = inner, infra, components
         self.kills: Counter[str] = Counter()
+        self.exited: Counter[str] = Counter()  # processes that exited on their own (and were started again)
         self._bag: list[Fault] = []
+        self._paused = 0  # pauses so far: which component restarts during the next one
+        #: Starts during a Cassandra outage that failed (the process exited or never became ready).
+        self.failed_starts: Counter[str] = Counter()
 
     def rotation(self) -> list[Fault]:
         """One round: every fault once (every node of the infra)."""
@@ -133,10 +140,16 @@ class Chaos:
             rng.shuffle(self._bag)
         f = self._bag.pop()
         said = f.label
+        self.restart_exited()
         if f.action == "pause":
-            seconds = rng.uniform(*PAUSE_S)
-            self.infra.pause(f.target, seconds, f.node)
-            said += f" for {seconds:.0f} s"
+            # Halfway through, one service (each in turn) is killed and started again: a process that
+            # starts while Cassandra is away, with every key cache empty (review C2).
+            seconds, c = rng.uniform(*PAUSE_S), self.components[self._paused % len(self.components)]
+            self._paused += 1
+            self.infra.pause(f.target, seconds, f.node, meanwhile=lambda: self.kill_and_start(c))
+            self.await_start(c)
+            self.kills[f"kill {_kind(c.name)} during a {f.target} pause"] += 1
+            said += f" for {seconds:.0f} s, {c.name} killed and started meanwhile"
         elif f.action == "slow":
             seconds, delay = rng.uniform(*SLOW_S), rng.uniform(*SLOW_DELAY_S)
             self.infra.slow(seconds, delay, f.node)
@@ -151,6 +164,30 @@ class Chaos:
             self.restart(c)
         self.kills[f.label] += 1
         return said
+
+    def kill_and_start(self, c: Component) -> None:
+        c.child.process.kill()
+        c.child.process.wait(30)
+        c.child = self.inner.supervisor.start(c.service, name=c.name, extra_env=c.extra_env, ports=c.ports)
+
+    def await_start(self, c: Component) -> None:
+        """``c``, started during an outage, ready now; a start that failed is counted and done again."""
+        try:
+            self.inner.supervisor.wait_ready(c.child, timeout=180)
+        except StartFailed as exc:
+            print(f"  {c.name}, started during the outage, failed: {str(exc).splitlines()[0]}", flush=True)
+            self.failed_starts[c.name] += 1
+            c.child.process.kill()
+            c.child.process.wait(30)
+            self.restart(c)
+
+    def restart_exited(self) -> None:
+        """Count and start again every process that exited without being killed: none should."""
+        for c in self.components:
+            if c.child.process.poll() is not None:
+                print(f"  {c.name} had exited on its own (code {c.child.process.returncode}); see {c.child.log}", flush=True)
+                self.exited[c.name] += 1
+                self.restart(c)
 
     def restart(self, c: Component, tries: int = 10) -> None:
         """Start ``c`` again; a start that fails (its log says why) is retried, not given up on."""
@@ -290,7 +327,7 @@ def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedSt
     kafka = replace(from_env(KafkaSettings), bootstrap=infra.bootstrap, replication=1)
     cassandra = replace(from_env(CassandraSettings), hosts="127.0.0.1", port=infra.cfg.cassandra_port)
     kafka, cassandra = isolated.prepare(kafka, cassandra, "chaos")
-    services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
+    services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY)
     inner = isolated.start(kafka, cassandra, log_dir, ENV, services=services)
     by_name = {c.service.name: c for c in inner.supervisor.children}
     port = int(inner.url.rsplit(":", 1)[1])
@@ -299,6 +336,7 @@ def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedSt
         Component("context", CONTEXT, by_name["context"]),
         Component("router", ROUTER, by_name["router"]),
         Component("materializer", MATERIALIZER, by_name["materializer"]),
+        Component("usage", USAGE, by_name["usage"]),
         Component("gateway-1", GATEWAY, by_name["gateway"], ports={"gateway_port": port}),
     ]
     _, w2 = isolated.add_worker(inner, WORKER_SMALL, "w2")
@@ -356,6 +394,7 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos, probe:
     stop.set()
     await kills
     await probing
+    await asyncio.to_thread(chaos.restart_exited)  # the last fault's aftermath too
     return turns, marks
 
 
@@ -456,6 +495,8 @@ def summarise(
         ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
         ("completed replies streamed with their opening missing [must be 0]", text["opening_missing"]),
         ("completed replies streamed otherwise ≠ stored [must be 0]", text["different"]),
+        ("service processes that exited on their own [must be 0]", f"{sum(chaos.exited.values())} {dict(chaos.exited) if chaos.exited else ''}"),
+        ("starts during a Cassandra pause that failed [must be 0]", f"{sum(chaos.failed_starts.values())} {dict(chaos.failed_starts) if chaos.failed_starts else ''}"),
         ("gateway reads answered 500, 503 without JSON, or not in 30 s [must be 0]", probe.failures),
         ("gateway reads by outcome (every 2 s on each, Cassandra outages included)", dict(sorted(probe.seen.items()))),
         ("undecodable records on chat.events", undecodable),
@@ -479,6 +520,8 @@ def summarise(
         and not report.turns.unrequested
         and text["opening_missing"] == text["different"] == 0
         and probe.failures == 0
+        and not chaos.exited
+        and not chaos.failed_starts
     )
     for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
         found = getattr(report.turns, kind)

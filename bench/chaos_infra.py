@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,16 +77,19 @@ class PrivateInfra:
         """SIGKILL the node, then start it again on the same data dir and ports (returns once healthy)."""
         pid = self._pid(name, node)
         os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid)
-        time.sleep(1.0)
+        _wait_gone(pid, _MODULES[name].service(self.cfg).ports)
         local_stack.up(self.cfg, echo=lambda s: None, only=(name,))
 
-    def pause(self, name: str, seconds: float, node: int = 0) -> None:
-        """SIGSTOP the node for ``seconds``, then SIGCONT: to its clients it hangs, sockets open."""
+    def pause(self, name: str, seconds: float, node: int = 0, meanwhile: Callable[[], object] = lambda: None) -> None:
+        """SIGSTOP the node for ``seconds``, then SIGCONT: to its clients it hangs, sockets open.
+        ``meanwhile`` runs halfway through."""
         pid = self._pid(name, node)
         os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(seconds)
+            time.sleep(seconds / 2)
+            began = time.monotonic()
+            meanwhile()
+            time.sleep(max(0.0, seconds / 2 - (time.monotonic() - began)))
         finally:
             os.kill(pid, signal.SIGCONT)
 
@@ -99,17 +103,18 @@ class PrivateInfra:
             self.proxy.delay_s = 0.0
 
 
-def _wait_gone(pid: int) -> None:
-    """Until ``pid`` is gone or a zombie (the JVMs are children of this process until it exits)."""
-    for _ in range(300):
+def _wait_gone(pid: int, ports: tuple[int, ...]) -> None:
+    """Until ``pid`` is reaped (the JVMs are children of this process) and its ports are free: a JVM's
+    main thread is a zombie before its other threads have let go of their sockets."""
+    for _ in range(600):
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return
-        if state in ("Z", "X"):
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:  # not ours, or reaped already
+            if not Path(f"/proc/{pid}").exists():
+                break
+        time.sleep(0.1)
+    for _ in range(600):
+        if not any(jvm.port_taken(p) for p in ports):
             return
         time.sleep(0.1)
