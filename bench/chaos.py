@@ -38,11 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from confluent_kafka import TopicPartition
 
 from bench.chaos_infra import PrivateInfra
 from bench.chaos_probe import Probe
+from parley.consumer import reader, watermarks
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
+from schemas.catalog import TOPICS
 from tools import isolated
 from tools.audit_sources import run_audit
 from tools.client import SseEvent, parse_sse, reply_text
@@ -437,12 +440,30 @@ def main(argv: list[str] | None = None) -> int:
         if late:
             asyncio.run(finish_late(urls, key, late))
         text = compare_text(inner, turns, infra.cfg.data_dir / "streamed-vs-stored.jsonl")
-        return summarise(args, turns, marks, chaos, probe, report, undecodable, text)
+        dlq = dead_letters(inner.kafka)
+        return summarise(args, turns, marks, chaos, probe, report, undecodable, text, dlq)
     finally:
         if inner is not None:
             inner.stop()
         infra.down()
         print(f"logs and data of this run: {infra.cfg.data_dir}")
+
+
+def dead_letters(kafka: KafkaSettings) -> Counter[str]:
+    """Records on each dead-letter topic of the run: none should be there, since only bad input is
+    dead-lettered and the bench sends none (an outage is retried in place)."""
+    found: Counter[str] = Counter()
+    consumer = reader(kafka, "chaos-dead-letters")
+    try:
+        for topic in TOPICS.values():
+            if topic.name.endswith(".dlq"):
+                for p in range(topic.partitions):
+                    low, high = watermarks(consumer, TopicPartition(kafka.topic(topic.name), p), 10)
+                    if high > low:
+                        found[topic.name] += high - low
+    finally:
+        consumer.close()
+    return found
 
 
 def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) -> Counter[str]:
@@ -475,7 +496,7 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) ->
 
 def summarise(
     args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, probe: Probe, report: Any, undecodable: int,
-    text: Counter[str],
+    text: Counter[str], dlq: Counter[str],
 ) -> int:
     accepted = [t for t in turns if t.reply_id]
     client_lost = [t for t in turns if t.outcome == "lost"]
@@ -495,6 +516,7 @@ def summarise(
         ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
         ("completed replies streamed with their opening missing [must be 0]", text["opening_missing"]),
         ("completed replies streamed otherwise ≠ stored [must be 0]", text["different"]),
+        ("records dead-lettered [must be 0]", f"{sum(dlq.values())} {dict(dlq) if dlq else ''}"),
         ("service processes that exited on their own [must be 0]", f"{sum(chaos.exited.values())} {dict(chaos.exited) if chaos.exited else ''}"),
         ("starts during a Cassandra pause that failed [must be 0]", f"{sum(chaos.failed_starts.values())} {dict(chaos.failed_starts) if chaos.failed_starts else ''}"),
         ("gateway reads answered 500, 503 without JSON, or not in 30 s [must be 0]", probe.failures),
@@ -521,6 +543,7 @@ def summarise(
         and text["opening_missing"] == text["different"] == 0
         and probe.failures == 0
         and not chaos.exited
+        and not dlq
         and not chaos.failed_starts
     )
     for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
