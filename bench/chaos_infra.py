@@ -40,6 +40,8 @@ class PrivateInfra:
             cassandra_storage_port=free_port(),
             kafka_heap="384m",
             cassandra_heap="768m",
+            # A node restarted on two cores busy with the stack (and its neighbours) has taken over 180 s.
+            start_timeout_s=900.0,
         )
         self.proxy = KafkaProxy(proxy_port, side_port)
         self.proxy_port = proxy_port
