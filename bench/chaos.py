@@ -369,16 +369,21 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos, probe:
             for n in range(args.turns):
                 turns.append(await clients.turn(cid, f"conversation {i}, turn {n}: go on", i % 2, phase))
 
+    calm_over = asyncio.Event()
+
     async def watch_calm() -> None:  # a process that exits before the first fault is counted and started again too
-        while True:
-            await asyncio.sleep(5.0)
+        while not calm_over.is_set():
             await asyncio.to_thread(chaos.restart_exited)
+            try:
+                await asyncio.wait_for(calm_over.wait(), 5.0)
+            except asyncio.TimeoutError:
+                pass
 
     marks["calm_start"] = time.monotonic()
     watcher = asyncio.create_task(watch_calm())
     await asyncio.gather(*(conversation(i, "calm") for i in range(calm_n)))
-    watcher.cancel()
-    await asyncio.gather(watcher, return_exceptions=True)
+    calm_over.set()
+    await watcher  # never two restarts of one process at once: the killer starts after it
     marks["calm_end"] = marks["chaos_start"] = time.monotonic()
 
     stop = asyncio.Event()
