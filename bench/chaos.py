@@ -42,6 +42,7 @@ from confluent_kafka import TopicPartition
 
 from bench.chaos_infra import PrivateInfra
 from bench.chaos_probe import Probe
+from parley.cassandra import connect
 from parley.consumer import reader, watermarks
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
@@ -485,26 +486,35 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) ->
     written to ``out`` (synthetic text, ids, the SSE events the client saw) for a post-mortem."""
     found: Counter[str] = Counter()
     different = []
-    for t in turns:
-        if t.outcome != "done" or not t.cid:
-            continue
-        row = inner.session.execute(  # type: ignore[attr-defined]
-            "SELECT content FROM messages WHERE conversation_id = %s AND message_id = %s",
-            (uuid.UUID(t.cid), uuid.UUID(t.reply_id)),
-        ).one()
-        stored = "" if row is None or row.content is None else sealing.open_text(row.content)
-        if stored == t.text:
-            found["equal"] += 1
-        elif stored.endswith(t.text):
-            found["opening_missing"] += 1
-            different.append({"kind": "opening_missing", "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
-        else:
-            found["different"] += 1
-            different.append({"kind": "different", "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
+    # A session of its own: the stack's, open since the start, may still count the node down after its
+    # restarts (a 40-fault run lost its table to NoHostAvailable here).
+    session = connect(inner.cassandra, inner.cassandra.keyspace, connect_timeout=isolated.CONNECT_TIMEOUT_S)
+    try:
+        for t in turns:
+            if t.outcome != "done" or not t.cid:
+                continue
+            row = session.execute(
+                "SELECT content FROM messages WHERE conversation_id = %s AND message_id = %s",
+                (uuid.UUID(t.cid), uuid.UUID(t.reply_id)),
+                timeout=60,
+            ).one()
+            _compare(t, row, found, different)
+    finally:
+        session.cluster.shutdown()
     if different:
         out.write_text("\n".join(json.dumps(d) for d in different) + "\n")
         print(f"  streamed ≠ stored: {len(different)} written to {out}")
     return found
+
+
+def _compare(t: Turn, row: Any, found: Counter[str], different: list[dict[str, Any]]) -> None:
+    stored = "" if row is None or row.content is None else sealing.open_text(row.content)
+    if stored == t.text:
+        found["equal"] += 1
+        return
+    kind = "opening_missing" if stored.endswith(t.text) else "different"
+    found[kind] += 1
+    different.append({"kind": kind, "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
 
 
 def summarise(
