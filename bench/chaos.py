@@ -1,21 +1,24 @@
-"""Chaos: conversations on a whole stack while a random component is SIGKILLed and restarted every few seconds.
+"""Chaos: conversations on a whole stack while a random component, Kafka or Cassandra fails every few seconds.
 
     python -m bench.chaos [--conversations 200] [--turns 3] [--concurrency 24] [--kill-every 5] [--min-kills 10]
 
-On loopback: a private Kafka (infra/local, its own data dir under .data/chaos-*
-and free ports, killed and restarted on the same data dir), the shared
-Cassandra (never killed), and a stack with two workers (each its own engine)
-for the one pool used, and two gateways. Clients post on one gateway; when a
-stream breaks they resume on the other with ``GET /v1/messages/{id}/stream``
-and ``Last-Event-ID`` (a POST that never got its head is retried with the same
-``client_message_id``: idempotent).
+On loopback: a Kafka and a Cassandra of the run's own (``bench.chaos_infra``: free ports, a data dir
+under .data/chaos-*; the shared ones are never touched), and a stack with two workers (each its own
+engine) for the one pool used, the context builder, router, materializer, usage processor, and two
+gateways. Clients post on one gateway; when a stream breaks
+they resume on the other with ``GET /v1/messages/{id}/stream`` and ``Last-Event-ID`` (a POST that
+never got its head is retried with the same ``client_message_id``: idempotent).
 
-The first tenth of the conversations run calm (the baseline), the rest under
-chaos; kills go on until ``--min-kills`` and the load are both done (more
-conversations are started while kills are missing). Then it waits for
-quiescence, audits the log against Cassandra (``tools.audit``) and prints the
-counts; it exits 1 when a turn was lost, answered twice, or a row differs.
-Not part of ``make bench``'s default run: it takes minutes and a Kafka of its own.
+The faults, in shuffled rounds (each once per round): every service process SIGKILLed and
+restarted; the broker SIGKILLed and restarted, and slowed (every request and response delayed
+0.2–0.6 s for 10–20 s, by the proxy its clients reach it through); the Cassandra node SIGKILLed and
+restarted, and SIGSTOPped for 20–60 s (one service, each in turn, killed and started again halfway
+through the pause: a start with Cassandra away). The first tenth of the conversations run calm (the
+baseline), the rest under chaos; faults go on until ``--min-kills`` and the load are both done (more
+conversations are started while faults are missing). Then it waits for quiescence, audits the log
+against Cassandra (``tools.audit``) and prints the counts; it exits 1 when a turn was lost, answered
+twice, or a row differs, when a process exited that was not killed, or when a gateway answered a read
+with a 500, a 503 that is not the JSON error, or not in 30 s (``bench.chaos_probe``). Not part of ``make bench``'s default run: it takes minutes and infra of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
 import sys
 import time
@@ -36,16 +38,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from confluent_kafka import TopicPartition
 
-from infra.local import jvm, kafka as local_kafka, stack as local_stack
-from infra.local.settings import LocalInfraSettings
+from bench.chaos_infra import PrivateInfra
+from bench.chaos_probe import Probe
+from parley.cassandra import connect
+from parley.consumer import reader, watermarks
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
+from schemas.catalog import TOPICS
 from tools import isolated
 from tools.audit_sources import run_audit
 from tools.client import SseEvent, parse_sse, reply_text
 from tools.supervisor import Child, StartFailed, free_port
-from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, WORKER_SMALL, Service
+from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, USAGE, WORKER_SMALL, Service
 
 #: How long a client keeps trying (resuming, failing over) before it gives up on a turn.
 TURN_DEADLINE_S = 300.0
@@ -92,34 +98,100 @@ class Component:
     ports: dict[str, int] = field(default_factory=dict)
 
 
+#: How long the Cassandra node stays SIGSTOPped; how long, and by how much, the broker is slowed.
+PAUSE_S = (20.0, 60.0)
+SLOW_S = (10.0, 20.0)
+SLOW_DELAY_S = (0.2, 0.6)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of the rotation: ``action`` (kill | pause | slow) done to ``target`` (a component's
+    name, ``kafka`` or ``cassandra``), node ``node`` of it (infra only; 0 while there is one)."""
+
+    action: str
+    target: str
+    node: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.action} {_kind(self.target)}" + (f" {self.node}" if self.node else "")
+
+
 class Chaos:
-    def __init__(self, inner: isolated.IsolatedStack, infra: LocalInfraSettings, components: list[Component]) -> None:
+    def __init__(self, inner: isolated.IsolatedStack, infra: PrivateInfra, components: list[Component]) -> None:
         self.inner, self.infra, self.components = inner, infra, components
         self.kills: Counter[str] = Counter()
-        self._bag: list[str] = []
+        self.exited: Counter[str] = Counter()  # processes that exited on their own (and were started again)
+        self._bag: list[Fault] = []
+        self._paused = 0  # pauses so far: which component restarts during the next one
+        #: Starts during a Cassandra outage that failed (the process exited or never became ready).
+        self.failed_starts: Counter[str] = Counter()
+
+    def rotation(self) -> list[Fault]:
+        """One round: every fault once (every node of the infra)."""
+        faults = [Fault("kill", c.name) for c in self.components]
+        for node in range(self.infra.nodes["kafka"]):
+            faults += [Fault("kill", "kafka", node), Fault("slow", "kafka", node)]
+        for node in range(self.infra.nodes["cassandra"]):
+            faults += [Fault("kill", "cassandra", node), Fault("pause", "cassandra", node)]
+        return faults
 
     def kill_one(self, rng: random.Random) -> str:
-        # Shuffled rounds: random order, but every component (Kafka too) dies once per round.
-        if not self._bag:
-            self._bag = [c.name for c in self.components] + ["kafka"]
+        """Do the next fault of the round and recover from it; what was done, in words."""
+        if not self._bag:  # shuffled rounds: random order, but every fault once per round
+            self._bag = self.rotation()
             rng.shuffle(self._bag)
-        victim = self._bag.pop()
-        if victim == "kafka":
-            pid = jvm.pid_of(local_kafka.service(self.infra))
-            if pid is not None:
-                os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid)
-            time.sleep(1.0)
-            local_stack.up(self.infra, echo=lambda s: None, only=("kafka",))  # same data dir, same ports
+        f = self._bag.pop()
+        said = f.label
+        self.restart_exited()
+        if f.action == "pause":
+            # Halfway through, one service (each in turn) is killed and started again: a process that
+            # starts while Cassandra is away, with every key cache empty (review C2).
+            seconds, c = rng.uniform(*PAUSE_S), self.components[self._paused % len(self.components)]
+            self._paused += 1
+            self.infra.pause(f.target, seconds, f.node, meanwhile=lambda: self.kill_and_start(c))
+            self.await_start(c)
+            self.kills[f"kill {_kind(c.name)} during a {f.target} pause"] += 1
+            said += f" for {seconds:.0f} s, {c.name} killed and started meanwhile"
+        elif f.action == "slow":
+            seconds, delay = rng.uniform(*SLOW_S), rng.uniform(*SLOW_DELAY_S)
+            self.infra.slow(seconds, delay, f.node)
+            said += f" by {delay * 1000:.0f} ms for {seconds:.0f} s"
+        elif f.target in ("kafka", "cassandra"):
+            self.infra.kill(f.target, f.node)  # same data dir, same ports
         else:
-            c = next(c for c in self.components if c.name == victim)
+            c = next(c for c in self.components if c.name == f.target)
             c.child.process.kill()
             c.child.process.wait(30)
             time.sleep(0.5)
             self.restart(c)
-        self.kills[_kind(victim)] += 1
-        return victim
+        self.kills[f.label] += 1
+        return said
 
+    def kill_and_start(self, c: Component) -> None:
+        c.child.process.kill()
+        c.child.process.wait(30)
+        c.child = self.inner.supervisor.start(c.service, name=c.name, extra_env=c.extra_env, ports=c.ports)
+
+    def await_start(self, c: Component) -> None:
+        """``c``, started during an outage, ready now; a start that failed is counted and done again."""
+        try:
+            self.inner.supervisor.wait_ready(c.child, timeout=180)
+        except StartFailed as exc:
+            print(f"  {c.name}, started during the outage, failed: {str(exc).splitlines()[0]}", flush=True)
+            self.failed_starts[c.name] += 1
+            c.child.process.kill()
+            c.child.process.wait(30)
+            self.restart(c)
+
+    def restart_exited(self) -> None:
+        """Count and start again every process that exited without being killed: none should."""
+        for c in self.components:
+            if c.child.process.poll() is not None:
+                print(f"  {c.name} had exited on its own (code {c.child.process.returncode}); see {c.child.log}", flush=True)
+                self.exited[c.name] += 1
+                self.restart(c)
 
     def restart(self, c: Component, tries: int = 10) -> None:
         """Start ``c`` again; a start that fails (its log says why) is retried, not given up on."""
@@ -138,15 +210,6 @@ class Chaos:
 
 def _kind(name: str) -> str:
     return name.rstrip("-0123456789") if not name.startswith("w") else "worker"
-
-
-def _wait_gone(pid: int) -> None:
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
 
 
 class Clients:
@@ -232,12 +295,25 @@ class Clients:
         return t
 
 
-async def finish_late(clients: Clients, late: list[Turn]) -> None:
-    for t in late:
-        again = await clients.resume(t)
-        t.late = True
-        if again.outcome != "lost":
-            t.outcome, t.code, t.text = again.outcome, again.code, again.text
+async def finish_late(urls: list[str], key: str, late: list[Turn]) -> None:
+    clients = Clients(urls, key)
+    try:
+        for t in late:
+            again = await clients.resume(t)
+            t.late = True
+            if again.outcome != "lost":
+                t.outcome, t.code, t.text = again.outcome, again.code, again.text
+    finally:
+        await clients.close()
+
+
+async def load(args: argparse.Namespace, urls: list[str], key: str, chaos: Chaos, probe: Probe) -> tuple[list[Turn], dict[str, float]]:
+    """``drive`` with clients of its own event loop (a client's connections belong to the loop that made them)."""
+    clients = Clients(urls, key)
+    try:
+        return await drive(args, clients, chaos, probe)
+    finally:
+        await clients.close()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -245,30 +321,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--conversations", type=int, default=200)
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=24)
-    p.add_argument("--kill-every", type=float, default=10.0, help="seconds between the end of one restart and the next kill")
-    p.add_argument("--min-kills", type=int, default=10)
+    p.add_argument("--kill-every", type=float, default=10.0, help="seconds between the end of one fault's recovery and the next fault")
+    p.add_argument("--min-kills", type=int, default=10, help="faults (kills, pauses, slow brokers) to do at least")
     p.add_argument("--seed", type=int, default=7)
     return p.parse_args(argv)
 
 
-def start_private_kafka(run: str) -> LocalInfraSettings:
-    cfg = replace(
-        from_env(LocalInfraSettings),
-        data_dir=REPO_ROOT / ".data" / f"chaos-{run}",
-        kafka_port=free_port(),
-        kafka_controller_port=free_port(),
-        cassandra_port=free_port(),  # never started: the shared Cassandra is used
-        cassandra_storage_port=free_port(),
-        kafka_heap="384m",
-    )
-    local_stack.up(cfg, echo=lambda s: None, only=("kafka",))
-    return cfg
-
-
-def start_stack(infra: LocalInfraSettings, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
-    kafka = replace(from_env(KafkaSettings), bootstrap=f"127.0.0.1:{infra.kafka_port}", replication=1)
-    kafka, cassandra = isolated.prepare(kafka, from_env(CassandraSettings), "chaos")
-    services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, GATEWAY)
+def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
+    kafka = replace(from_env(KafkaSettings), bootstrap=infra.bootstrap, replication=1)
+    cassandra = replace(from_env(CassandraSettings), hosts="127.0.0.1", port=infra.cfg.cassandra_port)
+    kafka, cassandra = isolated.prepare(kafka, cassandra, "chaos")
+    services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY)
     inner = isolated.start(kafka, cassandra, log_dir, ENV, services=services)
     by_name = {c.service.name: c for c in inner.supervisor.children}
     port = int(inner.url.rsplit(":", 1)[1])
@@ -277,6 +340,7 @@ def start_stack(infra: LocalInfraSettings, log_dir: Path) -> tuple[isolated.Isol
         Component("context", CONTEXT, by_name["context"]),
         Component("router", ROUTER, by_name["router"]),
         Component("materializer", MATERIALIZER, by_name["materializer"]),
+        Component("usage", USAGE, by_name["usage"]),
         Component("gateway-1", GATEWAY, by_name["gateway"], ports={"gateway_port": port}),
     ]
     _, w2 = isolated.add_worker(inner, WORKER_SMALL, "w2")
@@ -293,7 +357,7 @@ def _env_of(child: Child, name: str) -> str:
     return next(v.split(b"=", 1)[1].decode() for v in raw if v.startswith(name.encode() + b"="))
 
 
-async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tuple[list[Turn], dict[str, float]]:
+async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos, probe: Probe) -> tuple[list[Turn], dict[str, float]]:
     rng = random.Random(args.seed)
     calm_n = max(1, args.conversations // 10)
     turns: list[Turn] = []
@@ -306,8 +370,21 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tup
             for n in range(args.turns):
                 turns.append(await clients.turn(cid, f"conversation {i}, turn {n}: go on", i % 2, phase))
 
+    calm_over = asyncio.Event()
+
+    async def watch_calm() -> None:  # a process that exits before the first fault is counted and started again too
+        while not calm_over.is_set():
+            await asyncio.to_thread(chaos.restart_exited)
+            try:
+                await asyncio.wait_for(calm_over.wait(), 5.0)
+            except asyncio.TimeoutError:
+                pass
+
     marks["calm_start"] = time.monotonic()
+    watcher = asyncio.create_task(watch_calm())
     await asyncio.gather(*(conversation(i, "calm") for i in range(calm_n)))
+    calm_over.set()
+    await watcher  # never two restarts of one process at once: the killer starts after it
     marks["calm_end"] = marks["chaos_start"] = time.monotonic()
 
     stop = asyncio.Event()
@@ -316,9 +393,10 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tup
         while not stop.is_set() or sum(chaos.kills.values()) < args.min_kills:
             await asyncio.sleep(args.kill_every)
             victim = await asyncio.to_thread(chaos.kill_one, rng)
-            print(f"  {time.monotonic() - marks['chaos_start']:6.1f}s killed and restarted {victim}", flush=True)
+            print(f"  {time.monotonic() - marks['chaos_start']:6.1f}s {victim}, recovered", flush=True)
 
     kills = asyncio.create_task(killer())
+    probing = asyncio.create_task(probe.run(stop, await clients.create(0)))
     pending = [asyncio.create_task(conversation(i, "chaos")) for i in range(calm_n, args.conversations)]
     started = args.conversations
     while pending:
@@ -332,6 +410,8 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos) -> tup
     marks["chaos_end"] = time.monotonic()
     stop.set()
     await kills
+    await probing
+    await asyncio.to_thread(chaos.restart_exited)  # the last fault's aftermath too
     return turns, marks
 
 
@@ -351,36 +431,53 @@ def main(argv: list[str] | None = None) -> int:
     # the audit opens what the stack sealed.
     os.environ.setdefault("PARLEY_KEYS_KEYSPACE", "bench_keys")
     run = uuid.uuid4().hex[:6]
-    infra = start_private_kafka(run)
+    infra = PrivateInfra(REPO_ROOT / ".data" / f"chaos-{run}")
     inner = None
     try:
-        inner, components, urls = start_stack(infra, infra.data_dir / "logs")  # migrates the keys keyspace
+        infra.up()
+        # This process's own clients (the key service, the audit) use the private infra too.
+        os.environ.update(
+            PARLEY_KAFKA_BOOTSTRAP=infra.bootstrap,
+            PARLEY_CASSANDRA_HOSTS="127.0.0.1",
+            PARLEY_CASSANDRA_PORT=str(infra.cfg.cassandra_port),
+        )
+        inner, components, urls = start_stack(infra, infra.cfg.data_dir / "logs")  # migrates the keys keyspace
         keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]
         chaos = Chaos(inner, infra, components)
-        clients = Clients(urls, key)
-        try:
-            turns, marks = asyncio.run(drive(args, clients, chaos))
-        finally:
-            asyncio.run(clients.close())
+        probe = Probe(urls, key)
+        turns, marks = asyncio.run(load(args, urls, key, chaos, probe))
         print("load done; waiting for quiescence and auditing…", flush=True)
         report, undecodable = run_audit(inner.kafka, inner.cassandra, wait_s=180.0)
         # A user whose client gave up reloads the page later: one more resume of each such turn, now.
         late = [t for t in turns if t.outcome == "lost" and t.reply_id]
         if late:
-            clients = Clients(urls, key)
-            try:
-                asyncio.run(finish_late(clients, late))
-            finally:
-                asyncio.run(clients.close())
-        text = compare_text(inner, turns, infra.data_dir / "streamed-vs-stored.jsonl")
-        return summarise(args, turns, marks, chaos, report, undecodable, text)
+            asyncio.run(finish_late(urls, key, late))
+        text = compare_text(inner, turns, infra.cfg.data_dir / "streamed-vs-stored.jsonl")
+        dlq = dead_letters(inner.kafka)
+        return summarise(args, turns, marks, chaos, probe, report, undecodable, text, dlq)
     finally:
         if inner is not None:
             inner.stop()
-            isolated.drop(inner.kafka, inner.cassandra)
-        jvm.stop(local_kafka.service(infra))
-        print(f"logs and Kafka data of this run: {infra.data_dir}")
+        infra.down()
+        print(f"logs and data of this run: {infra.cfg.data_dir}")
+
+
+def dead_letters(kafka: KafkaSettings) -> Counter[str]:
+    """Records on each dead-letter topic of the run: none should be there, since only bad input is
+    dead-lettered and the bench sends none (an outage is retried in place)."""
+    found: Counter[str] = Counter()
+    consumer = reader(kafka, "chaos-dead-letters")
+    try:
+        for topic in TOPICS.values():
+            if topic.name.endswith(".dlq"):
+                for p in range(topic.partitions):
+                    low, high = watermarks(consumer, TopicPartition(kafka.topic(topic.name), p), 10)
+                    if high > low:
+                        found[topic.name] += high - low
+    finally:
+        consumer.close()
+    return found
 
 
 def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) -> Counter[str]:
@@ -389,30 +486,40 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) ->
     written to ``out`` (synthetic text, ids, the SSE events the client saw) for a post-mortem."""
     found: Counter[str] = Counter()
     different = []
-    for t in turns:
-        if t.outcome != "done" or not t.cid:
-            continue
-        row = inner.session.execute(  # type: ignore[attr-defined]
-            "SELECT content FROM messages WHERE conversation_id = %s AND message_id = %s",
-            (uuid.UUID(t.cid), uuid.UUID(t.reply_id)),
-        ).one()
-        stored = "" if row is None or row.content is None else sealing.open_text(row.content)
-        if stored == t.text:
-            found["equal"] += 1
-        elif stored.endswith(t.text):
-            found["opening_missing"] += 1
-            different.append({"kind": "opening_missing", "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
-        else:
-            found["different"] += 1
-            different.append({"kind": "different", "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
+    # A session of its own: the stack's, open since the start, may still count the node down after its
+    # restarts (a 40-fault run lost its table to NoHostAvailable here).
+    session = connect(inner.cassandra, inner.cassandra.keyspace, connect_timeout=isolated.CONNECT_TIMEOUT_S)
+    try:
+        for t in turns:
+            if t.outcome != "done" or not t.cid:
+                continue
+            row = session.execute(
+                "SELECT content FROM messages WHERE conversation_id = %s AND message_id = %s",
+                (uuid.UUID(t.cid), uuid.UUID(t.reply_id)),
+                timeout=60,
+            ).one()
+            _compare(t, row, found, different)
+    finally:
+        session.cluster.shutdown()
     if different:
         out.write_text("\n".join(json.dumps(d) for d in different) + "\n")
         print(f"  streamed ≠ stored: {len(different)} written to {out}")
     return found
 
 
+def _compare(t: Turn, row: Any, found: Counter[str], different: list[dict[str, Any]]) -> None:
+    stored = "" if row is None or row.content is None else sealing.open_text(row.content)
+    if stored == t.text:
+        found["equal"] += 1
+        return
+    kind = "opening_missing" if stored.endswith(t.text) else "different"
+    found[kind] += 1
+    different.append({"kind": kind, "reply_id": t.reply_id, "cid": t.cid, "streamed": t.text, "stored": stored, "events": t.seen})
+
+
 def summarise(
-    args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, report: Any, undecodable: int, text: Counter[str]
+    args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, probe: Probe, report: Any, undecodable: int,
+    text: Counter[str], dlq: Counter[str],
 ) -> int:
     accepted = [t for t in turns if t.reply_id]
     client_lost = [t for t in turns if t.outcome == "lost"]
@@ -421,7 +528,7 @@ def summarise(
     calm = [t for t in turns if t.phase == "calm"]
     storm = [t for t in turns if t.phase == "chaos"]
     calm_s, storm_s = marks["calm_end"] - marks["calm_start"], marks["chaos_end"] - marks["chaos_start"]
-    print(f"\n== bench.chaos: {len(turns) // args.turns} conversations × {args.turns} turns, {sum(chaos.kills.values())} kills")
+    print(f"\n== bench.chaos: {len(turns) // args.turns} conversations × {args.turns} turns, {sum(chaos.kills.values())} faults")
     rows = [
         ("turns posted", len(turns)),
         ("turns accepted (reply id received)", len(accepted)),
@@ -432,12 +539,17 @@ def summarise(
         ("Cassandra rows ≠ log projection [must be 0]", report.row_problems),
         ("completed replies streamed with their opening missing [must be 0]", text["opening_missing"]),
         ("completed replies streamed otherwise ≠ stored [must be 0]", text["different"]),
+        ("records dead-lettered [must be 0]", f"{sum(dlq.values())} {dict(dlq) if dlq else ''}"),
+        ("service processes that exited on their own [must be 0]", f"{sum(chaos.exited.values())} {dict(chaos.exited) if chaos.exited else ''}"),
+        ("starts during a Cassandra pause that failed [must be 0]", f"{sum(chaos.failed_starts.values())} {dict(chaos.failed_starts) if chaos.failed_starts else ''}"),
+        ("gateway reads answered 500, 503 without JSON, or not in 30 s [must be 0]", probe.failures),
+        ("gateway reads by outcome (every 2 s on each, Cassandra outages included)", dict(sorted(probe.seen.items()))),
         ("undecodable records on chat.events", undecodable),
         ("streams resumed on the other gateway", sum(t.resumed for t in turns)),
         ("turns the client gave up on, ended by a reload after the storm", sum(t.late and t.outcome != "lost" for t in turns)),
         ("turns resumed at least once", sum(t.resumed > 0 for t in turns)),
         ("completions re-appended with the same outcome (re-deliveries)", report.turns.reappended),
-        ("kills by component", dict(sorted(chaos.kills.items()))),
+        ("faults by kind", dict(sorted(chaos.kills.items()))),
     ]
     for name, value in rows:
         print(f"  {name:<78} {value}")
@@ -452,16 +564,24 @@ def summarise(
         and report.row_problems == 0
         and not report.turns.unrequested
         and text["opening_missing"] == text["different"] == 0
+        and probe.failures == 0
+        and not chaos.exited
+        and not dlq
+        and not chaos.failed_starts
     )
     for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
         found = getattr(report.turns, kind)
         if found:
             print(f"  {kind}: {found[:5]}")
+    for bad in probe.bad[:5]:
+        print(f"  gateway read: {bad}")
     if not ok:
-        for key in (report.missing + report.extra)[:5]:
-            print(f"  row problem: {key[0]} {key[1]}")
-        for d in report.differing[:5]:
-            print(f"  differs: {d.key[0]} {d.key[1]} .{d.column}")
+        for what, keys in (("missing", report.missing), ("extra", report.extra)):
+            for key in keys[:5]:
+                print(f"  row {what}: {key[0]} {key[1]}")
+        for d in report.differing[:8]:
+            shown = "" if d.column == "content" else f" log says {d.expected!r:.60}, row has {d.found!r:.60}"
+            print(f"  differs: {d.key[0]} {d.key[1]} .{d.column}{shown}")
         print(f"  in flight on the log: {report.turns.in_flight[:5]}; client-lost reply ids: {[t.reply_id or '-' for t in client_lost][:5]}")
     print("  invariants:", "hold" if ok else "BROKEN")
     return 0 if ok else 1

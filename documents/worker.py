@@ -100,7 +100,7 @@ class DocumentWorker:
         """Handle one record; False when stopped before its job ended (its offset must not be committed)."""
         event = delivery.event
         if isinstance(event, ev.DocumentDeleted):
-            await self.index.purge(event.document_id, event.user_id)
+            await self._purge(event)
             await asyncio.to_thread(self._delete_original, event.document_id)
             return True
         if not isinstance(event, ev.DocumentUploaded):
@@ -134,10 +134,21 @@ class DocumentWorker:
                             error_message="the document could not be processed",
                         )
                     )
-                    await self.index.purge(event.document_id, event.user_id)
+                    await self._purge(event)
                     return True
         finally:
             self.consumer.release()
+
+    async def _purge(self, event: ev.DocumentEvent) -> None:
+        """The document's index rows gone, however long Cassandra (or the owner's key) is away: a purge
+        run again is harmless, and an outage must not end the process."""
+        await retrying(
+            "purging a document's index",
+            lambda: self.index.purge(event.document_id, event.user_id),
+            30.0,
+            on=Unavailable,
+            ids={"document_id": event.document_id},
+        )
 
     def _delete_original(self, document_id: str) -> None:
         """The blob of a deleted document (named by its id in the store the gateway wrote it to)."""

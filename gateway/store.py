@@ -17,6 +17,7 @@ from parley.cassandra import AsyncCql
 from schemas.sealing import open_text
 from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated
 from streams import document_status, memory, projection, tree
+from streams.store import by_partition
 
 #: Rows read past a list's limit, so archived and deleted ones filtered out still leave a full page.
 LIST_SLACK = 400
@@ -157,9 +158,21 @@ class Store:
     async def write_through(self, event: ConversationEvent, state: tree.Conversation | None = None) -> None:
         """Write the rows ``event`` projects to, exactly as the materializer will (same values and
         timestamps, so the two writes are one), for what a client must read back at once. ``state``:
-        what is known of the conversation (its creation keys the owner's list)."""
-        for write in projection.writes_for(state or tree.empty(event.conversation_id), event):
-            await self._run(projection.cql(write.shape).replace("UPDATE ", "UPDATE {ks}.", 1), write.values)
+        what is known of the conversation (its creation keys the owner's list).
+
+        A write-through an outage cuts short must not look done: the materializer, loading a
+        conversation, takes an event whose rows it finds in the conversation's own partition
+        (``conversations``, ``messages``) as written, and skips it. So that partition goes last, as one
+        batch (one partition: one mutation, all or nothing), after the other partitions' writes (the
+        owner's list)."""
+        writes = projection.writes_for(state or tree.empty(event.conversation_id), event)
+        own = ("conversation_id", projection.to_uuid(event.conversation_id))
+        for group in sorted(by_partition(writes), key=lambda g: g[0].partition == own):
+            statements = [(projection.cql(w.shape).replace("UPDATE ", "UPDATE {ks}.", 1), w.values) for w in group]
+            if len(statements) == 1:
+                await self._run(*statements[0])
+            else:
+                await self._cql.run_batch(statements)
 
     async def write_document(self, event: DocumentEvent) -> None:
         """The ``documents`` rows ``event`` projects to, as the materializer writes them (streams/document_status.py)."""

@@ -1,4 +1,4 @@
-"""A TCP proxy in front of a Kafka listener that cuts its clients off at a chosen request.
+"""A TCP proxy in front of a Kafka listener that cuts its clients off at a chosen request, or slows them.
 
 Armed with a topic name, the proxy lets everything through until a client sends a Produce request
 for that topic; that request and everything after it, on every connection, either way, then waits
@@ -6,6 +6,9 @@ in the proxy (sockets stay open) until ``release``: to its clients the broker st
 exactly when they were writing there, as across a network partition. Requests are framed by
 Kafka's size prefix; a Produce request (api key 0) names its topics in plain text, ahead of its
 (compressed) records.
+
+Set ``delay_s`` and every request and response frame it carries waits that long first (a slow
+broker, or a slow network to it); 0 again and traffic flows as before.
 
 It runs its own event loop in a thread, so a test blocked in a synchronous call never stalls the
 traffic it carries.
@@ -32,6 +35,7 @@ class KafkaProxy:
         self._trip_on: bytes | None = None
         self.tripped = threading.Event()
         self.connections = 0
+        self.delay_s = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -85,6 +89,8 @@ class KafkaProxy:
                     self._open.clear()
                     self.tripped.set()
                 await self._open.wait()
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
                 dst.write(size + frame)
                 await dst.drain()
         finally:
@@ -95,6 +101,8 @@ class KafkaProxy:
         try:
             while data := await src.read(65536):
                 await self._open.wait()
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
                 dst.write(data)
                 await dst.drain()
         finally:
