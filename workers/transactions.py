@@ -316,7 +316,10 @@ class TransactionalCommitter:
             if refused is not None:
                 raise _Refused(refused[0], f"delivery refused: {refused[1].name()}")
             self._retrying(lambda: p.send_offsets_to_transaction(offsets, metadata, self._call_s))
-            self._retrying(lambda: p.commit_transaction(self._call_s))
+            # Until it ends: a commit that timed out may be completing at the coordinator already, which
+            # then refuses an abort (INVALID_TXN_STATE, fatal: the worker would stop as fenced). A
+            # producer stuck that long is replaced by the watchdog (WEDGED_CALLS).
+            self._retrying(lambda: p.commit_transaction(self._call_s), until_done=True)
         except KafkaException as exc:
             err = exc.args[0]
             if err.fatal():
@@ -347,8 +350,9 @@ class TransactionalCommitter:
                     raise _Refused(closing, f"produce refused: {exc.args[0].name()}") from exc
                 raise
 
-    def _retrying(self, call: Any) -> None:
-        """A transactional call, again while its error is retriable and needs no abort."""
+    def _retrying(self, call: Any, *, until_done: bool = False) -> None:
+        """A transactional call, again while its error is retriable and needs no abort: for one call's
+        time, or (``until_done``) for as long as that holds."""
         deadline = time.monotonic() + self._call_s
         while True:
             try:
@@ -356,7 +360,7 @@ class TransactionalCommitter:
                 return
             except KafkaException as exc:
                 err = exc.args[0]
-                if not err.retriable() or err.txn_requires_abort() or time.monotonic() > deadline:
+                if not err.retriable() or err.txn_requires_abort() or (not until_done and time.monotonic() > deadline):
                     raise
                 time.sleep(0.1)
 
