@@ -91,8 +91,9 @@ def ensure_topics(
     return list(reports.values())
 
 
-def _await_metadata(client: AdminClient, names: list[str], timeout: float = 15.0) -> None:
-    """Creation is acknowledged by the controller before every broker's metadata shows it."""
+def _await_metadata(client: AdminClient, names: list[str], timeout: float = 60.0) -> None:
+    """Creation is acknowledged by the controller before every broker's metadata shows it (a replicated
+    cluster on a busy machine took over 15 s: the verification then found the topic missing)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         known = client.list_topics(timeout=5).topics

@@ -214,7 +214,7 @@ async def test_a_purge_after_the_owners_key_is_destroyed_still_removes_every_pos
 
     idx, cql = index
     doc = str(uuid.uuid4())
-    key = DestroyableKey()
+    key, held = DestroyableKey(), sealing.installed()  # the session's key service, put back after
     sealing.install(key)
     try:
         await write(idx, doc)
@@ -223,4 +223,4 @@ async def test_a_purge_after_the_owners_key_is_destroyed_still_removes_every_pos
         await idx.purge(doc, OWNER)
         assert all(not found for found in (await rows(cql, doc)).values())
     finally:
-        sealing.install(None)
+        sealing.install(held)

@@ -10,6 +10,7 @@ shared single-node infra and from a developer's `parley infra up --replicas 3` (
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -70,7 +71,15 @@ def clients(cluster: LocalInfraSettings, tmp_path_factory: pytest.TempPathFactor
     kafka, cassandra = secure.client_settings(cluster)
     kafka = replace(kafka, topic_prefix=f"repl-{uuid.uuid4().hex[:6]}.")
     cassandra = replace(cassandra, keyspace=f"repl_{uuid.uuid4().hex[:6]}")
-    assert all(r.ok for r in ensure_topics(kafka, admin(kafka), [TOPIC]))
+    # The controller acknowledges before every broker shows the topic and its configs; on a busy machine
+    # a verification may run first. ensure_topics is idempotent (it sets drifted configs back): asked again.
+    deadline = time.monotonic() + 90
+    while True:
+        reports = ensure_topics(kafka, admin(kafka), [TOPIC])
+        if all(r.ok for r in reports):
+            break
+        assert time.monotonic() < deadline, [(r.name, r.problems) for r in reports]
+        time.sleep(2)
     cql = tmp_path_factory.mktemp("cql")
     (cql / "0001_probe.cql").write_text("CREATE TABLE IF NOT EXISTS probe (k text PRIMARY KEY, v text);\n")
     session = connect(cassandra)

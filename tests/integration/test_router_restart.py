@@ -210,9 +210,11 @@ def test_a_router_sheds_free_turns_on_the_backlog_and_still_routes_paid_ones(
     env = worker_env(kafka, "unused", f"rb-{uuid.uuid4().hex[:6]}.", tmp_path / "faust") | {
         "PARLEY_ROUTER_POOLS": "small=test-small",
         "PARLEY_ROUTER_CAPABILITIES": "small=chat",
-        # 8 slots: free turns are shed from 10 waiting (1.25), paid ones beyond 16 (2.0)
+        # 8 slots: free turns are shed from 10 waiting (1.25), paid ones beyond 32 (4.0): room for the
+        # 11 below, the free turns a router routes before its first backlog reading (up to 5 on a busy
+        # machine, each then waiting too) and the paid one
         "PARLEY_ROUTER_QUEUE_LIMIT": "1.25",
-        "PARLEY_ROUTER_PAID_LIMIT": "2.0",
+        "PARLEY_ROUTER_PAID_LIMIT": "4.0",
     }
     took_everything(kafka)
     producer = EventProducer(kafka)
