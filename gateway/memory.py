@@ -8,7 +8,6 @@ from starlette.responses import JSONResponse, Response
 from gateway.errors import PayloadTooLarge, Unprocessable
 from gateway.services import services, trace_id
 from gateway.validation import json_body
-from schemas import sealing
 from schemas.events import MemoryUpdated
 from streams.memory import MAX_FACT_CHARS, MAX_FACTS, fact
 
@@ -46,7 +45,6 @@ async def _replace(request: Request, user_id: str, texts: list[str]) -> Response
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise Unprocessable("a fact is not valid Unicode text") from None
-    await sealing.prefetch([user_id], create=True)  # the facts' ids are keyed (streams.memory.fact)
     event = MemoryUpdated(user_id=user_id, facts=[fact(user_id, t) for t in texts], trace_id=trace_id(request))
     await svc.append(event)
     await svc.store.write_memory(event)

@@ -117,7 +117,6 @@ from gateway.openai_request import (
 from gateway.services import Services, services, trace_id
 from gateway.validation import json_body
 from parley.errors import Unavailable
-from schemas import sealing
 from schemas.events import ConversationCreated, GenerationCancelRequested, GenerationRequested, MessagePosted
 
 log = logging.getLogger(__name__)
@@ -260,7 +259,6 @@ async def _turn(
 ) -> tuple[Plan, AsyncIterator[dict[str, Any]]]:
     """Place the history in the tree, append what it lacks and ask for the reply (or find it: a retry)."""
     trace = trace_id(request)
-    await sealing.prefetch([user.user_id], create=True)  # the message keys are keyed by it
     keys = message_keys(user.user_id, chat.messages)
     cid = conversation_id_for(user.user_id, chat.end_user, chat.messages, keys)
     for _ in range(DELETED_MAX):

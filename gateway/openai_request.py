@@ -199,7 +199,7 @@ def resolve_model(model: str, known: Any) -> str | None:
 def message_keys(user_id: str, messages: Sequence[ChatMessage]) -> list[str]:
     """Each message's ``client_message_id``: a hash of the history up to and including it, keyed by the
     user's key (``sealing.blind``: the ids stay on chat.events for good, and once the key is destroyed
-    they confirm no guess of a prompt). Awaits nothing: the caller prefetches the user's key."""
+    they confirm no guess of a prompt). Awaits nothing: authentication fetched the user's key (gateway/auth.py)."""
     chain = hashlib.sha256()
     keys = []
     for m in messages:

@@ -119,15 +119,12 @@ class SchemaSet:
         self.by_fingerprint[fp] = learnt
         return learnt
 
-    def learn_off_loop(self, data: bytes | None) -> asyncio.Future[Any] | None:
-        """For code on an event loop: a thread's lookup of the record's writer schema when it is not
-        known yet (None when there is nothing to look up)."""
+    def to_learn(self, data: bytes | None) -> bytes | None:
+        """The record's writer fingerprint when it is not known yet and a source could say (else None)."""
         if _source is None or data is None or len(data) < HEADER_LEN or data[:2] != MAGIC:
             return None
         fp = bytes(data[2:HEADER_LEN])
-        if fp in self.by_fingerprint:
-            return None
-        return asyncio.ensure_future(asyncio.to_thread(self.known, fp))
+        return None if fp in self.by_fingerprint else fp
 
     @classmethod
     def load(cls, avro_dir: Path = AVRO_DIR, released_dir: Path = RELEASED_DIR) -> SchemaSet:
@@ -179,9 +176,9 @@ async def decode_async(data: bytes | None, schemas: SchemaSet | None = None) -> 
     """``decode`` for code on an event loop: the keys of the record's sealed values, and of its user
     (whose rows the consumer may read next), are fetched off the loop before they are opened."""
     schemas = schemas or default_schemas()
-    learning = schemas.learn_off_loop(data)
-    if learning is not None:
-        await learning
+    unknown = schemas.to_learn(data)
+    if unknown is not None:
+        await asyncio.to_thread(schemas.known, unknown)  # a read of the schemas topic: off the loop
     cls, record = _read(data, schemas)
     owners = sealing.owners(cls, record)
     if isinstance(record.get("user_id"), str):
