@@ -259,42 +259,44 @@ class Clients:
         while time.monotonic() < deadline:
             http = self.http[gw]
             try:
-                if not t.reply_id:
-                    request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json={"content": text, "client_message_id": cmid})
-                else:
-                    if cursor is None:  # replayed from the start: forget what was streamed
-                        events = [e for e in events if e.event != "delta"]
-                    request = http.build_request(
-                        "GET", f"/v1/messages/{t.reply_id}/stream", headers={"Last-Event-ID": cursor} if cursor else {}
-                    )
-                response = await http.send(request, stream=True)
-                try:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        if response.status_code in (400, 401, 403, 413, 415, 422):
-                            t.outcome, t.code = "error", f"http_{response.status_code}"
-                            break
-                        raise httpx.TransportError(f"HTTP {response.status_code}")  # 404 (not materialised yet), 429, 5xx
-                    async for e in parse_sse(response.aiter_lines()):
-                        t.seen.append((str(gw), e.id or "", f"delta {len(e.data.get('text', ''))}" if e.event == "delta" else f"{e.event} {e.data}"[:300]))
-                        if e.id:
-                            cursor = e.id
-                        if e.event == "message":
-                            t.reply_id = e.data["reply_id"]
-                            continue
-                        if e.event == "error" and e.data.get("code") in TRANSIENT:
-                            break
-                        events.append(e)
-                        if e.event == "delta" and t.ttft is None:
-                            t.ttft = time.monotonic() - t.began
-                        if e.event in ("done", "error"):
-                            t.outcome, t.code = e.event, e.data.get("code", "")
-                            t.text = reply_text(events)
-                            t.ended = time.monotonic()
-                            return t
-                finally:
-                    await response.aclose()
-            except httpx.HTTPError:
+                # The deadline holds within a connection too: a stream kept open by heartbeats alone ends here.
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    if not t.reply_id:
+                        request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json={"content": text, "client_message_id": cmid})
+                    else:
+                        if cursor is None:  # replayed from the start: forget what was streamed
+                            events = [e for e in events if e.event != "delta"]
+                        request = http.build_request(
+                            "GET", f"/v1/messages/{t.reply_id}/stream", headers={"Last-Event-ID": cursor} if cursor else {}
+                        )
+                    response = await http.send(request, stream=True)
+                    try:
+                        if response.status_code >= 400:
+                            await response.aread()
+                            if response.status_code in (400, 401, 403, 413, 415, 422):
+                                t.outcome, t.code = "error", f"http_{response.status_code}"
+                                break
+                            raise httpx.TransportError(f"HTTP {response.status_code}")  # 404 (not materialised yet), 429, 5xx
+                        async for e in parse_sse(response.aiter_lines()):
+                            t.seen.append((str(gw), e.id or "", f"delta {len(e.data.get('text', ''))}" if e.event == "delta" else f"{e.event} {e.data}"[:300]))
+                            if e.id:
+                                cursor = e.id
+                            if e.event == "message":
+                                t.reply_id = e.data["reply_id"]
+                                continue
+                            if e.event == "error" and e.data.get("code") in TRANSIENT:
+                                break
+                            events.append(e)
+                            if e.event == "delta" and t.ttft is None:
+                                t.ttft = time.monotonic() - t.began
+                            if e.event in ("done", "error"):
+                                t.outcome, t.code = e.event, e.data.get("code", "")
+                                t.text = reply_text(events)
+                                t.ended = time.monotonic()
+                                return t
+                    finally:
+                        await response.aclose()
+            except (httpx.HTTPError, TimeoutError):
                 pass
             gw = 1 - gw  # fail over to the other gateway
             if t.reply_id:
