@@ -265,6 +265,15 @@ class Store:
         out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
         return _in_order(out)
 
+    async def reply_statuses(self, conversation_id: str) -> dict[str, str | None]:
+        """Reply id → its status, for every assistant message of the conversation: no content read or opened
+        (a delete asks this to cancel the replies still being written)."""
+        cid = _uuid(conversation_id)
+        if cid is None:
+            return {}
+        rows = await self._run("SELECT message_id, role, status FROM {ks}.messages WHERE conversation_id = ?", (cid,))
+        return {str(r.message_id): r.status for r in rows if r.role == "assistant"}
+
     async def find_message(self, message_id: str) -> tuple[str, MessageRow] | None:
         """(conversation id, message) of a message known only by its id."""
         mid = _uuid(message_id)
