@@ -150,7 +150,7 @@ def test_every_service_of_the_topology_is_rendered(fleet) -> None:
 def test_every_container_has_requests_and_limits(fleet) -> None:
     _, docs = fleet
     for name, pod in _pods(docs):
-        for c in pod["containers"]:
+        for c in [*pod["containers"], *pod.get("initContainers", [])]:
             for side in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][side]), (name, c["name"], side)
 
@@ -161,7 +161,7 @@ def test_every_container_drops_all_capabilities_and_runs_non_root_but_the_rdma_e
         rdma = any("--disaggregation-mode" in c["command"] for c in pod["containers"])
         assert pod["securityContext"]["runAsNonRoot"] is not rdma, name
         assert pod["automountServiceAccountToken"] is name.endswith("-router"), name
-        for c in pod["containers"]:
+        for c in [*pod["containers"], *pod.get("initContainers", [])]:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
             assert sc["capabilities"].get("add", []) == (["IPC_LOCK"] if rdma else [])
@@ -184,6 +184,25 @@ def test_gpu_pods_select_and_tolerate_gpu_nodes_and_others_stay_off_them(fleet) 
                 assert r["requests"].get("nvidia.com/gpu") == r["limits"].get("nvidia.com/gpu"), (name, c["name"])
         else:
             assert "nodeSelector" not in pod and "tolerations" not in pod, name
+
+
+def test_document_workers_scan_with_freshclams_signatures_fetched_before_they_start(fleet) -> None:
+    _, docs = fleet
+    [pod] = [p for name, p in _pods(docs) if name == "documents"]
+    [init] = pod["initContainers"]
+    worker, daemon = pod["containers"]
+    assert init["command"][0] == daemon["command"][0] == "freshclam" and "--daemon" in daemon["command"]
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["PARLEY_DOCUMENTS_REAL_SIGNATURES"] == "true"  # the worker refuses the shipped test signatures
+    db = env["PARLEY_DOCUMENTS_CLAMAV_DB"]
+    assert {"name": "clamav", "mountPath": db, "readOnly": True} in worker["volumeMounts"]
+    for writer in (init, daemon):
+        assert any(m["name"] == "clamav" and m["mountPath"] == db and not m.get("readOnly") for m in writer["volumeMounts"])
+    assert any(v["name"] == "clamav" for v in pod["volumes"])
+    conf = init["command"][1].split("=", 1)[1].removeprefix("/app/")
+    assert f"DatabaseDirectory {db}\n" in (Path(__file__).resolve().parents[3] / conf).read_text()
+    others = [p for name, p in _pods(docs) if name != "documents"]
+    assert not [p for p in others if "initContainers" in p and any(c["name"] == "freshclam" for c in p["initContainers"])]
 
 
 def test_the_gateway_drains_within_its_grace_period() -> None:
