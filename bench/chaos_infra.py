@@ -42,6 +42,8 @@ class PrivateInfra:
             cassandra_storage_port=free_port(),
             # A node restarted on two cores busy with the stack (and its neighbours) has taken over 180 s.
             start_timeout_s=900.0,
+            # It is SIGKILLed: what it acknowledged must survive that (rows = log), as on a replicated node.
+            cassandra_durable=True,
         )
         self.proxy: KafkaProxy | None = None
         self.proxy_port = 0
