@@ -1,12 +1,12 @@
 """The Cassandra projection of ``chat.events``: event → the writes it makes.
 
-Pure but for sealing: ``writes_for(state, event)`` takes the conversation as
-the log had it before the event (``streams.tree``) and returns plain ``Write``
-values; the materializer executes them. Content cells are sealed here, through
-the process's installed key service (``schemas.sealing``), so that every writer
-of these rows (the materializer, the gateway's write-through, a rebuild) seals
-the same cells the same way; the shell fetches the owner's key before it calls
-(``codec.decode_async`` does), so sealing finds it held and waits on nothing. Every write carries the event's ``occurred_at``
+Pure: ``writes_for(state, event, sealer)`` takes the conversation as the log
+had it before the event (``streams.tree``) and returns plain ``Write`` values;
+the materializer executes them. Content cells are sealed here, with the
+``sealing.Sealer`` the caller hands in (its shell's key service), so that every
+writer of these rows (the materializer, the gateway's write-through, a rebuild)
+seals the same cells the same way; the shell fetches the owner's key before it
+calls (``codec.decode_async`` does), so sealing finds it held and waits on nothing. Every write carries the event's ``occurred_at``
 as its Cassandra timestamp, and every value derives from the event (never from
 the clock), so replaying the log in any amount yields the same cells: a cell
 written twice gets the same value at the same timestamp, and a later event's
@@ -318,18 +318,19 @@ SEALED_CELLS = {
 }
 
 
-def sealed(write: Write, user_id: str) -> Write:
+def sealed(write: Write, user_id: str, sealer: sealing.Sealer) -> Write:
     """``write`` with its content cells sealed for ``user_id`` (deterministically: a replay, a rebuild
     and the gateway's write-through write the same cells)."""
     columns = SEALED_CELLS.get(write.table)
-    if not columns or sealing.installed() is None:
+    if not columns or sealer.keys is None:
         return write
-    cells = tuple((c, sealing.seal(user_id, v, deterministic=True) if c in columns else v) for c, v in write.cells)
+    cells = tuple((c, sealer.seal(user_id, v, deterministic=True) if c in columns else v) for c, v in write.cells)
     return Write(write.table, write.key, cells, write.timestamp)
 
 
-def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
-    """The writes ``event`` makes, given the conversation before it; [] for other event types."""
+def writes_for(state: Conversation, event: ev.Event, sealer: sealing.Sealer) -> list[Write]:
+    """The writes ``event`` makes, given the conversation before it, content sealed with ``sealer``; []
+    for other event types."""
     step = PROJECTION.get(type(event))
     if step is None:
         return []
@@ -338,6 +339,6 @@ def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
         # checkpoints of its chunks (timestamped after the deletion) put text back in its row, and its
         # completion, later than every chunk, blanks it again.
         if isinstance(event, ev.GenerationCompleted):
-            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id)]
+            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id, sealer)]
         return []
-    return [sealed(w, event.user_id) for w in step(state, event)]
+    return [sealed(w, event.user_id, sealer) for w in step(state, event)]

@@ -21,6 +21,7 @@ from documents.status import VISIBLE
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
 from schemas.events import DocumentEvent, MemoryUpdated
+from schemas import sealing
 from schemas.sealing import open_text
 from streams import document_status, memory
 from streams.checkpoint import StoredReply
@@ -175,12 +176,12 @@ class Store:
     async def write_memory(self, event: MemoryUpdated) -> None:
         """A user's memory snapshot replaces their rows (streams/memory.py): the partition delete and the
         facts, each timestamped, in one batch of the user's partition."""
-        await self._cql.run_batch([(s.cql, s.values) for s in memory.writes_for(event)])
+        await self._cql.run_batch([(s.cql, s.values) for s in memory.writes_for(event, sealing.sealer())])
 
     async def write_document(self, event: DocumentEvent) -> None:
         """A document's status rows (streams/document_status.py): each statement timestamped, so they may
         land in any order."""
-        await asyncio.gather(*(self.run(s.cql, s.values) for s in document_status.statements_for(event)))
+        await asyncio.gather(*(self.run(s.cql, s.values) for s in document_status.statements_for(event, sealing.sealer())))
 
     @property
     def cql(self) -> AsyncCql:

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from parley.consumer import DEFAULT_MAX_EVENT_BYTES
 from schemas.events import Usage
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineDelta, EngineError, GenerateRequest
@@ -32,8 +31,10 @@ from workers.outcome import Outcome, from_engine_finish, from_error
 
 log = logging.getLogger(__name__)
 
-#: Text of one reply at most (UTF-8 bytes): sealed, 427 KiB of the record's 512, the rest for the envelope.
-REPLY_MAX_BYTES = DEFAULT_MAX_EVENT_BYTES * 5 // 8
+#: Text of one reply at most (UTF-8 bytes): sealed, 427 KiB of the 512 KiB a record may have
+#: (``parley.consumer.DEFAULT_MAX_EVENT_BYTES``, not imported: a core loads no Kafka client), the rest
+#: for the envelope. tests/unit/workers/test_generation_bound.py checks the two agree.
+REPLY_MAX_BYTES = 320 * 1024
 
 _FORCED = object()  # stop() was called
 _ENDED = object()  # the engine's stream ended without a finish_reason

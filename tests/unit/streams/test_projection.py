@@ -6,6 +6,8 @@ rule: the highest timestamp wins; a tie goes to the greater value).
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import random
 import uuid
 from typing import Any
@@ -25,7 +27,7 @@ def run(events: list[ev.Event], state: Conversation | None = None) -> tuple[list
     state = state or empty(CID)
     out: list[Write] = []
     for e in events:
-        out += writes_for(state, e)
+        out += writes_for(state, e, sealing.sealer())
         state = apply(state, e)
     return out, state
 
@@ -55,7 +57,7 @@ def test_each_event_writes_its_rows_at_its_own_time() -> None:
     by_event: list[list[Write]] = []
     state = empty(CID)
     for e in log:
-        ws = writes_for(state, e)
+        ws = writes_for(state, e, sealing.sealer())
         by_event.append(ws)
         state = apply(state, e)
         assert all(w.timestamp == e.occurred_at for w in ws)
@@ -119,18 +121,18 @@ def test_a_retried_post_after_the_reply_finished_changes_no_row() -> None:
 
 def test_a_rename_of_an_unknown_conversation_does_not_invent_a_list_row() -> None:
     e = ev.ConversationRenamed(conversation_id=CID, user_id=U, title="x")
-    assert [w.table for w in writes_for(empty(CID), e)] == ["conversations"]
+    assert [w.table for w in writes_for(empty(CID), e, sealing.sealer())] == ["conversations"]
 
 
 def test_malformed_ids_raise_value_error() -> None:
     e = ev.LeafSelected(conversation_id="not-a-uuid", user_id=U, leaf_id=str(uuid.uuid4()))
     with pytest.raises(ValueError):
-        writes_for(empty("not-a-uuid"), e)
+        writes_for(empty("not-a-uuid"), e, sealing.sealer())
 
 
 def test_statements_are_timestamped_upserts() -> None:
     log, _ = conversation_log()
-    w = writes_for(empty(CID), log[0])[0]
+    w = writes_for(empty(CID), log[0], sealing.sealer())[0]
     assert cql(w.shape) == (
         "UPDATE conversations USING TIMESTAMP ? SET user_id = ?, title = ?, created_at = ?, updated_at = ? "
         "WHERE conversation_id = ?"
@@ -180,7 +182,7 @@ def test_a_writes_partition_is_its_tables_partition_key_so_a_batch_of_one_partit
     keys = _partition_keys()
     log, _ = conversation_log()
     writes, _ = run(log)
-    writes.append(Checkpoint(CID, str(uuid.uuid4()), "partial", 3, 5).write())
+    writes.append(Checkpoint(CID, str(uuid.uuid4()), "partial", 3, 5).write(sealing.sealer()))
     assert {w.table for w in writes} >= {"conversations", "conversations_by_user", "messages"}
     for w in writes:
         assert keys[w.table] == (w.partition[0],) == (w.key[0][0],), w.table
@@ -195,7 +197,7 @@ def test_a_reply_in_flight_when_its_conversation_is_deleted_ends_blank_whatever_
     deleted = ev.ConversationDeleted(conversation_id=CID, user_id=U, occurred_at=t + 10)
     writes, state = run([*log, deleted])
     # A chunk streamed after the deletion: its checkpoint is timestamped after it, so it wins over the blanking.
-    writes.append(Checkpoint(CID, ids["r2b"], "text after the delete", 4, timestamp=t + 19, user_id=U).write())
+    writes.append(Checkpoint(CID, ids["r2b"], "text after the delete", 4, timestamp=t + 19, user_id=U).write(sealing.sealer()))
     late = [
         ev.GenerationCompleted(conversation_id=CID, user_id=U, occurred_at=t + 20, request_id=ids["r2b"], parent_id=ids["m2b"], finish_reason="cancelled", content="text after the delete"),
         ev.ConversationRenamed(conversation_id=CID, user_id=U, occurred_at=t + 21, title="still deleted"),
@@ -218,6 +220,6 @@ def test_the_projection_never_reads_a_messages_text_so_the_materializer_loads_ro
     ]  # fmt: skip
     seen, blind = empty(CID), empty(CID)  # blind: every message's text gone, as Store(texts=False) loads it
     for e in [*log, *more]:
-        assert writes_for(blind, e) == writes_for(seen, e), type(e).__name__
+        assert writes_for(blind, e, sealing.sealer()) == writes_for(seen, e, sealing.sealer()), type(e).__name__
         seen, blind = apply(seen, e), apply(blind, e)
         blind = replace(blind, messages=frozen_messages({k: replace(m, content="") for k, m in blind.messages.items()}))
