@@ -13,10 +13,11 @@ written twice gets the same value at the same timestamp, and a later event's
 write wins over an earlier one whatever order they are replayed in.
 
 The state is needed for what the event alone cannot say: a repeated
-MessagePosted / GenerationRequested / ConversationCreated (a retried POST) is a
-no-op rather than a newer write that would move ``created_at`` or turn a
-finished reply back into ``streaming``; and a rename must find the
-conversation's ``created_at``, part of ``conversations_by_user``'s key.
+MessagePosted / GenerationRequested / ConversationCreated (a retried POST) is
+not a newer write that would move ``created_at`` or turn a finished reply back
+into ``streaming`` (a repeat with a time of its own restates the message as the
+log has it: ``_restated``); and a rename must find the conversation's
+``created_at``, part of ``conversations_by_user``'s key.
 """
 
 from __future__ import annotations
@@ -129,9 +130,41 @@ def _created(s: Conversation, e: ev.ConversationCreated) -> list[Write]:
     ]
 
 
+def _restated(s: Conversation, e: ev.MessagePosted | ev.GenerationRequested, message_id: str) -> list[Write]:
+    """A creation event repeated with a time of its own: a POST retried after its first append was in
+    doubt (the broker paused, the gateway killed), appended again by a gateway that could not see the
+    first (Cassandra behind). The log keeps the first; but that gateway wrote the repeat through as a new
+    message (a later created_at, a finished reply back to ``streaming``, a later stream offset). So the
+    message is restated as the log has it, just after the repeat: every cell such a write-through sets
+    but the content (the materializer's state may not hold texts; a retry sends the same). A redelivered
+    event (the same time) restates nothing."""
+    known = s.messages[message_id]
+    if known.created_at is None or known.created_at == e.occurred_at:
+        return []
+    at = e.occurred_at + 1
+    cells = {
+        "parent_id": to_uuid(known.parent_id),
+        "role": known.role,
+        "status": known.status,
+        "client_message_id": e.client_message_id,
+        "created_at": to_time(known.created_at),
+        "updated_at": to_time(e.occurred_at),
+    }
+    if isinstance(e, ev.GenerationRequested):
+        cells["stream_offset"] = known.stream_offset
+    else:
+        cells["document_ids"] = list(known.document_ids) or None
+    key = {"conversation_id": to_uuid(e.conversation_id), "message_id": to_uuid(message_id)}
+    conversation = {"selected_leaf_id": to_uuid(s.selected_leaf_id), "updated_at": to_time(e.occurred_at)}
+    return [
+        _write("messages", key, cells, at),
+        _write("conversations", {"conversation_id": to_uuid(e.conversation_id)}, conversation, at),
+    ]
+
+
 def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
     if e.message_id in s.messages:
-        return []
+        return _restated(s, e, e.message_id)
     return [
         _message(
             e,
@@ -152,7 +185,7 @@ def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
 def _requested(s: Conversation, e: ev.GenerationRequested) -> list[Write]:
     known = s.messages.get(e.request_id)
     if known is not None and known.created_at is not None:
-        return []
+        return _restated(s, e, e.request_id)
     return [
         _message(
             e,

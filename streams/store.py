@@ -35,12 +35,12 @@ _CONVERSATION = (
     "SELECT user_id, title, model, created_at, selected_leaf_id, deleted_at FROM conversations WHERE conversation_id = ?"
 )
 _MESSAGES = (
-    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation "
+    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation, stream_offset "
     "FROM messages WHERE conversation_id = ?"
 )
 #: The same rows without their text: what the projection needs (it never reads a message's content).
 _MESSAGES_NO_TEXT = (
-    "SELECT message_id, parent_id, role, status, finish_reason, created_at, document_ids, moderation "
+    "SELECT message_id, parent_id, role, status, finish_reason, created_at, document_ids, moderation, stream_offset "
     "FROM messages WHERE conversation_id = ?"
 )
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
@@ -92,7 +92,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
         text = getattr(r, "content", None)  # not selected by a load without text
         msgs[mid] = Message(
             mid, _id(r.parent_id), r.role or "", open_text(text) or "", r.status or "", r.finish_reason, from_time(r.created_at),
-            tuple(getattr(r, "document_ids", None) or ()),
+            tuple(getattr(r, "document_ids", None) or ()), getattr(r, "stream_offset", None),
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
             answered.add(mid)

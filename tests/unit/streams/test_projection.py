@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from schemas import sealing
 
+import dataclasses
 import random
 import uuid
 from typing import Any
@@ -105,18 +106,55 @@ def test_replaying_twice_or_from_the_middle_or_in_any_write_order_gives_the_same
     assert store(shuffled) == once
 
 
-def test_a_retried_post_after_the_reply_finished_changes_no_row() -> None:
-    log, ids = conversation_log()
-    writes, state = run(log[:4])
-    later = log[3].occurred_at + 1_000
-    retry = [
+def _retry(log: list[ev.Event], ids: dict[str, str]) -> list[ev.Event]:
+    """The POST of m1 appended again, a second later (its first append was in doubt), and the conversation's."""
+    later = log[3].occurred_at + 1_000_000
+    return [
         ev.MessagePosted(conversation_id=CID, user_id=U, occurred_at=later, message_id=ids["m1"], client_message_id="c1", content="hello"),
         ev.GenerationRequested(
-            conversation_id=CID, user_id=U, occurred_at=later + 1, request_id=ids["r1"], parent_id=ids["m1"], client_message_id="c1"
+            conversation_id=CID, user_id=U, occurred_at=later + 1, request_id=ids["r1"], parent_id=ids["m1"],
+            client_message_id="c1", token_offset=999,
         ),
         ev.ConversationCreated(conversation_id=CID, user_id=U, occurred_at=later + 2, title="t"),
-    ]
-    assert run(retry, state)[0] == []
+    ]  # fmt: skip
+
+
+def test_a_retried_post_after_the_reply_finished_changes_nothing_but_when_it_was_touched() -> None:
+    log, ids = conversation_log()
+    log[2] = dataclasses.replace(log[2], token_offset=41)
+    writes, state = run(log[:4])
+    before = store(writes)
+    restated, after = run(_retry(log, ids), state)
+    assert after == state  # the log keeps the first
+    changed = {
+        (t, k, c) for (t, k), row in store(restated, store(writes)).items() for c, (_, v) in row.items() if before[(t, k)][c][1] != v
+    }
+    assert {c for _, _, c in changed} == {"updated_at"}
+    assert run(_retry(log, ids)[:2], state)[0] == run(_retry(log, ids)[:2], state)[0]  # deterministic
+
+
+def test_a_repeat_written_through_without_the_first_is_undone_by_its_restatement() -> None:
+    """The gateway that took the retried POST could not see the first (Cassandra behind): it wrote the
+    repeat through as a new message. The materializer's restatement puts every such cell back as the
+    log has it: the first's created_at, the finished reply's status and the stream's own offset."""
+    log, ids = conversation_log()
+    log[2] = dataclasses.replace(log[2], token_offset=41)
+    writes, state = run(log[:4])
+    retry = _retry(log, ids)[:2]
+    through = [w for e in retry for w in writes_for(empty(CID), e, sealing.UNSEALED)]
+    restated, _ = run(retry, state)
+    assert restated, "a repeat with a time of its own restates its message"
+    got = store(writes + through + restated)
+    assert rows(got, "messages") == rows(store(writes + restated), "messages")  # = the log's projection
+    assert rows(got, "conversations") == rows(store(writes + restated), "conversations")
+    reply = rows(got, "messages")[_key(("conversation_id", uuid.UUID(CID)), ("message_id", uuid.UUID(ids["r1"])))]
+    assert (reply["status"], reply["stream_offset"], reply["created_at"]) == ("complete", 41, to_time(log[2].occurred_at))
+
+
+def test_a_redelivered_creation_event_restates_nothing() -> None:
+    log, _ = conversation_log()
+    _, state = run(log[:4])
+    assert run(log[1:3], state)[0] == []
 
 
 def test_a_rename_of_an_unknown_conversation_does_not_invent_a_list_row() -> None:
