@@ -23,7 +23,7 @@ from parley.kms import AwsKms, LocalKms
 from parley.settings import CassandraSettings, from_env
 
 app = typer.Typer(help="Key-encryption keys (the KMS).", no_args_is_help=True)
-out = Console()
+out = Console(soft_wrap=True)  # an operator copies the commands it prints: never wrapped
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -85,11 +85,11 @@ def rotate_kek(
     out.print(f"every live data key is under {target}.")
     if from_key_file:
         out.print(f"The local key file {from_key_file} wraps nothing live any more: delete it and every copy (Secret, backups).")
-    for kek_id in (k for k in old if k.startswith("arn:")):
-        out.print(f"Retire the old KMS key: aws kms schedule-key-deletion --key-id {kek_id} --pending-window-in-days 7", soft_wrap=True)
-    if old:
-        out.print("(and drop it from Terraform's tenancy_key_generations: infra/terraform/README.md). Until it is deleted, "
-                  "copies wrapped under it still open for whoever may call Decrypt on it.")
+    for kek_id in (k for k in old if k.startswith("arn:")):  # the keys this run moved rows away from
+        out.print(f"Retire the old KMS key: aws kms schedule-key-deletion --key-id {kek_id} --pending-window-in-days 7")
+    out.print("Retire every earlier generation of the tenancy key (`terraform output tenancy_key_arns`: all but the last): "
+              "terraform state rm it, drop it from tenancy_key_generations, apply, then schedule its deletion as above "
+              "(infra/terraform/README.md). Until KMS deletes it, a copy wrapped under it opens for whoever may call Decrypt on it.")
 
 
 def _either(local: LocalKms, aws: AwsKms) -> Unwrap:
