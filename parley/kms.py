@@ -23,6 +23,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -135,39 +137,24 @@ class LocalKms:
                 del keks["keys"][kek_id]
             return gone
 
-    def _locked(self) -> _Rewrite:
-        return _Rewrite(self)
-
-
-class _Rewrite:
-    """Read, change and atomically replace the key file under an exclusive lock (two rotations at once
-    would otherwise each add a key)."""
-
-    def __init__(self, kms: LocalKms) -> None:
-        self._kms = kms
-        self._lock_path = kms._path.with_suffix(".lock")
-
-    def __enter__(self) -> dict[str, Any]:
-        self._lock = open(self._lock_path, "w")
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
-        self._kms._load()
-        self._keks: dict[str, Any] = json.loads(json.dumps(self._kms._keks))
-        return self._keks
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        try:
-            if exc_type is None and self._keks != self._kms._keks:
-                path = self._kms._path
-                temp = path.with_name(f".{path.name}.{os.getpid()}")
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        """The key file's content to change, written back atomically under an exclusive lock (two
+        rotations at once would otherwise each add a key); readers see the old file or the new one."""
+        with open(self._path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._load()
+            keks: dict[str, Any] = json.loads(json.dumps(self._keks))
+            yield keks
+            if keks != self._keks:
+                temp = self._path.with_name(f".{self._path.name}.{os.getpid()}")
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as f:
-                    f.write(json.dumps(self._keks))
+                    f.write(json.dumps(keks))
                     f.flush()
                     os.fsync(f.fileno())
-                os.replace(temp, path)  # readers see the old file or the new one, never half of one
-                self._kms._load()
-        finally:
-            self._lock.close()
+                os.replace(temp, self._path)
+                self._load()
 
 
 def _new_kek() -> str:
