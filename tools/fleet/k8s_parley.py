@@ -9,7 +9,7 @@ gateway, which is in no group, by KEDA's Prometheus scaler on its open streams.
 
 Two ConfigMaps configure every Parley container (``envFrom``): ``parley-infra``,
 which infra/terraform makes (modules/parley-connection) with every connection
-setting of the environment (brokers, users, keyspace, TLS, the KMS file, the
+setting of the environment (brokers, users, keyspace, TLS, the KMS key, the
 buckets), and ``parley-config``, rendered here with only what the fleet spec
 decides (engine URLs, pools, metrics, logging). No setting is in both. The
 Secrets and the CA that ``parley-infra``'s file settings point at are mounted
@@ -51,11 +51,9 @@ class Mounted:
 
 KAFKA_SECRET = Mounted("parley-kafka", "/run/secrets/parley/kafka")  # password
 CASSANDRA_SECRET = Mounted("parley-cassandra", "/run/secrets/parley/cassandra")  # password
-#: kek.json, the local KMS's key file (parley/keys.py): every process that seals or opens content reads it.
-KEK_SECRET = Mounted("parley-kek", "/run/secrets/parley/kek")
 #: ca.crt. MSK's brokers chain to Amazon's public CAs (the system's): only Cassandra has a CA file.
 CASSANDRA_CA = Mounted("parley-cassandra-ca", "/etc/parley/cassandra-ca", config_map=True)
-MOUNTED = (KAFKA_SECRET, CASSANDRA_SECRET, KEK_SECRET, CASSANDRA_CA)
+MOUNTED = (KAFKA_SECRET, CASSANDRA_SECRET, CASSANDRA_CA)  # no KEK: AWS KMS wraps data keys (PARLEY_KMS=aws)
 
 #: The service account of each kind of Parley process (a Service's first module argument): the names
 #: infra/terraform's workload-identity module binds to IAM roles (envs/production/platform,

@@ -398,7 +398,7 @@ def test_the_renderer_reads_terraforms_connection_settings_and_sets_none_of_them
     assert k8s_parley.INFRA_CONFIG in CONNECTION.config_maps and k8s_parley.INFRA_CONFIG not in _of(docs, "ConfigMap")
     rendered = set(_of(docs, "ConfigMap")[k8s_parley.CONFIG]["data"])
     assert rendered and not rendered & infra, rendered & infra  # each setting has one owner
-    assert {"PARLEY_KAFKA_BOOTSTRAP", "PARLEY_CASSANDRA_HOSTS", "PARLEY_DOCUMENTS_BLOB_URL", "PARLEY_KMS_KEY_FILE"} <= infra
+    assert {"PARLEY_KAFKA_BOOTSTRAP", "PARLEY_CASSANDRA_HOSTS", "PARLEY_DOCUMENTS_BLOB_URL", "PARLEY_KMS_KEY_ID"} <= infra
     for name, _, c in _parley_containers(docs):
         sources = [ref["configMapRef"]["name"] for ref in c["envFrom"]]
         assert sources == [k8s_parley.INFRA_CONFIG, k8s_parley.CONFIG], (name, c["name"])
@@ -410,7 +410,8 @@ def test_every_file_a_terraform_setting_names_is_mounted_from_the_object_that_ho
     _, docs = fleet
     files = {key: MOUNTED_FILE.match(value) for key, value in CONNECTION.settings.items()}
     files = {key: m.groups() for key, m in files.items() if m}
-    assert {"PARLEY_KAFKA_SASL_PASSWORD_FILE", "PARLEY_CASSANDRA_PASSWORD_FILE", "PARLEY_KMS_KEY_FILE"} <= set(files)
+    assert {"PARLEY_KAFKA_SASL_PASSWORD_FILE", "PARLEY_CASSANDRA_PASSWORD_FILE"} <= set(files)
+    assert "PARLEY_KMS_KEY_FILE" not in CONNECTION.settings  # no key-encryption key reaches a pod: AWS KMS holds it
     for name, pod, c in _parley_containers(docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
         at = {m["mountPath"]: volumes[m["name"]] for m in c["volumeMounts"]}
