@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import datetime, timezone
 
 import httpx
 
@@ -59,6 +60,7 @@ class Probe:
                 await h.aclose()
 
     async def _one(self, gateway: int, path: str) -> None:
+        asked = datetime.now(timezone.utc).strftime("%H:%M:%S")  # to find it in the gateways' logs
         try:
             response = await self.http[gateway].get(path)
             found, status = outcome(response), str(response.status_code)
@@ -70,7 +72,7 @@ class Probe:
             found, status = "cut (gateway down)", type(exc).__name__
         self.seen[found] += 1
         if found in BAD:
-            self.bad.append(f"gateway {gateway + 1} {path.split('/')[2]}: {found} ({status})")
+            self.bad.append(f"gateway {gateway + 1} {path.split('/')[2]} asked at {asked}: {found} ({status})")
 
     @property
     def failures(self) -> int:
