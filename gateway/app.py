@@ -156,6 +156,7 @@ ROUTES = [
     Mount("/static", StaticFiles(directory=STATIC), name="static"),
     Route("/healthz", healthz),
     Route("/readyz", readyz),
+    Route("/health", readyz),  # vLLM's and SGLang's probe, which serving benchmarks (GuideLLM) check first
     Route("/openapi.yaml", openapi),
     Route("/openapi.json", openapi),
     Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),

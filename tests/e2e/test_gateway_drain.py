@@ -69,6 +69,8 @@ async def drain_observed(url: str, key: str, cid: str) -> tuple[dict[str, Any], 
         while True:
             ready = await http.get("/readyz")
             if ready.status_code == 503 and ready.json().get("draining"):
+                health = await http.get("/health")  # what vLLM and SGLang call it, for serving benchmarks
+                assert (health.status_code, health.json()["draining"]) == (503, True)
                 break
             assert time.monotonic() < deadline, "/readyz never turned false after SIGTERM"
             await asyncio.sleep(0.05)
