@@ -304,6 +304,7 @@ class TransactionalCommitter:
             raise Aborted("the group member has not polled yet")
         p = self._producer
         failed: list[tuple[int, KafkaError]] = []  # (closing, error) of records whose delivery failed
+        committing = False  # from here on the transaction may be committed whatever this process sees
         try:
             p.begin_transaction()
             for i, records in enumerate(closings):
@@ -316,6 +317,7 @@ class TransactionalCommitter:
             if refused is not None:
                 raise _Refused(refused[0], f"delivery refused: {refused[1].name()}")
             self._retrying(lambda: p.send_offsets_to_transaction(offsets, metadata, self._call_s))
+            committing = True
             # Until it ends: a commit that timed out may be completing at the coordinator already, which
             # then refuses an abort (INVALID_TXN_STATE, fatal: the worker would stop as fenced). A
             # producer stuck that long is replaced by the watchdog (WEDGED_CALLS).
@@ -323,7 +325,9 @@ class TransactionalCommitter:
         except KafkaException as exc:
             err = exc.args[0]
             if err.fatal():
-                raise Fenced(err.name()) from exc
+                if committing or err.code() in _FENCED:
+                    raise Fenced(err.name()) from exc
+                raise _unusable(err) from exc
             self._abort(p)
             raise Aborted(err.name(), cut_off=err.code() in _CUT_OFF) from exc
         except Aborted:
@@ -375,7 +379,9 @@ class TransactionalCommitter:
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal():
-                    raise Fenced(err.name()) from exc
+                    if err.code() in _FENCED:
+                        raise Fenced(err.name()) from exc
+                    raise _unusable(err) from exc
                 if not err.retriable():
                     if err.code() == KafkaError._STATE:  # nothing open to abort
                         return
@@ -393,6 +399,27 @@ _REFUSED = {
     KafkaError.INVALID_MSG,
     KafkaError.INVALID_RECORD,
 }
+
+
+#: Fatal errors that mean another producer holds this transactional id (a zombie or a misconfigured
+#: twin): this one must stop. Any other fatal error (INVALID_TXN_STATE after a coordinator moved
+#: while a broker hung, say) leaves only this producer unusable.
+_FENCED = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+def _unusable(err: KafkaError) -> Aborted:
+    """A fatal error before the commit was asked for: the transaction was never committed, so it is
+    dropped with its producer, which a new one with the same id replaces (its init aborts what was
+    open); the batch is tried again. (Seen in bench.chaos --replicas 3: AddOffsetsToTxn timed out while
+    the coordinator's broker was paused, and the abort was refused, INVALID_TXN_STATE, fatal; the
+    worker stopped as if fenced.)"""
+    return Aborted(f"{err.name()} before the commit: the producer is replaced", cut_off=True)
 
 
 def _for_good(err: KafkaError) -> bool:

@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from parley.settings import KafkaSettings
-from workers.transactions import TransactionalCommitter
+from parley.errors import Fenced
+from workers.transactions import Aborted, TransactionalCommitter
 
 
 class Group:
@@ -68,3 +69,53 @@ def test_a_commit_that_needs_an_abort_is_aborted() -> None:
     with pytest.raises(Exception):
         committer(coordinator)._transact(())
     assert coordinator.calls[-1] == "abort"
+
+
+class HungCoordinator(SlowCoordinator):
+    """AddOffsetsToTxn times out while the coordinator's broker is paused; the abort that follows is refused
+    for good (INVALID_TXN_STATE, fatal), as bench.chaos --replicas 3 saw."""
+
+    def __init__(self, offsets_error: KafkaError, abort_error: KafkaError) -> None:
+        super().__init__(timeouts=0)
+        self.offsets_error, self.abort_error = offsets_error, abort_error
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self.calls.append("offsets")
+        raise KafkaException(self.offsets_error)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+        raise KafkaException(self.abort_error)
+
+
+TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, "AddOffsetsToTxn timed out", txn_requires_abort=True)
+
+
+def test_a_fatal_refusal_before_the_commit_replaces_the_producer_rather_than_stopping_the_worker() -> None:
+    refused = KafkaError(KafkaError.INVALID_TXN_STATE, "invalid state", fatal=True)
+    coordinator = HungCoordinator(TIMED_OUT, refused)
+    with pytest.raises(Aborted) as caught:
+        committer(coordinator)._transact(())
+    assert caught.value.cut_off  # the producer is replaced and the batch tried again
+    assert not isinstance(caught.value, Fenced) and coordinator.calls == ["begin", "offsets", "abort"]
+
+
+def test_a_fatal_send_of_the_offsets_also_replaces_the_producer() -> None:
+    coordinator = HungCoordinator(KafkaError(KafkaError.INVALID_TXN_STATE, "invalid state", fatal=True), TIMED_OUT)
+    with pytest.raises(Aborted) as caught:
+        committer(coordinator)._transact(())
+    assert caught.value.cut_off and coordinator.calls == ["begin", "offsets"]
+
+
+@pytest.mark.parametrize("code", [KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
+def test_a_real_fence_still_stops_the_worker(code: int) -> None:
+    coordinator = HungCoordinator(TIMED_OUT, KafkaError(code, "fenced", fatal=True))
+    with pytest.raises(Fenced):
+        committer(coordinator)._transact(())
+
+
+def test_a_fatal_error_once_the_commit_was_asked_for_stops_the_worker() -> None:
+    # It may have committed: only the group's committed offsets can say, so a new owner decides.
+    coordinator = SlowCoordinator(timeouts=0, then=KafkaError(KafkaError.INVALID_TXN_STATE, "invalid state", fatal=True))
+    with pytest.raises(Fenced):
+        committer(coordinator)._transact(())
