@@ -49,6 +49,9 @@ class Message:
     created_at: int | None = None
     #: Documents a user message asks about (MessagePosted.document_ids).
     document_ids: tuple[str, ...] = ()
+    #: An assistant message's calls of the client's functions; a tool message's call.
+    tool_calls: tuple[ev.ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 def frozen_messages(d: dict[str, Message]) -> Mapping[str, Message]:
@@ -107,7 +110,10 @@ def _created(s: Conversation, e: ev.ConversationCreated) -> Conversation:
 def _posted(s: Conversation, e: ev.MessagePosted) -> Conversation:
     if e.message_id in s.messages:  # a retried POST is a no-op: the first one stands
         return s
-    msg = Message(e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at, tuple(e.document_ids))
+    msg = Message(
+        e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at, tuple(e.document_ids),
+        tuple(e.tool_calls), e.tool_call_id,
+    )
     return replace(s.with_message(msg), user_id=s.user_id or e.user_id, selected_leaf_id=e.message_id)
 
 
@@ -131,6 +137,7 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
         STATUS_BY_FINISH[e.finish_reason],
         e.finish_reason,
         known.created_at if known is not None else None,
+        tool_calls=tuple(e.tool_calls),
     )
     if e.request_id in s.moderated:
         msg = filtered(msg)
@@ -139,7 +146,9 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
 
 def filtered(msg: Message) -> Message:
     """``msg`` as moderation left it: the notice, ended content_filter."""
-    return replace(msg, content=FILTERED_NOTICE, status=STATUS_BY_FINISH["content_filter"], finish_reason="content_filter")
+    return replace(
+        msg, content=FILTERED_NOTICE, status=STATUS_BY_FINISH["content_filter"], finish_reason="content_filter", tool_calls=()
+    )
 
 
 def _moderated(s: Conversation, e: ev.GenerationModerated) -> Conversation:
