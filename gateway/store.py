@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -75,12 +76,15 @@ class MessageRow:
         """The tool fields of the message as the API shows them, OpenAI's way (none for a message without)."""
         out: dict[str, Any] = {}
         if self.tool_calls:
-            out["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls
-            ]
+            out["tool_calls"] = tool_calls_json(self.tool_calls)
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+
+def tool_calls_json(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """Tool calls as OpenAI writes them (``message.tool_calls``), as every API of Parley shows them."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
 def _uuid(value: str) -> uuid.UUID | None:
