@@ -196,7 +196,7 @@ async def _whole(chat: ChatRequest, plan: Plan, replies: AsyncIterator[Piece]) -
         raise generation_error(last.error)
     finish = last.finish_reason or "stop"
     content = None if finish == "content_filter" else "".join(text)
-    return completion(shape, content, finish, last.usage or usage_json(None))
+    return completion(shape, content, finish, last.usage or usage_json(None), last.tool_calls)
 
 
 async def _streamed(
@@ -289,7 +289,7 @@ async def _turn(
     posted = [
         MessagePosted(
             **common, message_id=p.message_id, parent_id=p.parent_id, client_message_id=p.key, role=p.role, content=p.content,
-            model=model,
+            model=model, tool_calls=list(p.tool_calls), tool_call_id=p.tool_call_id,
         )
         for p in plan.posts
     ]
@@ -304,6 +304,7 @@ async def _turn(
         max_tokens=chat.max_tokens,
         sampling=chat.sampling,
         as_sent=True,  # the client's conversation as it sent it: nothing added, nothing left out
+        tools=chat.tools,
     )
     return plan, await turns.open_reply(svc, [*created, *posted, requested], requested, plan.question_id)
 
