@@ -4,8 +4,10 @@ tool conversations placed on the tree, tool calls streamed and returned in OpenA
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +17,20 @@ from gateway.errors import ApiError
 from gateway.openai_reply import Delivery, Piece, completion, piece_of, shape_for, stream_chunks
 from gateway.openai_request import message_keys, parse_request, plan_turn, reply_key
 from gateway.openai_tools import SCHEMA_CHARS, SCHEMA_DEPTH
-from schemas.events import ToolCall
+from schemas.events import (
+    ConversationCreated,
+    ConversationDeleted,
+    GenerationCompleted,
+    GenerationRequested,
+    MessagePosted,
+    ToolCall,
+    ToolFunction,
+    Tools,
+)
+from streams import projection, tree
+from streams.context_tokens import TokenCounter
+from streams.prompt import as_sent
+from streams.store import state_from_rows, tool_use
 
 MAX = 10_000
 WEATHER = {
@@ -211,3 +226,40 @@ def test_a_completion_that_calls_tools_has_null_content() -> None:
     assert [(t.id, t.function.name) for t in message.tool_calls or ()] == [("call_1", "get_weather"), ("call_2", "get_weather")]
     plain = completion(shape_for("r1", "m", 0), "Hi", "stop", usage)
     assert "tool_calls" not in plain["choices"][0]["message"]
+
+
+def test_a_tool_conversation_is_folded_projected_read_back_and_prompted_with_its_calls() -> None:
+    """The calls and results a history holds, and those a reply made, survive the fold, the projection's row and
+    a cold load of it, and reach the prompt the worker renders."""
+    common = {"conversation_id": CID, "user_id": "u1"}
+    m1, r1, m2 = (str(uuid.UUID(int=i)) for i in (1, 2, 3))
+    call = ToolCall(id="call_abc", name="get_weather", arguments='{"city":"Paris"}')
+    question = MessagePosted(**common, message_id=m1, client_message_id="k1", content="Weather?")
+    asked = GenerationRequested(**common, request_id=r1, parent_id=m1, client_message_id="k1|x", as_sent=True)
+    reply = GenerationCompleted(**common, request_id=r1, parent_id=m1, finish_reason="stop", content="", tool_calls=[call])
+    result = MessagePosted(**common, message_id=m2, parent_id=r1, client_message_id="k2", role="tool", content="21 C", tool_call_id="call_abc")
+    before_reply = tree.fold([ConversationCreated(**common), question, asked])
+    state = tree.fold([result], tree.apply(before_reply, reply))
+    on_branch = tree.branch(state, m2)
+    assert [(m.role, m.tool_calls, m.tool_call_id) for m in on_branch] == [("user", (), ""), ("assistant", (call,), ""), ("tool", (), "call_abc")]
+
+    reply_cell = dict(projection.writes_for(before_reply, reply)[0].cells)["tool_use"]
+    result_cell = dict(projection.writes_for(tree.apply(before_reply, reply), result)[0].cells)["tool_use"]
+    assert (tool_use(reply_cell), tool_use(result_cell), tool_use(None)) == (((call,), ""), ((), "call_abc"), ((), ""))
+    rows = [
+        SimpleNamespace(message_id=mid, parent_id=parent, role=role, content=text, status="complete", finish_reason=None,
+                        created_at=None, document_ids=None, moderation=None, tool_use=cell)
+        for mid, parent, role, text, cell in [(m1, None, "user", "Weather?", None), (r1, m1, "assistant", "", reply_cell),
+                                              (m2, r1, "tool", "21 C", result_cell)]
+    ]  # fmt: skip
+    cold = state_from_rows(CID, None, rows)
+    assert cold.messages[r1].tool_calls == (call,) and cold.messages[m2].tool_call_id == "call_abc"
+
+    tools = Tools(functions=[ToolFunction(name="get_weather", parameters='{"type":"object"}')])
+    prompt = as_sent(on_branch, TokenCounter.from_spec("bytes"), tools)
+    assert [(m.role, m.tool_calls, m.tool_call_id) for m in prompt.messages] == [
+        ("user", [], ""), ("assistant", [call], ""), ("tool", [], "call_abc")
+    ]
+    assert prompt.prompt_tokens > as_sent(on_branch, TokenCounter.from_spec("bytes")).prompt_tokens  # the functions count
+    deleted = projection.writes_for(state, ConversationDeleted(**common))
+    assert [dict(w.cells)["tool_use"] for w in deleted if w.table == "messages"] == ["", "", ""]  # purged with the text
