@@ -131,9 +131,11 @@ def _message(value: Any, i: int, max_chars: int) -> ChatMessage:
     if value.get("tool_calls") and role != "assistant":
         raise invalid("only an assistant message has `tool_calls`", f"{param}.tool_calls")
     calls = parse_tool_calls(value.get("tool_calls"), f"{param}.tool_calls", invalid)
-    call_id = tool_call_id(value.get("tool_call_id"), f"{param}.tool_call_id", invalid) if role == "tool" else ""
+    call_id = ""
+    if role == "tool" or value.get("tool_call_id") is not None:  # checked wherever it is sent, kept on a tool message
+        call_id = tool_call_id(value.get("tool_call_id"), f"{param}.tool_call_id", invalid)
     content = _content(value.get("content"), f"{param}.content", max_chars, optional=role == "assistant")
-    return ChatMessage(ROLES[role], content, calls, call_id)
+    return ChatMessage(ROLES[role], content, calls, call_id if role == "tool" else "")
 
 
 def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:

@@ -64,7 +64,8 @@ def _function(value: Any, i: int, refuse: Refuse) -> ToolFunction:
     name = function.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise refuse(f"`{param}.function.name` must be 1 to 64 letters, digits, _ or -", f"{param}.function.name")
-    description = function.get("description") or ""
+    description = function.get("description")
+    description = "" if description is None else description
     if not isinstance(description, str) or len(description) > DESCRIPTION_CHARS or "\x00" in description:
         raise refuse(f"`{param}.function.description` must be text of at most {DESCRIPTION_CHARS} characters", f"{param}.function.description")
     if function.get("strict"):
@@ -141,7 +142,7 @@ def parse_tool_calls(value: Any, param: str, refuse: Refuse) -> tuple[ToolCall, 
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(call, dict) or call.get("type", "function") != "function" or not isinstance(function, dict):
             raise refuse(f'`{at}` must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}', at)
-        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments", "{}")
+        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
         if not isinstance(call_id, str) or not 0 < len(call_id) <= ID_CHARS or not call_id.isprintable():
             raise refuse(f"`{at}.id` must be 1 to {ID_CHARS} printable characters", f"{at}.id")
         if not isinstance(name, str) or not NAME.fullmatch(name):

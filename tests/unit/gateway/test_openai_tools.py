@@ -263,3 +263,17 @@ def test_a_tool_conversation_is_folded_projected_read_back_and_prompted_with_its
     assert prompt.prompt_tokens > as_sent(on_branch, TokenCounter.from_spec("bytes")).prompt_tokens  # the functions count
     deleted = projection.writes_for(state, ConversationDeleted(**common))
     assert [dict(w.cells)["tool_use"] for w in deleted if w.table == "messages"] == ["", "", ""]  # purged with the text
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f", "description": 0}}]}, "tools[0].function.description"),
+        ({"messages": [{"role": "user", "content": "q", "tool_call_id": 5}]}, "messages[0].tool_call_id"),
+        ([*CONVERSATION[:1], {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f"}}]}, CONVERSATION[0]],
+         "messages[1].tool_calls[0].function.arguments"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_even_where_they_would_be_ignored(change: Any, param: str) -> None:
+    """What the OpenAPI document calls invalid is refused, never quietly taken (the fuzzer holds the gateway to it)."""
+    assert refused(**(change if isinstance(change, dict) else {"messages": change})).param == param
