@@ -153,9 +153,9 @@ class ChatML(ChatTemplate):
         text = _checked(message)
         if message.role == "tool":  # a result goes back as the user's turn, as Qwen2.5's template writes it
             return f"{self.START}user\n<tool_response>\n{text}\n</tool_response>{self.END}\n"
-        if message.tool_calls:
-            calls = "".join(f"\n{self.tool_format.render([c])}" for c in _calls(message))
-            return f"{self.START}assistant{chr(10) + text if text else ''}{calls}{self.END}\n"
+        if message.tool_calls:  # as Qwen2.5's template: the text (if any) and each call on lines of their own
+            lines = ([text] if text else []) + [self.tool_format.render([c]) for c in _calls(message)]
+            return f"{self.START}assistant\n" + "\n".join(lines) + f"{self.END}\n"
         return f"{self.START}{message.role}\n{text}{self.END}\n"
 
     def render_prompt(self, messages: Sequence[PromptMessage], resume_text: str = "", tools: Tools | None = None) -> str:
@@ -164,7 +164,8 @@ class ChatML(ChatTemplate):
             system = ""
             if messages and messages[0].role == "system":
                 system, messages = _checked(messages[0]) + "\n\n", messages[1:]
-            head = f"{self.START}system\n{system}{self.TOOLS.format(tools=chr(10).join(tool_json(offer)))}{self.END}\n"
+            listed = self.TOOLS.format(tools="\n".join(tool_json(offer)))
+            head = f"{self.START}system\n{system}{listed}{self.END}\n"
         body = "".join(self.render_message(m) for m in messages)
         return f"{head}{body}{self.START}assistant\n{self.prefill(tools)}{neutralise(resume_text)}"
 
