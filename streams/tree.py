@@ -49,6 +49,8 @@ class Message:
     created_at: int | None = None
     #: Documents a user message asks about (MessagePosted.document_ids).
     document_ids: tuple[str, ...] = ()
+    #: Where a reply's chunks begin on chat.tokens (GenerationRequested.token_offset); None if unknown.
+    stream_offset: int | None = None
     #: An assistant message's calls of the client's functions; a tool message's call.
     tool_calls: tuple[ev.ToolCall, ...] = ()
     tool_call_id: str = ""
@@ -112,7 +114,7 @@ def _posted(s: Conversation, e: ev.MessagePosted) -> Conversation:
         return s
     msg = Message(
         e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at, tuple(e.document_ids),
-        tuple(e.tool_calls), e.tool_call_id,
+        tool_calls=tuple(e.tool_calls), tool_call_id=e.tool_call_id,
     )
     return replace(s.with_message(msg), user_id=s.user_id or e.user_id, selected_leaf_id=e.message_id)
 
@@ -123,8 +125,10 @@ def _requested(s: Conversation, e: ev.GenerationRequested) -> Conversation:
         return s if e.request_id in s.requested else replace(s, requested=s.requested | {e.request_id})
     s = replace(s, selected_leaf_id=e.request_id, requested=s.requested | {e.request_id})
     if known is not None:  # completion seen first: keep its outcome, learn when it began
-        return s.with_message(replace(known, created_at=e.occurred_at))
-    return s.with_message(Message(e.request_id, e.parent_id, "assistant", "", STREAMING, None, e.occurred_at))
+        return s.with_message(replace(known, created_at=e.occurred_at, stream_offset=e.token_offset))
+    return s.with_message(
+        Message(e.request_id, e.parent_id, "assistant", "", STREAMING, None, e.occurred_at, stream_offset=e.token_offset)
+    )
 
 
 def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
@@ -137,6 +141,7 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
         STATUS_BY_FINISH[e.finish_reason],
         e.finish_reason,
         known.created_at if known is not None else None,
+        stream_offset=known.stream_offset if known is not None else None,
         tool_calls=tuple(e.tool_calls),
     )
     if e.request_id in s.moderated:

@@ -33,7 +33,7 @@ from workers.tool_calls import CallStream
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.engine_health import EngineHealth
-from workers.generation import Generation
+from workers.generation import REPLY_MAX_BYTES, Generation
 from workers.jobs import Abort, Action, Done, Job, JobBook, LookUp, Resend, Run
 from workers.outcome import Outcome, terminal_events
 from workers.recovery import History, Verdict, unreadable
@@ -384,7 +384,8 @@ class Scheduler:
             names = [f.name for f in tools.functions]
             prefill = self._template.prefill(tools)
             calls = CallStream(self._template.tool_format, names, parallel=tools.parallel, prefill=prefill)
-        generation = Generation(self._engine, request, coalescer, emit, self._clock, calls)
+        room = REPLY_MAX_BYTES - len(req.resume_text.encode())  # the cap is on the whole reply, as for tokens
+        generation = Generation(self._engine, request, coalescer, emit, self._clock, max_text_bytes=room, calls=calls)
         self._live[job].generation = generation
         outcome = await generation.run()
         if job.cancel_reason is not None:

@@ -27,6 +27,7 @@ from schemas.events import (
     ToolFunction,
     Tools,
 )
+from schemas import sealing
 from streams import projection, tree
 from streams.context_tokens import TokenCounter
 from streams.prompt import as_sent
@@ -243,8 +244,8 @@ def test_a_tool_conversation_is_folded_projected_read_back_and_prompted_with_its
     on_branch = tree.branch(state, m2)
     assert [(m.role, m.tool_calls, m.tool_call_id) for m in on_branch] == [("user", (), ""), ("assistant", (call,), ""), ("tool", (), "call_abc")]
 
-    reply_cell = dict(projection.writes_for(before_reply, reply)[0].cells)["tool_use"]
-    result_cell = dict(projection.writes_for(tree.apply(before_reply, reply), result)[0].cells)["tool_use"]
+    reply_cell = dict(projection.writes_for(before_reply, reply, sealing.sealer())[0].cells)["tool_use"]
+    result_cell = dict(projection.writes_for(tree.apply(before_reply, reply), result, sealing.sealer())[0].cells)["tool_use"]
     assert (tool_use(reply_cell), tool_use(result_cell), tool_use(None)) == (((call,), ""), ((), "call_abc"), ((), ""))
     rows = [
         SimpleNamespace(message_id=mid, parent_id=parent, role=role, content=text, status="complete", finish_reason=None,
@@ -261,7 +262,7 @@ def test_a_tool_conversation_is_folded_projected_read_back_and_prompted_with_its
         ("user", [], ""), ("assistant", [call], ""), ("tool", [], "call_abc")
     ]
     assert prompt.prompt_tokens > as_sent(on_branch, TokenCounter.from_spec("bytes")).prompt_tokens  # the functions count
-    deleted = projection.writes_for(state, ConversationDeleted(**common))
+    deleted = projection.writes_for(state, ConversationDeleted(**common), sealing.sealer())
     assert [dict(w.cells)["tool_use"] for w in deleted if w.table == "messages"] == ["", "", ""]  # purged with the text
 
 
