@@ -121,7 +121,7 @@ class ChunkWriter:
             self._event(seq), _long(stamp_us), b"\x00", self._ids,  # event_id, occurred_at, trace_id "", ids
             b"\x00", _long(seq), _string(text), b"\x02", _long(self._chars),  # attempt 0, seq, text, tokens 1, offset_chars
             b"\x00\x00", b"\x0abench", b"\x00", b"\x00\x00\x00",  # no finish, no usage; replica; model ""; no error
-            b"\x00\x00\x00",  # no citations, citation_status "", documents_note ""
+            b"\x00\x00\x00\x00",  # no citations, citation_status "", documents_note "", no tool_calls
         )
         self._chars += len(text)
         return self._head + b"".join(body)
@@ -132,7 +132,7 @@ class ChunkWriter:
             self._event(seq), _long(stamp_us), b"\x00", self._ids,
             b"\x00", _long(seq), b"\x00", b"\x00", _long(self._chars),  # no text, no tokens
             b"\x02" + _string("stop"), usage, b"\x0abench", b"\x00", b"\x00\x00\x00",
-            b"\x00\x00\x00",  # no citations, citation_status "", documents_note ""
+            b"\x00\x00\x00\x00",  # no citations, citation_status "", documents_note "", no tool_calls
         )
         return self._head + b"".join(body)
 

@@ -21,15 +21,15 @@ import struct
 from collections.abc import Container
 
 from schemas import codec, sealing
-from schemas.events import Citation, Event, TokenChunk, Usage
+from schemas.events import Citation, Event, TokenChunk, ToolCall, Usage
 
 #: CRC-64-AVRO of the TokenChunk schema this reader is written for (``schemas/avro/TokenChunk.avsc``).
-FINGERPRINT = bytes.fromhex("175a756f791eb951")
+FINGERPRINT = bytes.fromhex("e05cb8ce28c73daa")
 #: The fields in the order ``read`` takes them (a unit test compares them with the schema).
 FIELDS = (
     "event_id", "occurred_at", "trace_id", "conversation_id", "user_id", "request_id", "attempt", "seq", "text",
     "tokens", "offset_chars", "finish_reason", "usage", "replica", "model", "error_code", "error_message", "retry_after",
-    "citations", "citation_status", "documents_note",
+    "citations", "citation_status", "documents_note", "tool_calls",
 )
 _DOUBLE = struct.Struct("<d")
 _new = object.__new__
@@ -115,6 +115,23 @@ def _citations(buf: bytes, pos: int) -> tuple[list[Citation], int]:
                                 text=_open(text), filename=_open(filename)))  # fmt: skip
 
 
+def _tool_calls(buf: bytes, pos: int) -> tuple[list[ToolCall], int]:
+    """An Avro array of ToolCall records (blocks, as ``_citations``). Only a reply's last chunk has any."""
+    out: list[ToolCall] = []
+    while True:
+        count, pos = _long(buf, pos)
+        if count == 0:
+            return out, pos
+        if count < 0:
+            count = -count
+            _, pos = _long(buf, pos)
+        for _ in range(count):
+            call_id, pos = _string(buf, pos)
+            name, pos = _string(buf, pos)
+            arguments, pos = _string(buf, pos)
+            out.append(ToolCall(id=call_id, name=name, arguments=_open(arguments)))
+
+
 def _open(value: str) -> str:
     """A sealed field's text (schemas/sealing.py: the codec's way opens the same fields)."""
     return sealing.open_text(value) or "" if sealing.is_sealed(value) else value
@@ -155,6 +172,7 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     citations, pos = _citations(buf, pos)
     citation_status, pos = _string(buf, pos)
     documents_note, pos = _string(buf, pos)
+    tool_calls, pos = _tool_calls(buf, pos)
     if pos != len(buf):
         raise codec.Undecodable("TokenChunk body has trailing bytes")
     # Every field set at once, then the type's own checks: what TokenChunk(**fields) does, at half the cost
@@ -165,7 +183,7 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
         request_id=request_id, attempt=attempt, seq=seq, text=_open(text), tokens=tokens, offset_chars=offset_chars,
         finish_reason=finish_reason, usage=usage, replica=replica, model=model, error_code=error_code,
         error_message=error_message, retry_after=retry_after, citations=citations, citation_status=citation_status,
-        documents_note=_open(documents_note),
+        documents_note=_open(documents_note), tool_calls=tool_calls,
     )
     chunk.__post_init__()
     return chunk

@@ -169,6 +169,7 @@ def _message_json(m: Any) -> dict[str, Any]:
         "tokens": m.tokens,
         "created_at": m.created_at.replace(tzinfo=timezone.utc).isoformat() if m.created_at else None,
         **m.documents_json(),
+        **m.tools_json(),
         **({"moderation": m.moderation} if m.moderation else {}),
     }
 

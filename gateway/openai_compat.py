@@ -70,9 +70,18 @@ too large 413, 401 without a valid key, 429 for quotas, 503 + Retry-After. Sampl
 parameters (``temperature``, ``top_p``, ``seed``, ``stop``, the penalties,
 ``response_format`` as a JSON Schema) travel with the turn to the engine
 (gateway/sampling.py); an engine that cannot honour one fails the turn naming
-it. Anything else (``n`` > 1, tools, logprobs, an unknown field) is a 400
-``unsupported_parameter`` naming it, unless it holds its neutral value. Message
-text is never logged.
+it. Anything else (``n`` > 1, logprobs, the legacy ``functions``, an unknown
+field) is a 400 ``unsupported_parameter`` naming it, unless it holds its neutral
+value. Message text is never logged.
+
+Function calling (client-side tools): ``tools``, ``tool_choice`` and
+``parallel_tool_calls`` are read and bounded by gateway/openai_tools.py and ride
+on the GenerationRequested; a history's assistant ``tool_calls`` and ``role:
+"tool"`` results are MessagePosted like any message (a resent assistant message
+with the same calls is the stored reply that made them). The worker parses the
+model's calls (workers/tool_calls.py); they come back on the reply's ``done``
+and are answered as ``message.tool_calls`` / ``delta.tool_calls`` with
+``finish_reason: "tool_calls"`` (gateway/openai_reply.py).
 """
 
 from __future__ import annotations
@@ -127,8 +136,6 @@ IDEMPOTENCY_KEY_MAX = 200
 #: Deleted conversations of one history stepped over before giving up (each resend after a delete makes one).
 DELETED_MAX = 32
 
-
-#: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
 
 # ------------------------------------------------------------------ the handler
 
@@ -196,7 +203,7 @@ async def _whole(chat: ChatRequest, plan: Plan, replies: AsyncIterator[Piece]) -
         raise generation_error(last.error)
     finish = last.finish_reason or "stop"
     content = None if finish == "content_filter" else "".join(text)
-    return completion(shape, content, finish, last.usage or usage_json(None))
+    return completion(shape, content, finish, last.usage or usage_json(None), last.tool_calls)
 
 
 async def _streamed(
@@ -289,7 +296,7 @@ async def _turn(
     posted = [
         MessagePosted(
             **common, message_id=p.message_id, parent_id=p.parent_id, client_message_id=p.key, role=p.role, content=p.content,
-            model=model,
+            model=model, tool_calls=list(p.tool_calls), tool_call_id=p.tool_call_id,
         )
         for p in plan.posts
     ]
@@ -304,6 +311,7 @@ async def _turn(
         max_tokens=chat.max_tokens,
         sampling=chat.sampling,
         as_sent=True,  # the client's conversation as it sent it: nothing added, nothing left out
+        tools=chat.tools,
     )
     return plan, await turns.open_reply(svc, [*created, *posted, requested], requested, plan.question_id)
 

@@ -53,6 +53,7 @@ class Piece:
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # Parley's ``error`` event data
     model: str = ""  # the model that answered, when the event says (an attempt's first text, the end)
+    tool_calls: tuple[dict[str, Any], ...] = ()  # at the end: the client's functions the reply calls, OpenAI's shape
 
     @property
     def final(self) -> bool:
@@ -79,8 +80,10 @@ def piece_of(kind: str, data: Mapping[str, Any], delivery: Delivery) -> Piece | 
         delivery.restart(int(data.get("offset_chars", 0)))
         return None
     if kind == "done":
+        calls = tuple(data.get("tool_calls") or ())
         finish = FINISH.get(str(data.get("finish_reason")), "stop")
-        return Piece(finish_reason=finish, usage=usage_json(data.get("usage")), model=str(data.get("model") or ""))
+        finish = "tool_calls" if calls and finish == "stop" else finish
+        return Piece(finish_reason=finish, usage=usage_json(data.get("usage")), model=str(data.get("model") or ""), tool_calls=calls)
     if kind == "error":
         return Piece(error=dict(data))
     return None
@@ -165,18 +168,34 @@ def usage_chunk(shape: Shape, usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def completion(shape: Shape, text: str | None, finish_reason: str, usage: dict[str, Any]) -> dict[str, Any]:
-    """A whole ``chat.completion``; ``text`` None (a reply moderation withdrew) is ``content: null``, as Azure sends."""
+def completion(
+    shape: Shape, text: str | None, finish_reason: str, usage: dict[str, Any], tool_calls: tuple[dict[str, Any], ...] = ()
+) -> dict[str, Any]:
+    """A whole ``chat.completion``; ``text`` None (a reply moderation withdrew) is ``content: null``, as Azure
+    sends; a reply that only calls tools has ``content: null`` too, as OpenAI sends it."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message = {"role": "assistant", "content": text or None, "tool_calls": list(tool_calls)}
     return {
         "id": shape.id,
         "object": "chat.completion",
         "created": shape.created,
         "model": shape.model,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason}
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
         "usage": usage,
     }
+
+
+def tool_call_deltas(calls: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """The ``delta``s that stream ``calls`` as OpenAI streams them: per call, one naming it (its index, id, type,
+    name and empty arguments), then one with its arguments."""
+    out: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        function = call.get("function", {})
+        head = {"index": index, "id": call.get("id"), "type": "function", "function": {"name": function.get("name"), "arguments": ""}}
+        out.append({"tool_calls": [head]})
+        out.append({"tool_calls": [{"index": index, "function": {"arguments": function.get("arguments", "")}}]})
+    return out
 
 
 def error_body(error: ApiError) -> dict[str, Any]:
@@ -201,6 +220,8 @@ async def stream_chunks(shape: Shape, first: Piece, rest: AsyncIterator[Piece], 
             if p.text:
                 yield json.dumps(chunk(shape, {"content": p.text}, with_usage=include_usage), ensure_ascii=False)
             if p.finish_reason is not None:
+                for delta in tool_call_deltas(p.tool_calls):
+                    yield json.dumps(chunk(shape, delta, with_usage=include_usage), ensure_ascii=False)
                 yield json.dumps(chunk(shape, {}, p.finish_reason, with_usage=include_usage), ensure_ascii=False)
                 if include_usage:
                     yield json.dumps(usage_chunk(shape, p.usage or usage_json(None)), ensure_ascii=False)

@@ -13,14 +13,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from gateway.openai_tools import parse_tool_calls, parse_tools, same_calls, tool_call_id
 from gateway.sampling import json_schema_of, parse_sampling
 from parley import ids
 from schemas import sealing
-from schemas.events import Sampling
+from schemas.events import Sampling, ToolCall, Tools
 from streams.router import AUTO
 
-#: OpenAI's roles → the tree's. ``tool`` and ``function`` messages have no place in it.
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+#: OpenAI's roles → the tree's. The legacy ``function`` role (before ``tool``) is not taken.
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 #: Largest ``max_tokens`` taken (an Avro int, and far past any pool's context).
 MAX_TOKENS = 1_000_000
 NAME_MAX = 200  # model names, the ``user`` field
@@ -30,17 +31,19 @@ SETTLED = frozenset({"complete", "cancelled"})
 TAKEN = frozenset({
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "user", "n",
     "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "response_format",
+    "tools", "tool_choice", "parallel_tool_calls",
 })  # fmt: skip
 #: Fields Parley does not implement, and the values that ask for nothing (clients send defaults).
 NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}), "tools": (None, []),
-    "functions": (None, []), "tool_choice": (None, "none", "auto"), "function_call": (None, "none", "auto"),
-    "parallel_tool_calls": (None, True, False), "store": (None, True), "metadata": (None, {}),
+    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
+    "functions": (None, []), "function_call": (None, "none", "auto"), "store": (None, True), "metadata": (None, {}),
     "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "audio": (None,),
     "prediction": (None,), "reasoning_effort": (None,), "web_search_options": (None,),
 }  # fmt: skip
 #: Why a field's value is refused, where "not supported" would not say enough.
 REFUSALS = {
+    "functions": "`functions` (the API before `tools`) is not supported: send the functions as `tools`",
+    "function_call": "`function_call` (the API before `tools`) is not supported: use `tool_choice`",
     "store": "`store: false` is not supported: Parley keeps every conversation (it lists them, resumes replies "
     "and audits from them); delete one with DELETE /v1/conversations/{id}",
 }
@@ -51,8 +54,10 @@ REFUSALS = {
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: str  # system | user | assistant
+    role: str  # system | user | assistant | tool
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls of the client's functions
+    tool_call_id: str = ""  # a tool message's: the call it answers
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class ChatRequest:
     max_tokens: int | None = None
     end_user: str = ""  # OpenAI's ``user``: the caller's own end user
     sampling: Sampling = Sampling()
+    tools: Tools | None = None  # the client's functions offered to the model
 
 
 def invalid(message: str, param: str | None, *, code: str = "invalid_value") -> ApiError:
@@ -120,10 +126,16 @@ def _message(value: Any, i: int, max_chars: int) -> ChatMessage:
     role = value.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise invalid(f"`{param}.role` must be one of {', '.join(ROLES)}", f"{param}.role")
-    if value.get("tool_calls") or value.get("function_call"):
-        raise invalid("tool calls are not supported", f"{param}.tool_calls", code="unsupported_parameter")
+    if value.get("function_call"):
+        raise invalid(REFUSALS["function_call"], f"{param}.function_call", code="unsupported_parameter")
+    if value.get("tool_calls") and role != "assistant":
+        raise invalid("only an assistant message has `tool_calls`", f"{param}.tool_calls")
+    calls = parse_tool_calls(value.get("tool_calls"), f"{param}.tool_calls", invalid)
+    call_id = ""
+    if role == "tool" or value.get("tool_call_id") is not None:  # checked wherever it is sent, kept on a tool message
+        call_id = tool_call_id(value.get("tool_call_id"), f"{param}.tool_call_id", invalid)
     content = _content(value.get("content"), f"{param}.content", max_chars, optional=role == "assistant")
-    return ChatMessage(ROLES[role], content)
+    return ChatMessage(ROLES[role], content, calls, call_id if role == "tool" else "")
 
 
 def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
@@ -139,8 +151,9 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
     if not isinstance(raw, list) or not raw:
         raise invalid("`messages` must be a non-empty list", "messages", code="missing_field" if raw is None else "invalid_value")
     messages = tuple(_message(m, i, max_chars) for i, m in enumerate(raw))
-    if messages[-1].role != "user":
-        raise invalid("the last message must be the user's: it is the one answered", "messages")
+    if messages[-1].role not in ("user", "tool"):
+        raise invalid("the last message must be the user's or a tool's result: it is the one answered", "messages")
+    _check_results(messages)
     if _optional(body, "n", int) not in (None, 1):
         raise invalid("only `n` = 1 is supported", "n", code="unsupported_parameter")
     for name, value in body.items():
@@ -151,6 +164,7 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
         if value not in NEUTRAL[name]:
             raise invalid(REFUSALS.get(name, f"`{name}` is not supported"), name, code="unsupported_parameter")
     refuse = lambda message, param: invalid(message, param)  # noqa: E731
+    tools = parse_tools(body, invalid)
     sampling = parse_sampling(body, refuse)
     json_schema = json_schema_of(body.get("response_format"), refuse)
     if json_schema is not None:
@@ -174,7 +188,17 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
         max_tokens=max_tokens,
         end_user=_text(end_user, "user", NAME_MAX),
         sampling=sampling,
+        tools=tools,
     )
+
+
+def _check_results(messages: Sequence[ChatMessage]) -> None:
+    """Each tool message answers a call an assistant message before it made (OpenAI refuses the rest too)."""
+    called: set[str] = set()
+    for i, m in enumerate(messages):
+        called.update(c.id for c in m.tool_calls)
+        if m.role == "tool" and m.tool_call_id not in called:
+            raise invalid("a tool message must answer a call of an assistant message before it", f"messages[{i}].tool_call_id")
 
 
 def resolve_model(model: str, known: Any) -> str | None:
@@ -203,7 +227,11 @@ def message_keys(user_id: str, messages: Sequence[ChatMessage]) -> list[str]:
     chain = hashlib.sha256()
     keys = []
     for m in messages:
-        chain.update(json.dumps([m.role, m.content], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        # A message of a tool conversation is also its calls or the call it answers (the others hash as before).
+        part: list[Any] = [m.role, m.content]
+        if m.tool_calls or m.tool_call_id:
+            part += [[[c.id, c.name, c.arguments] for c in m.tool_calls], m.tool_call_id]
+        chain.update(json.dumps(part, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         keys.append("openai:" + sealing.blind(user_id, "openai-chain:" + chain.copy().hexdigest()[:32]))
     return keys
 
@@ -228,6 +256,7 @@ class Node(Protocol):
     role: str
     content: str
     status: str | None
+    tool_calls: tuple[ToolCall, ...]
 
 
 @dataclass(frozen=True)
@@ -239,6 +268,8 @@ class Post:
     role: str
     content: str
     key: str  # its client_message_id
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -279,12 +310,12 @@ def plan_turn(
         mid = ids.user_message_id(conversation_id, key)
         if mid in known:  # appended by an earlier request (it keeps the parent it had then)
             parent = mid
-        elif m.role == "assistant" and (found := _stored_reply(stored, parent, m.content)):
+        elif m.role == "assistant" and (found := _stored_reply(stored, parent, m)):
             parent = found
         else:
             if m.role == "assistant" and pending is None:
                 pending = next((s.id for s in _replies_under(stored, parent) if s.status in (None, "streaming")), None)
-            posts.append(Post(mid, parent, m.role, m.content, key))
+            posts.append(Post(mid, parent, m.role, m.content, key, m.tool_calls, m.tool_call_id))
             parent = mid
     return Plan(conversation_id, question_id, keys[-1], reply, reply_id, tuple(posts), pending=pending)
 
@@ -295,12 +326,15 @@ def _replies_under(stored: Sequence[Node], parent: str | None) -> list[Node]:
     return [s for s in stored if s.parent_id == parent and s.role == "assistant"]
 
 
-def _stored_reply(stored: Sequence[Node], parent: str | None, content: str) -> str | None:
-    """The finished reply under ``parent`` with exactly this text (the first such, as stored); an empty one is
-    also a reply moderation withdrew (answered as ``content: null``, which a client appends as it got it)."""
+def _stored_reply(stored: Sequence[Node], parent: str | None, message: ChatMessage) -> str | None:
+    """The finished reply under ``parent`` with exactly this text and these tool calls (the first such, as
+    stored); an empty one is also a reply moderation withdrew (answered as ``content: null``, which a client
+    appends as it got it)."""
+    content = message.content
     same = [
         s.id
         for s in _replies_under(stored, parent)
-        if (s.status in SETTLED and s.content == content) or (s.status == "filtered" and content == "")
+        if (s.status in SETTLED and s.content == content and same_calls(s.tool_calls, message.tool_calls))
+        or (s.status == "filtered" and content == "" and not message.tool_calls)
     ]
     return same[0] if same else None

@@ -19,7 +19,7 @@ from json.encoder import encode_basestring as _json_string  # json.dumps(str, en
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.store import MessageRow
+from gateway.store import MessageRow, tool_calls_json
 from gateway.tokens import Chunk, Stream, TokenStreams
 from parley.metrics import GATEWAY_TTFT
 from schemas.endings import FILTERED_NOTICE, client_message
@@ -137,6 +137,8 @@ def final(chunk: Chunk) -> dict[str, Any]:
         done["citation_status"] = ev.citation_status
         if ev.documents_note:
             done["documents_note"] = ev.documents_note
+    if ev.tool_calls:  # the reply calls the client's functions (an OpenAI turn with tools)
+        done["tool_calls"] = tool_calls_json(ev.tool_calls)
     return sse("done", done, chunk.cursor)
 
 
@@ -176,5 +178,6 @@ def stored(reply: MessageRow, head: list[dict[str, Any]], cursor: str) -> list[d
             done["citation_status"] = reply.citations.get("status", "")
         if reply.retrieval and reply.retrieval.get("note"):
             done["documents_note"] = reply.retrieval["note"]
+        done.update(reply.tools_json())
         events.append(sse("done", done, cursor))
     return events

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -16,9 +17,9 @@ from documents.status import PROCESSING, VISIBLE
 from parley.cassandra import AsyncCql
 from schemas import sealing
 from schemas.sealing import open_text
-from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated
+from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated, ToolCall
 from streams import document_status, memory, projection, tree
-from streams.store import by_partition
+from streams.store import by_partition, tool_use
 
 #: Rows read past a list's limit, so archived and deleted ones filtered out still leave a full page.
 LIST_SLACK = 400
@@ -57,6 +58,8 @@ class MessageRow:
     citations: dict[str, Any] | None = None  # a reply's {"status", "items"} (streams/projection.py citations_json)
     retrieval: dict[str, Any] | None = None  # a reply's {"path", "note", "documents", "latency_ms"}
     moderation: dict[str, Any] | None = None  # a flag's {"direction", "stage", "action", "categories"}
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls of the client's functions
+    tool_call_id: str = ""  # a tool message's call
 
     def documents_json(self) -> dict[str, Any]:
         """The document fields of the message as the API shows them (none for a turn without documents)."""
@@ -69,6 +72,20 @@ class MessageRow:
         if self.retrieval is not None:
             out["retrieval"] = self.retrieval
         return out
+
+    def tools_json(self) -> dict[str, Any]:
+        """The tool fields of the message as the API shows them, OpenAI's way (none for a message without)."""
+        out: dict[str, Any] = {}
+        if self.tool_calls:
+            out["tool_calls"] = tool_calls_json(self.tool_calls)
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def tool_calls_json(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """Tool calls as OpenAI writes them (``message.tool_calls``), as every API of Parley shows them."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -254,7 +271,7 @@ class Store:
 
     _MESSAGE_COLUMNS = (
         "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
-        "prompt_tokens, cached_tokens, document_ids, citations, retrieval, moderation"
+        "prompt_tokens, cached_tokens, document_ids, citations, retrieval, moderation, tool_use"
     )
 
     async def messages(self, conversation_id: str) -> list[MessageRow]:
@@ -336,6 +353,7 @@ def _message(r: Any) -> MessageRow:
         _json(open_text(r.citations)),
         _json(open_text(r.retrieval)),
         _json(r.moderation),
+        *tool_use(open_text(r.tool_use)),
     )
 
 

@@ -22,7 +22,10 @@ NAMESPACE = "parley.events"
 
 FINISH_REASONS = frozenset({"stop", "length", "cancelled", "failed", "rejected", "content_filter"})
 CANCEL_REASONS = frozenset({"user", "moderation", "abandoned", "shed"})
-ROLES = frozenset({"system", "user", "assistant"})
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+#: auto: the model may call a tool; none: it is not offered any; required: it must call one; function: it must
+#: call the one named.
+TOOL_CHOICES = frozenset({"auto", "none", "required", "function"})
 MODERATION_DIRECTIONS = frozenset({"input", "output"})
 #: input: the user's message; window: a stretch of the streaming reply; final: the reply's tail on completion.
 MODERATION_STAGES = frozenset({"input", "window", "final"})
@@ -116,6 +119,37 @@ class Citation:
 CITATION_STATUSES = frozenset({"", "cited", "uncited"})
 
 
+@dataclass(frozen=True, kw_only=True)
+class ToolFunction:
+    """A function a client offers the model (OpenAI's ``tools[].function``); the client runs it."""
+
+    name: str = doc("The function's name: letters, digits, _ and -, at most 64")
+    description: str = doc("What it does, as the client wrote it", default="", sealed=True)
+    parameters: str = doc("Its arguments' JSON Schema, as JSON text ('': none)", default="", sealed=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tools:
+    """The tools a turn offers, and whether the model must call one (POST /v1/chat/completions)."""
+
+    functions: list[ToolFunction] = doc("The functions offered, in the client's order", default_factory=list)
+    choice: str = doc("auto | none (none offered) | required (one must be called) | function (`function` must be)", default="auto")
+    function: str = doc("With choice function: the function the model must call", default="")
+    parallel: bool = doc("The model may call several at once (OpenAI's parallel_tool_calls)", default=True)
+
+    def __post_init__(self) -> None:
+        _check(self.choice, TOOL_CHOICES, "choice")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """A call of a client's function, as a reply made it (or a history sent whole holds it)."""
+
+    id: str = doc("call_…: the same for a reply's n-th call in every attempt (workers/tool_calls.py call_id)")
+    name: str = doc("The function called")
+    arguments: str = doc("Its arguments as JSON text (an object)", default="{}", sealed=True)
+
+
 # ------------------------------------------------------------------ chat.events
 
 
@@ -134,7 +168,7 @@ class MessagePosted(ConversationEvent):
     message_id: str = doc("uuid5(NS, 'conversation_id:client_message_id'): retries give the same id")
     parent_id: str | None = doc("Message this one answers or follows; null for the first message", default=None)
     client_message_id: str = doc("The client's idempotency key")
-    role: str = doc("user | system | assistant (from a history sent to POST /v1/chat/completions)", default="user")
+    role: str = doc("user | system | assistant | tool (from a history sent to POST /v1/chat/completions)", default="user")
     content: str = doc("Message text (never logged)", sealed=True)
     model: str | None = doc("Model the user selected for this turn, if any", default=None)
     edit_of: str | None = doc("The message this one edits (a sibling under the same parent)", default=None)
@@ -143,6 +177,8 @@ class MessagePosted(ConversationEvent):
         "user message on its branch",
         default_factory=list,
     )
+    tool_calls: list[ToolCall] = doc("An assistant message's tool calls (a history sent whole)", default_factory=list)
+    tool_call_id: str = doc("A tool message's: the call whose result it is ('': not a tool message)", default="")
 
     def __post_init__(self) -> None:
         _check(self.role, ROLES, "role")
@@ -173,6 +209,7 @@ class GenerationRequested(ConversationEvent):
         "context_too_long; without max_tokens the reply may run to the end of the pool's context",
         default=False,
     )
+    tools: Tools | None = doc("Functions the client offers the model (as-sent turns only); null: none", default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +234,7 @@ class GenerationCompleted(ConversationEvent):
     retrieval: Retrieval | None = doc(
         "The turn's document search, without the passages' text (null: the turn had no documents)", default=None
     )
+    tool_calls: list[ToolCall] = doc("The client's functions the reply calls (its content is the text around them)", default_factory=list)
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")
@@ -270,8 +308,10 @@ class GenerationModerated(ConversationEvent):
 class PromptMessage:
     """One message of a built prompt."""
 
-    role: str = doc("system | user | assistant")
+    role: str = doc("system | user | assistant | tool")
     content: str = doc("Text", sealed=True)
+    tool_calls: list[ToolCall] = doc("An assistant message's tool calls", default_factory=list)
+    tool_call_id: str = doc("A tool message's call", default="")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,6 +397,7 @@ class InferenceRequested(ConversationEvent):
         default=0,
     )
     retrieval: Retrieval | None = doc("The turn's document search; null when the turn has no documents", default=None)
+    tools: Tools | None = doc("Functions the client offers the model (GenerationRequested.tools)", default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,6 +444,7 @@ class TokenChunk(ConversationEvent):
     citations: list[Citation] = doc("On the last chunk: the passages the reply drew on", default_factory=list)
     citation_status: str = doc("On the last chunk: '' | cited | uncited (see GenerationCompleted)", default="")
     documents_note: str = doc("On the last chunk: how much of the turn's documents was searched (Retrieval.note)", default="", sealed=True)
+    tool_calls: list[ToolCall] = doc("On the last chunk: the client's functions the reply calls", default_factory=list)
 
     def __post_init__(self) -> None:
         _check(self.finish_reason, FINISH_REASONS, "finish_reason")

@@ -128,6 +128,7 @@ def inference_request(
         sampling=request.sampling,
         requested_at=request.occurred_at,
         retrieval=retrieval,
+        tools=request.tools,
     )
 
 
@@ -260,7 +261,7 @@ class ContextBuilder:
                 out.extend(stopped)
             elif event.parent_id in known.conversation.messages and event.as_sent:
                 on_branch = branch(known.conversation, event.parent_id)
-                prompt = await self._count(as_sent, on_branch, self._counter)
+                prompt = await self._count(as_sent, on_branch, self._counter, event.tools)
                 out.extend(await self._checked(inference_request(known.conversation, event, prompt, self.cfg), event))
             elif event.parent_id in known.conversation.messages:
                 retrieval = await self.search(known.conversation, event)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -177,6 +177,7 @@ def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
             client_message_id=e.client_message_id,
             document_ids=list(e.document_ids) or None,
             created_at=to_time(e.occurred_at),
+            tool_use=tool_use_json(e.tool_calls, e.tool_call_id),
         ),
         _conversation(e, user_id=e.user_id, selected_leaf_id=to_uuid(e.message_id)),
     ]
@@ -223,6 +224,7 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> list[Write]:
             error_code=e.error_code,
             citations=citations_json(e),
             retrieval=retrieval_json(e.retrieval),
+            tool_use=None if finish == "content_filter" else tool_use_json(e.tool_calls),
         ),
         _conversation(e),
     ]
@@ -242,6 +244,7 @@ def _moderated(s: Conversation, e: ev.GenerationModerated) -> list[Write]:
             "status": STATUS_BY_FINISH["content_filter"],
             "finish_reason": "content_filter",
             "moderation": verdict,
+            "tool_use": "",  # the notice calls nothing
             "updated_at": to_time(e.occurred_at),
         },
         e.occurred_at + VERDICT_PRECEDENCE_US,
@@ -257,6 +260,14 @@ def moderation_json(e: ev.GenerationModerated) -> str:
     return json.dumps(
         {"direction": e.direction, "stage": e.stage, "action": e.action, "categories": list(e.categories)}, sort_keys=True
     )
+
+
+def tool_use_json(calls: Sequence[ev.ToolCall], call_id: str = "") -> str | None:
+    """``messages.tool_use``: a message's calls of the client's functions, or the call a tool message answers
+    (null: neither)."""
+    if calls:
+        return json.dumps({"calls": [asdict(c) for c in calls]}, sort_keys=True)
+    return json.dumps({"call_id": call_id}) if call_id else None
 
 
 def citations_json(e: ev.GenerationCompleted) -> str | None:
@@ -309,7 +320,7 @@ def _deleted(s: Conversation, e: ev.ConversationDeleted) -> list[Write]:
     """A mark every read path honours, and the content gone from the rows: the title and every message's
     text, citations and retrieval are blanked (the rows' ids stay, so a late event finds the mark). The
     log keeps the text, sealed, until its owner is erased (DESIGN.md §12)."""
-    purged = [_message(e, mid, content="", citations="", retrieval="") for mid in sorted(s.messages)]
+    purged = [_message(e, mid, content="", citations="", retrieval="", tool_use="") for mid in sorted(s.messages)]
     return [_conversation(e, deleted_at=to_time(e.occurred_at), title=""), *_by_user(s, e, deleted=True, title=""), *purged]
 
 
@@ -346,7 +357,7 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
 SEALED_CELLS = {
     "conversations": frozenset({"title"}),
     "conversations_by_user": frozenset({"title"}),
-    "messages": frozenset({"content", "citations", "retrieval"}),
+    "messages": frozenset({"content", "citations", "retrieval", "tool_use"}),
     "summaries": frozenset({"content"}),
 }
 
@@ -372,6 +383,6 @@ def writes_for(state: Conversation, event: ev.Event, sealer: sealing.Sealer) -> 
         # checkpoints of its chunks (timestamped after the deletion) put text back in its row, and its
         # completion, later than every chunk, blanks it again.
         if isinstance(event, ev.GenerationCompleted):
-            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id, sealer)]
+            return [sealed(_message(event, event.request_id, content="", citations="", retrieval="", tool_use=""), event.user_id, sealer)]
         return []
     return [sealed(w, event.user_id, sealer) for w in step(state, event)]

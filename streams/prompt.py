@@ -36,10 +36,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from schemas.events import Passage, PromptMessage
+from schemas.events import ROLES, Passage, PromptMessage, Tools
 from streams.context_tokens import TokenCounter
 from streams.prompt_bytes import message_bytes, sealed_bytes
 from streams.tree import Message
+from workers.chat_template import offered, tool_json
 
 MEMORY_HEADER = "What you know about the user:\n"
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
@@ -115,7 +116,8 @@ class Prompt:
 def usable(branch: Sequence[Message]) -> list[Message]:
     # A failed or rejected reply carries no text worth showing the model; a
     # cancelled one keeps the partial text the user saw.
-    return [m for m in branch if m.content and m.role in ("user", "assistant", "system")]
+    # A call of a client's tool is worth showing without text, and a tool's result is one even if empty.
+    return [m for m in branch if (m.content or m.tool_calls or m.role == "tool") and m.role in ROLES]
 
 
 def head(layout: Layout) -> list[PromptMessage]:
@@ -149,7 +151,7 @@ def documents_message(layout: Layout) -> list[PromptMessage]:
 
 
 def as_prompt_message(m: Message) -> PromptMessage:
-    return PromptMessage(role=m.role, content=m.content)
+    return PromptMessage(role=m.role, content=m.content, tool_calls=list(m.tool_calls), tool_call_id=m.tool_call_id)
 
 
 def boundaries(
@@ -232,12 +234,14 @@ def render(window: Window, layout: Layout, counter: TokenCounter, summary: str |
         start += 1
 
 
-def as_sent(branch: Sequence[Message], counter: TokenCounter) -> Prompt:
+def as_sent(branch: Sequence[Message], counter: TokenCounter, tools: Tools | None = None) -> Prompt:
     """The branch as its client sent it (an OpenAI-API turn): its messages only, none left out. Whether it fits a
     pool is the router's to judge (context_too_long), and whether it fits a record the builder's; neither is a
-    reason to cut it here."""
+    reason to cut it here. The functions offered count too (their schemas, as the template lists them)."""
     messages = [as_prompt_message(m) for m in usable(branch)]
-    return Prompt(messages, counter.prompt(messages), 0)
+    offer = offered(tools)
+    listed = counter.count("\n".join(tool_json(offer))) if offer is not None else 0
+    return Prompt(messages, counter.prompt(messages) + listed, 0)
 
 
 def build_prompt(branch: Sequence[Message], layout: Layout, counter: TokenCounter, summary: str | None = None) -> Prompt:

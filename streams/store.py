@@ -10,6 +10,7 @@ caller's decision.
 from __future__ import annotations
 
 import asyncio
+import json
 import datetime as _dt
 import uuid
 from collections.abc import Iterable, Sequence
@@ -20,7 +21,7 @@ from cassandra.cluster import Session
 from documents.status import VISIBLE
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
-from schemas.events import DocumentEvent, MemoryUpdated
+from schemas.events import DocumentEvent, MemoryUpdated, ToolCall
 from schemas import sealing
 from schemas.sealing import open_text
 from streams import document_status, memory
@@ -35,7 +36,7 @@ _CONVERSATION = (
     "SELECT user_id, title, model, created_at, selected_leaf_id, deleted_at FROM conversations WHERE conversation_id = ?"
 )
 _MESSAGES = (
-    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation, stream_offset "
+    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation, stream_offset, tool_use "
     "FROM messages WHERE conversation_id = ?"
 )
 #: The same rows without their text: what the projection needs (it never reads a message's content).
@@ -72,6 +73,14 @@ def _id(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def tool_use(cell: str | None) -> tuple[tuple[ToolCall, ...], str]:
+    """A ``messages.tool_use`` cell (streams/projection.py tool_use_json) read back: (calls, call id)."""
+    if not cell:
+        return (), ""
+    found = json.loads(cell)
+    return tuple(ToolCall(**c) for c in found.get("calls", ())), str(found.get("call_id", ""))
+
+
 def state_from_rows(conversation_id: str, conversation: Any | None, messages: Iterable[Any]) -> Conversation:
     """A tree state from the materialized rows (pure; rows are anything with the selected attributes).
 
@@ -90,9 +99,10 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
             continue
         mid = str(r.message_id)
         text = getattr(r, "content", None)  # not selected by a load without text
+        calls, call_id = tool_use(open_text(getattr(r, "tool_use", None)))
         msgs[mid] = Message(
             mid, _id(r.parent_id), r.role or "", open_text(text) or "", r.status or "", r.finish_reason, from_time(r.created_at),
-            tuple(getattr(r, "document_ids", None) or ()), getattr(r, "stream_offset", None),
+            tuple(getattr(r, "document_ids", None) or ()), getattr(r, "stream_offset", None), calls, call_id,
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
             answered.add(mid)

@@ -51,6 +51,9 @@ class Message:
     document_ids: tuple[str, ...] = ()
     #: Where a reply's chunks begin on chat.tokens (GenerationRequested.token_offset); None if unknown.
     stream_offset: int | None = None
+    #: An assistant message's calls of the client's functions; a tool message's call.
+    tool_calls: tuple[ev.ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 def frozen_messages(d: dict[str, Message]) -> Mapping[str, Message]:
@@ -109,7 +112,10 @@ def _created(s: Conversation, e: ev.ConversationCreated) -> Conversation:
 def _posted(s: Conversation, e: ev.MessagePosted) -> Conversation:
     if e.message_id in s.messages:  # a retried POST is a no-op: the first one stands
         return s
-    msg = Message(e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at, tuple(e.document_ids))
+    msg = Message(
+        e.message_id, e.parent_id, e.role, e.content, COMPLETE, None, e.occurred_at, tuple(e.document_ids),
+        tool_calls=tuple(e.tool_calls), tool_call_id=e.tool_call_id,
+    )
     return replace(s.with_message(msg), user_id=s.user_id or e.user_id, selected_leaf_id=e.message_id)
 
 
@@ -136,6 +142,7 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
         e.finish_reason,
         known.created_at if known is not None else None,
         stream_offset=known.stream_offset if known is not None else None,
+        tool_calls=tuple(e.tool_calls),
     )
     if e.request_id in s.moderated:
         msg = filtered(msg)
@@ -144,7 +151,9 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
 
 def filtered(msg: Message) -> Message:
     """``msg`` as moderation left it: the notice, ended content_filter."""
-    return replace(msg, content=FILTERED_NOTICE, status=STATUS_BY_FINISH["content_filter"], finish_reason="content_filter")
+    return replace(
+        msg, content=FILTERED_NOTICE, status=STATUS_BY_FINISH["content_filter"], finish_reason="content_filter", tool_calls=()
+    )
 
 
 def _moderated(s: Conversation, e: ev.GenerationModerated) -> Conversation:

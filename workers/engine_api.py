@@ -41,6 +41,7 @@ class GenerateRequest:
     frequency_penalty: float = 0.0
     json_schema: str | None = None  # structured output: the reply must match this JSON Schema
     priority: int | None = None  # SGLang's request priority (higher first under --enable-priority-scheduling)
+    skip_special_tokens: bool = True  # False: special tokens stay in the text (a tool-call format made of them)
 
 
 @dataclass(frozen=True)

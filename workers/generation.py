@@ -13,6 +13,10 @@ A reply ends ``length`` at ``max_text_bytes`` of text, whatever the token cap: i
 ``GenerationCompleted`` carries the whole text, sealed (base64, 4/3 of it), and no
 consumer reads a record over ``DEFAULT_MAX_EVENT_BYTES`` (an uncapped OpenAI call
 to a long-context pool could otherwise write a completion nobody can read).
+
+With tools offered, the text passes a ``CallStream`` (workers/tool_calls.py) on
+its way to the coalescer: the model's tool-call markup is held back from the
+chunks and comes out parsed, as the Outcome's ``tool_calls``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from schemas.events import Usage
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineDelta, EngineError, GenerateRequest
 from workers.outcome import Outcome, from_engine_finish, from_error
+from workers.tool_calls import CallStream
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +55,11 @@ class Generation:
         emit: Callable[[Piece], None],
         clock: Callable[[], float] = time.monotonic,
         max_text_bytes: int = REPLY_MAX_BYTES,
+        calls: CallStream | None = None,
     ) -> None:
         self._engine = engine
         self._max_text_bytes = max_text_bytes
+        self._calls = calls  # splits tool-call markup from the text, when tools are offered
         self._request = request
         self._coalescer = coalescer
         self._emit = emit
@@ -115,8 +122,9 @@ class Generation:
                     cached_tokens=delta.cached_tokens,
                     completion_tokens=delta.completion_tokens,
                 )
-                parts.append(delta.text)
-                self._send(self._coalescer.add(delta.text, new_tokens, now))
+                text = delta.text if self._calls is None else self._calls.feed(delta.text)
+                parts.append(text)
+                self._send(self._coalescer.add(text, new_tokens, now))
                 if delta.finish_reason:
                     reason, code, message = from_engine_finish(delta.finish_reason, delta.error)
                     break
@@ -126,10 +134,16 @@ class Generation:
             if not reader.done():
                 reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+        calls = []
+        if self._calls is not None:
+            tail, calls = self._calls.finish()  # markup that was not calls is text after all
+            parts.append(tail)
+            self._send(self._coalescer.add(tail, 0, self._clock()))
         self._send(self._coalescer.flush(self._clock()))
         return Outcome(
             finish_reason=reason,
             text="".join(parts),
+            tool_calls=tuple(calls),
             usage=usage,
             error_code=code,
             error_message=message,

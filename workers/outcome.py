@@ -20,8 +20,9 @@ from schemas.endings import (
     FILTERED_NOTICE,
     WORKER_ERROR,
 )
-from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, Usage, UsageRecorded
+from schemas.events import GenerationCompleted, InferenceRouted, TokenChunk, ToolCall, Usage, UsageRecorded
 from workers.engine_api import EngineError, EngineRejected, EngineUnavailable
+from workers.tool_calls import Call, call_id
 
 #: finish_reason values an engine may end a stream with (workers/engine_api.py).
 _ENGINE_FINISH = {"stop": "stop", "length": "length", "cancelled": "cancelled", "abort": "cancelled"}
@@ -36,6 +37,7 @@ class Outcome:
     error_message: str | None = None
     ttft_ms: float = 0.0  # engine submission → first token; 0 when none came
     duration_ms: float = 0.0  # engine submission → last token
+    tool_calls: tuple[Call, ...] = ()  # the client's functions the reply calls (its markup is not in ``text``)
 
     def as_cancelled(self, reason: str = "user") -> Outcome:
         """A cancel was asked for: an engine that ends an aborted stream as failed still means cancelled.
@@ -47,6 +49,12 @@ class Outcome:
         if reason == "moderation":
             return replace(self, finish_reason="content_filter", text="", error_code=None, error_message=None)
         return replace(self, finish_reason="cancelled", error_code=None, error_message=None)
+
+    def calls(self, request_id: str) -> list[ToolCall]:
+        """The tool calls as events carry them, with their ids; only a reply that ended on its own makes any."""
+        if self.finish_reason not in ("stop", "length"):
+            return []
+        return [ToolCall(id=call_id(request_id, i), name=c.name, arguments=c.arguments) for i, c in enumerate(self.tool_calls)]
 
     def resumed(self, earlier_tokens: int) -> Outcome:
         """The usage of a resumed attempt counted over the whole reply.
@@ -106,6 +114,7 @@ def terminal_events(
     content = FILTERED_NOTICE if filtered else req.resume_text + outcome.text
     cited, citation_status = cite(content, req.retrieval) if not (failed or filtered) else ([], "")
     retrieval = replace(req.retrieval, passages=[]) if req.retrieval else None  # their text is in the citations
+    calls = outcome.calls(req.request_id)
     completed = GenerationCompleted(
         **envelope,
         request_id=req.request_id,
@@ -122,6 +131,7 @@ def terminal_events(
         citations=cited,
         citation_status=citation_status,
         retrieval=retrieval,
+        tool_calls=calls,
     )
     final = TokenChunk(
         **envelope,
@@ -140,6 +150,7 @@ def terminal_events(
         citations=cited,
         citation_status=citation_status,
         documents_note=req.retrieval.note if req.retrieval else "",
+        tool_calls=calls,
     )
     usage = UsageRecorded(
         **envelope,

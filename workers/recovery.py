@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 from schemas.endings import HISTORY_UNAVAILABLE, ending
 from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, UsageRecorded
 from workers.outcome import Outcome, terminal_events
+from workers.tool_calls import Call
 
 # ------------------------------------------------------------------ verdicts
 
@@ -180,6 +181,7 @@ def _missing(
         usage=completed.usage,
         error_code=completed.error_code,
         error_message=completed.error_message,
+        tool_calls=tuple(Call(c.name, c.arguments) for c in completed.tool_calls),
     )
     _, final, recorded = terminal_events(
         replace(routed, request=request),

@@ -28,7 +28,8 @@ from parley.retry import retrying
 from schemas.endings import ENGINE_UNAVAILABLE, WORKER_ERROR
 from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, WorkerHeartbeat
 from workers import priority
-from workers.chat_template import CHATML, ChatTemplate
+from workers.chat_template import CHATML, ChatTemplate, offered
+from workers.tool_calls import CallStream
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.engine_health import EngineHealth
@@ -357,9 +358,10 @@ class Scheduler:
         """The engine's reply, streamed through ``coalescer`` as chunks; with the time it queued (ms)."""
         req = job.routed.request
         asked = req.sampling
+        tools = offered(req.tools)
         request = GenerateRequest(
             rid=job.rid,
-            text=self._template.render_prompt(req.messages, req.resume_text),
+            text=self._template.render_prompt(req.messages, req.resume_text, tools),
             max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
             temperature=self._settings.temperature if asked.temperature is None else asked.temperature,
             top_p=1.0 if asked.top_p is None else asked.top_p,
@@ -369,6 +371,7 @@ class Scheduler:
             frequency_penalty=asked.frequency_penalty or 0.0,
             json_schema=asked.json_schema,
             priority=priority.of_turn(req),
+            skip_special_tokens=tools is None or not self._template.special_tool_markers,
         )
         acks: list[asyncio.Future[object]] = []
 
@@ -376,8 +379,13 @@ class Scheduler:
             acks.append(self._sink.send_nowait(self._chunk(job, piece)))
 
         queue_ms = self._queue_ms(job)
+        calls = None
+        if tools is not None:  # the model's calls are parsed out of its text in its family's format
+            names = [f.name for f in tools.functions]
+            prefill = self._template.prefill(tools)
+            calls = CallStream(self._template.tool_format, names, parallel=tools.parallel, prefill=prefill)
         room = REPLY_MAX_BYTES - len(req.resume_text.encode())  # the cap is on the whole reply, as for tokens
-        generation = Generation(self._engine, request, coalescer, emit, self._clock, max_text_bytes=room)
+        generation = Generation(self._engine, request, coalescer, emit, self._clock, max_text_bytes=room, calls=calls)
         self._live[job].generation = generation
         outcome = await generation.run()
         if job.cancel_reason is not None:

@@ -228,6 +228,8 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
         sampling["frequency_penalty"] = request.frequency_penalty
     if request.json_schema is not None:
         sampling["json_schema"] = request.json_schema
+    if not request.skip_special_tokens:
+        sampling["skip_special_tokens"] = False
     body = {"text": request.text, "sampling_params": sampling, "stream": True, "rid": request.rid}
     if request.priority is not None:
         body["priority"] = request.priority

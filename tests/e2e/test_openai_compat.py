@@ -7,6 +7,7 @@ client leaves cancelled."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from typing import Any
@@ -251,3 +252,132 @@ async def test_a_deleted_conversation_stays_deleted_when_its_history_is_sent_aga
             assert [c["id"] for c in await _conversations(stack, key)] == [second["id"]]
     finally:
         await client.close()
+
+
+# ------------------------------------------------------------------ function calling (client-side tools)
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def _scripted(reply: str) -> str:
+    """The synthetic engine's test-only directive: its whole reply is ``reply`` (workers/engine/synthetic.py)."""
+    return f"[[reply:{base64.urlsafe_b64encode(reply.encode()).decode().rstrip('=')}]]"
+
+
+#: The model calls the tool in the stack's pools' format (ChatML: Hermes), with a word of text before it.
+CALLS_WEATHER = _scripted('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+ANSWER = "It is 21 degrees in Paris."
+
+
+def _tool_result(call_id: str) -> dict[str, str]:
+    """The client ran the tool: its result, which (being what the scripted model reads next) scripts the answer."""
+    return {"role": "tool", "tool_call_id": call_id, "content": '{"temp_c": 21} ' + _scripted(ANSWER)}
+
+
+def test_the_sync_client_runs_a_two_step_tool_conversation(stack) -> None:
+    """The SDK offers a function; the model calls it (``message.tool_calls``, content null of markup); the client
+    sends the result back; the model answers. The conversation is one branch, its reply keeping its call."""
+    key = stack.new_key("plus")
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
+    question = [{"role": "user", "content": "What is the weather in Paris? " + CALLS_WEATHER}]
+    first = client.chat.completions.create(model="auto", messages=question, tools=[WEATHER_TOOL], user="tools-sync")
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.content == "Let me look.\n"  # the text before the call; its markup never reaches the client
+    [call] = choice.message.tool_calls or []
+    assert call.type == "function" and call.id.startswith("call_")
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+
+    history = [*question, choice.message.model_dump(exclude_none=True), _tool_result(call.id)]
+    second = client.chat.completions.create(model="auto", messages=history, tools=[WEATHER_TOOL], user="tools-sync")
+    assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content == ANSWER
+    assert not second.choices[0].message.tool_calls
+
+    # Stored as it happened: question, the reply with its call, the tool's result, the answer — one branch.
+    [conversation] = asyncio.run(_conversations(stack, key))
+    stored = asyncio.run(_settled(stack, key, conversation["id"], replies=2))
+    messages = stored["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"], messages
+    assert messages[1]["tool_calls"] == [call.model_dump(exclude_none=True)]
+    assert messages[2]["tool_call_id"] == call.id and messages[2]["parent_id"] == messages[1]["id"]
+    assert messages[3]["content"] == ANSWER and messages[3]["parent_id"] == messages[2]["id"]
+    client.close()
+
+
+def test_the_streaming_client_gets_tool_call_deltas_as_openai_streams_them(stack) -> None:
+    key = stack.new_key("plus")
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
+    question = [{"role": "user", "content": "Weather in Paris, please. " + CALLS_WEATHER}]
+    asked = {"model": "auto", "tools": [WEATHER_TOOL], "tool_choice": "auto", "parallel_tool_calls": False}
+    chunks = list(client.chat.completions.create(messages=question, stream=True, **asked))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    deltas = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or ()]
+    assert content == "Let me look.\n" and "<tool_call>" not in content
+    head = deltas[0]
+    assert (head.index, head.type) == (0, "function") and head.id and head.id.startswith("call_")
+    assert head.function is not None and head.function.name == "get_weather" and head.function.arguments == ""
+    arguments = "".join(d.function.arguments or "" for d in deltas if d.function)
+    assert json.loads(arguments) == {"city": "Paris"} and {d.index for d in deltas} == {0}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+    call = {"id": head.id, "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    history = [*question, {"role": "assistant", "content": content, "tool_calls": [call]}, _tool_result(head.id)]
+    answer = list(client.chat.completions.create(messages=history, stream=True, **asked))
+    assert "".join(c.choices[0].delta.content or "" for c in answer if c.choices) == ANSWER
+    assert answer[-1].choices[0].finish_reason == "stop"
+    assert not any(c.choices[0].delta.tool_calls for c in answer if c.choices)
+
+    # A retried call (same Idempotency-Key) streams the same reply again, with the same call id.
+    replay_key = {"Idempotency-Key": "tools-retry-1"}
+    once = list(client.chat.completions.create(messages=question, stream=True, extra_headers=replay_key, **asked))
+    again = list(client.chat.completions.create(messages=question, stream=True, extra_headers=replay_key, **asked))
+    ids = [[t.id for c in s if c.choices for t in c.choices[0].delta.tool_calls or () if t.id] for s in (once, again)]
+    assert ids[0] == ids[1] and len(ids[0]) == 1
+    client.close()
+
+
+def test_a_tool_choice_naming_no_offered_function_is_refused_and_appends_nothing(stack) -> None:
+    key = stack.new_key("plus")
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
+    question = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(openai.BadRequestError) as absent:
+        client.chat.completions.create(
+            model="auto", messages=question, tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_time"}}
+        )
+    assert isinstance(absent.value.body, dict) and absent.value.body["param"] == "tool_choice"
+    with pytest.raises(openai.BadRequestError) as unknown:
+        client.chat.completions.create(model="auto", messages=question, tools=[{"type": "code_interpreter"}])  # type: ignore[list-item]
+    assert isinstance(unknown.value.body, dict) and (unknown.value.body["param"], unknown.value.body["code"]) == (
+        "tools[0].type", "unsupported_parameter"
+    )
+    assert asyncio.run(_conversations(stack, key)) == []
+    client.close()
+
+
+def test_langchain_bind_tools_runs_a_tool_loop(stack) -> None:
+    """LangChain's ``bind_tools`` (what its agents use): the model's call comes back as ``tool_calls`` on the
+    AIMessage, a ToolMessage with the result goes back, the model answers."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return '{"temp_c": 21} ' + _scripted(ANSWER)
+
+    key = stack.new_key("plus")
+    llm = ChatOpenAI(base_url=f"{stack.url}/v1", api_key=key, model="auto", max_retries=0, timeout=60).bind_tools([get_weather])
+    messages: list[Any] = [HumanMessage("What is the weather in Paris? " + CALLS_WEATHER)]
+    called = llm.invoke(messages)
+    assert [(c["name"], c["args"]) for c in called.tool_calls] == [("get_weather", {"city": "Paris"})]
+    messages += [called, ToolMessage(get_weather.invoke(called.tool_calls[0]["args"]), tool_call_id=called.tool_calls[0]["id"])]
+    answered = llm.invoke(messages)
+    assert answered.content == ANSWER and not answered.tool_calls

@@ -14,6 +14,10 @@ stop_token_ids with ignore_eos and min_new_tokens, no_stop_trim); the ones that
 choose tokens (``NO_EFFECT``: temperature, top-k/p, min_p, penalties,
 logit_bias, sampling_seed) are accepted and cannot change the synthetic text,
 which is fixed by the prompt by definition. ``/get_server_info`` lists both.
+
+Two test-only directives in the prompt script the text (below): ``[[insert:N:BASE64]]``
+puts a sentence into the reply, ``[[reply:BASE64]]`` is the whole reply (a tool call
+in the pool's format, say). Only this backend reads them; a real model never does.
 """
 
 from __future__ import annotations
@@ -59,6 +63,26 @@ _WORDS = (
 #: Tests script a reply that turns bad after clean text with it (the moderation e2e); base64, so the
 #: prompt itself does not hold the words.
 _INSERT = re.compile(r"\[\[insert:(\d+):([A-Za-z0-9+/=_-]+)\]\]")
+#: ``[[reply:BASE64]]`` in a prompt: the reply is exactly the decoded text, then the model's end of turn (the
+#: prompt's last such directive wins). Tests script a model's tool call with it, in the pool's format, and the
+#: answer after a tool's result (whose text holds the next directive).
+_REPLY = re.compile(r"\[\[reply:([A-Za-z0-9+/=_-]+)\]\]")
+#: The token id a scripted reply ends with (its end of turn; never text).
+SCRIPT_END = 0
+
+
+def _decoded(encoded: str) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def scripted_pieces(prompt: str) -> list[str] | None:
+    """The pieces of the reply the prompt's last ``[[reply:BASE64]]`` scripts (whitespace kept); None without one."""
+    found = _REPLY.findall(prompt)
+    text = _decoded(found[-1]) if found else None
+    return None if text is None else re.findall(r"\s*\S+|\s+", text)
 
 
 def synthetic_pieces(prompt: str, count: int) -> list[str]:
@@ -69,9 +93,8 @@ def synthetic_pieces(prompt: str, count: int) -> list[str]:
     if not inserts:
         return pieces
     at, encoded = inserts[-1]
-    try:
-        sentence = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    sentence = _decoded(encoded)
+    if sentence is None:
         return pieces  # not a script: the prompt's words as they are
     words = [" " + w for w in sentence.split()]
     return (pieces[: int(at)] + words + pieces[int(at) :])[:count]
@@ -160,7 +183,10 @@ class SyntheticBackend:
         rid, sampling = state.rid, state.request.sampling
         # SGLang clamps the reply so prompt + reply fits the context.
         max_new = min(sampling.max_new_tokens, self.context_length - len(prompt) - 1)
-        reply = synthetic_pieces(state.request.text, max_new)
+        script = scripted_pieces(state.request.text)
+        ends = script is not None and len(script) <= max_new  # the scripted reply ends before the cap
+        reply = script[:max_new] if script is not None else synthetic_pieces(state.request.text, max_new)
+        max_new = len(reply) if ends else max_new
         ids = [WordTokenizer.piece_id(p) for p in reply]
         by_id = dict(zip(ids, reply))
         text = IncrementalText(lambda xs: "".join(by_id[i] for i in xs), sampling.stop, sampling.no_stop_trim)
@@ -203,7 +229,7 @@ class SyntheticBackend:
                 elif stop_token:
                     finish = protocol.finish_stop_token(token)
                 elif final:
-                    finish = protocol.finish_length(done)
+                    finish = protocol.finish_stop_token(SCRIPT_END) if ends else protocol.finish_length(done)
                 state.publish(Progress(added, (token,), done, len(prompt), cached, finish))
                 if finish is not None:
                     break

@@ -102,7 +102,8 @@ def test_empty_and_null_contents_are_taken_where_openai_takes_them() -> None:
         ({"model": 3}, "model", 400),
         ({"messages": []}, "messages", 400),
         ({"messages": "Hi"}, "messages", 400),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", 400),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id", 400),
+        ({"messages": [{"role": "function", "content": "x", "name": "f"}]}, "messages[0].role", 400),
         ({"messages": [{"role": {}, "content": "x"}]}, "messages[0].role", 400),
         ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}, "messages", 400),
         ({"messages": [{"role": "system", "content": None}, {"role": "user", "content": "x"}]}, "messages[0].content", 400),
@@ -118,7 +119,7 @@ def test_empty_and_null_contents_are_taken_where_openai_takes_them() -> None:
         ({"max_tokens": True}, "max_tokens", 400),
         ({"max_tokens": 10**12}, "max_tokens", 400),
         ({"n": 2}, "n", 400),
-        ({"tools": [{"type": "function"}]}, "tools", 400),
+        ({"tools": [{"type": "function"}]}, "tools[0].function", 400),
         ({"logprobs": True}, "logprobs", 400),
         ({"stream_options": {"include_usage": "yes"}}, "include_usage", 400),
         ({"user": 5}, "user", 400),
@@ -172,6 +173,7 @@ class Node:
     role: str
     content: str
     status: str | None = "complete"
+    tool_calls: tuple[Any, ...] = ()
 
 
 CID = "7d0f8a5e-2a43-4b8e-9c8e-0d1f3b1f6a10"

@@ -71,7 +71,7 @@ def test_the_openai_request_carries_its_sampling_and_structured_output() -> None
     [
         ({"logit_bias": {"50256": -100}}, "logit_bias"),
         ({"top_logprobs": 2}, "top_logprobs"),
-        ({"tool_choice": "required"}, "tool_choice"),
+        ({"functions": [{"name": "f"}]}, "functions"),  # the API before `tools`
         ({"frobnicate": 1}, "frobnicate"),
         ({"n": 2}, "n"),
     ],

@@ -21,6 +21,7 @@ from schemas.events import (
     MODERATION_STAGES,
     RETRIEVAL_PATHS,
     ROLES,
+    TOOL_CHOICES,
     GenerationCompleted,
     TokenChunk,
 )
@@ -39,6 +40,7 @@ CONSTRAINED = {
     "action": MODERATION_ACTIONS,
     "verdict": frozenset({"clean", "flagged"}),
     "by": ERASED_BY,
+    "choice": TOOL_CHOICES,
 }
 
 

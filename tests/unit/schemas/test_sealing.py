@@ -19,6 +19,7 @@ from schemas.events import (
     EVENT_TYPES,
     Citation,
     GenerationCompleted,
+    GenerationRequested,
     InferenceRequested,
     MemoryFact,
     MemoryUpdated,
@@ -27,6 +28,9 @@ from schemas.events import (
     PromptMessage,
     Retrieval,
     TokenChunk,
+    ToolCall,
+    ToolFunction,
+    Tools,
 )
 from tools.analysts.records import Decoder
 
@@ -87,6 +91,16 @@ def test_content_fields_are_sealed_on_the_wire_and_opened_on_decode(keys: Revers
         ),  # fmt: skip
         MemoryUpdated(user_id="u1", facts=[MemoryFact(fact_id=MID, text="canary fact")]),
         TokenChunk(conversation_id=CID, user_id="u1", request_id=MID, seq=0, text="canary chunk", documents_note="canary"),
+        # A tool conversation: the functions' descriptions and schemas, and every call's arguments.
+        GenerationRequested(
+            conversation_id=CID, user_id="u1", request_id=MID, parent_id=MID, client_message_id="c",
+            tools=Tools(functions=[ToolFunction(name="f", description="canary tool", parameters='{"description": "canary"}')]),
+        ),  # fmt: skip
+        MessagePosted(
+            conversation_id=CID, user_id="u1", message_id=MID, content="", client_message_id="c", role="assistant",
+            tool_calls=[ToolCall(id="call_1", name="f", arguments='{"q": "canary"}')],
+        ),  # fmt: skip
+        TokenChunk(conversation_id=CID, user_id="u1", request_id=MID, seq=0, tool_calls=[ToolCall(id="c", name="f", arguments='"canary"')]),
     ]
     for event in events:
         data = codec.encode(event)
@@ -107,6 +121,7 @@ def test_the_gateway_s_chunk_reader_and_the_analysts_decoder_open_what_the_codec
     chunk = TokenChunk(
         conversation_id=CID, user_id="u1", request_id=MID, seq=1, text="secret words", documents_note="a note", finish_reason="stop",
         citations=[Citation(number=1, document_id=CID, page=2, chunk_id=MID, text="a span", filename="f.pdf")],
+        tool_calls=[ToolCall(id="call_1", name="f", arguments='{"q": "x"}'), ToolCall(id="call_2", name="g", arguments="{}")],
     )  # fmt: skip
     data = codec.encode(chunk)
     assert chunk_reader.read(data, {MID}) == codec.decode(data) == chunk

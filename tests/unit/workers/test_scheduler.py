@@ -12,7 +12,7 @@ from __future__ import annotations
 from schemas.endings import FILTERED_NOTICE
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,11 +30,15 @@ from schemas.events import (
     PromptMessage,
     Sampling,
     TokenChunk,
+    ToolCall,
+    ToolFunction,
+    Tools,
     UsageRecorded,
     now_us,
 )
 from workers.chat_template import CHATML, DEEPSEEK, LLAMA3, ChatTemplate
-from workers.engine_api import EngineLoad
+from workers.engine_api import EngineDelta, EngineLoad, GenerateRequest
+from workers.tool_calls import call_id
 from workers.engine_health import PROBE_S
 from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
@@ -490,3 +494,50 @@ async def test_the_turns_sampling_reaches_the_engine_and_the_pool_default_fills_
     assert (first.temperature, first.seed, first.frequency_penalty, first.json_schema) == (0.0, 11, 0.5, '{"type":"object"}')
     assert first.stop == (*CHATML.stop, "END")
     assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, CHATML.stop)
+
+
+class Speaking(ScriptedEngine):
+    """An engine whose model writes ``pieces``, whatever the prompt (a model calling a tool, say)."""
+
+    def __init__(self, pieces: Sequence[str]) -> None:
+        super().__init__(model="scripted-1")
+        self.pieces = pieces
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[EngineDelta]:
+        self.requests.append(request)
+        for i, text in enumerate(self.pieces):
+            yield EngineDelta(text, i + 1, 10, 0, finish_reason="stop" if i == len(self.pieces) - 1 else None)
+
+
+TOOLS = Tools(functions=[ToolFunction(name="get_weather", parameters='{"type":"object"}')])
+
+
+@pytest.mark.parametrize(
+    ("template", "pieces"),
+    [
+        (CHATML, ["Let me ", "look.\n<tool", '_call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}\n</tool_call>']),
+        (LLAMA3, ["Let me look.\n", "<|python_tag|>", '{"name": "get_weather", "parameters": {"city": "Paris"}}']),
+    ],
+    ids=lambda v: getattr(v, "family", ""),
+)
+async def test_a_models_tool_call_is_parsed_out_of_its_stream_and_closes_the_reply(template: ChatTemplate, pieces: list[str]) -> None:
+    h = Harness(engine=Speaking(pieces), template=template)
+    asked = routed("t1")
+    h.scheduler.accept(replace(asked, request=replace(asked.request, tools=TOOLS)), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    (sent,) = h.engine.requests
+    assert "get_weather" in sent.text and sent.skip_special_tokens is (template is CHATML)  # llama3's tag is special
+    *stream, final = h.chunks("t1")
+    assert "".join(c.text for c in stream) == "Let me look.\n"  # the markup never goes out as text
+    call = ToolCall(id=call_id("t1", 0), name="get_weather", arguments='{"city":"Paris"}')
+    assert final.tool_calls == [call] and final.finish_reason == "stop"
+    completed = h.completed("t1")
+    assert (completed.content, completed.tool_calls) == ("Let me look.\n", [call])
+
+
+async def test_without_tools_the_text_is_the_models_as_written() -> None:
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'
+    h = Harness(engine=Speaking([text]))
+    h.scheduler.accept(routed("t2"), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    assert h.completed("t2").content == text and h.completed("t2").tool_calls == []

@@ -8,7 +8,7 @@ from parley.settings import from_env
 from workers.engine import protocol
 from workers.engine.protocol import GenerateInput, Progress, Sampling
 from workers.engine.settings import EngineSettings
-from workers.engine.synthetic import SyntheticBackend, synthetic_pieces
+from workers.engine.synthetic import SCRIPT_END, SyntheticBackend, scripted_pieces, synthetic_pieces
 from workers.engine.tokenizer import WordTokenizer
 
 
@@ -88,3 +88,21 @@ def test_a_prompt_scripts_a_sentence_into_the_reply_after_n_pieces() -> None:
     assert "".join(pieces[5:8]) == " The scripted sentence."
     assert pieces[:5] == synthetic_pieces(f"q [[insert:5:{script}]]", 5)
     assert synthetic_pieces("q [[insert:5:%%%]]", 10) == synthetic_pieces("q [[insert:5:%%%]]", 10)  # not a script
+
+
+async def test_a_prompt_scripts_the_whole_reply_which_then_ends_on_its_own() -> None:
+    """``[[reply:BASE64]]`` (test-only, this backend's): the reply is the text, whitespace kept, then stop."""
+    import base64
+
+    text = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    script = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    assert "".join(scripted_pieces(f"a [[reply:{script}]]") or []) == text
+    assert scripted_pieces("no script here") is None
+    last = base64.urlsafe_b64encode(b"The answer.").decode()
+    assert "".join(scripted_pieces(f"[[reply:{script}]] then [[reply:{last}]]") or []) == "The answer."  # the last wins
+    b = backend()
+    await b.start()
+    last = protocol.joined(await finish(b, "s1", f"q [[reply:{script}]]", 500))
+    assert last.text == text and last.finish_reason == protocol.finish_stop_token(SCRIPT_END)
+    capped = protocol.joined(await finish(b, "s2", f"q [[reply:{script}]]", 2))  # the cap still cuts it
+    assert capped.finish_reason == protocol.finish_length(2)
