@@ -337,19 +337,26 @@ def _erasure(kafka: KafkaSettings) -> Wiring:
 
     installed = sealing.installed()  # run() installs the process's key service before wiring
     key_service = installed if isinstance(installed, keys.KeyService) else keys.install_from_env()
-    producer = EventProducer(kafka)
+    producers: list[EventProducer] = []  # made on the first job, on the loop that awaits its acknowledgements
 
     async def append(events: Sequence[Event]) -> None:
-        await asyncio.gather(*(producer.send(e) for e in events))  # queued in order; idempotent, so kept in order
+        if not producers:
+            producers.append(EventProducer(kafka))
+        await asyncio.gather(*(producers[0].send(e) for e in events))  # queued in order; idempotent, so kept in order
 
     async def destroy_key(user_id: str) -> None:
         await asyncio.to_thread(key_service.erase, user_id)
 
     async def close() -> None:
-        await asyncio.to_thread(producer.close, 5)
+        for producer in producers:
+            await asyncio.to_thread(producer.close, 5)
 
     job = ErasureJob(ErasureRows(from_env(CassandraSettings)), append, destroy_key)
-    return Wiring(agents=[Agent("user.erasures", {ErasureRequested: job.handle, UserErased: job.handle})], on_stop=[close])
+    return Wiring(
+        agents=[Agent("user.erasures", {ErasureRequested: job.handle, UserErased: job.handle})],
+        writes=("chat.events", "docs.events", "user.memory", "user.erasures"),  # the job's own appends, not the runner's
+        on_stop=[close],
+    )
 
 
 #: The processors, by the name the command line uses (group ``streams.<name>``): each a core module
