@@ -23,7 +23,7 @@ from streams.store import Store
 
 #: Every column of ``erasures``, in the order of ``Progress``'s fields.
 COLUMNS = (
-    "user_id, requested_at, request_id, org_id, by, conversations, documents, deletes_appended_at, key_destroyed_at, "
+    "user_id, requested_at, request_id, org_id, requested_by, conversations, documents, deletes_appended_at, key_destroyed_at, "
     "rows_purged_at, done_at"
 )
 
@@ -31,7 +31,7 @@ COLUMNS = (
 def progress_of(r: object) -> Progress:
     """A row of ``erasures`` (anything with its columns) as the job's ``Progress``."""
     return Progress(
-        r.user_id, r.request_id, r.requested_at, r.by or "", r.org_id or "", r.conversations, r.documents,  # type: ignore[attr-defined]
+        r.user_id, r.request_id, r.requested_at, r.requested_by or "", r.org_id or "", r.conversations, r.documents,  # type: ignore[attr-defined]
         r.deletes_appended_at, r.key_destroyed_at, r.rows_purged_at, r.done_at,  # type: ignore[attr-defined]
     )  # fmt: skip
 
