@@ -54,14 +54,17 @@ class ErasureRows(Store):
         return progress_of(rows[0]) if rows else None
 
     async def record(self, p: Progress) -> None:
-        """The row as ``p`` says (an upsert: a step once recorded stays, since no step is ever unset)."""
-        await self.run(
-            f"INSERT INTO {{ks}}.erasures ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                p.user_id, p.requested_at, p.request_id, p.org_id, p.by, p.conversations, p.documents,
-                p.deletes_appended_at, p.key_destroyed_at, p.rows_purged_at, p.done_at,
-            ),
+        """What ``p`` knows, and nothing it does not: a null would erase a step that another writer (the job,
+        when the requester records late) already recorded. Steps are never unset, so an upsert of the rest
+        is all a record needs."""
+        values = (
+            p.user_id, p.requested_at, p.request_id, p.org_id, p.by, p.conversations, p.documents,
+            p.deletes_appended_at, p.key_destroyed_at, p.rows_purged_at, p.done_at,
         )  # fmt: skip
+        known = [(c, v) for c, v in zip(COLUMNS.split(", "), values) if v is not None]
+        columns = ", ".join(c for c, _ in known)
+        marks = ", ".join("?" for _ in known)
+        await self.run(f"INSERT INTO {{ks}}.erasures ({columns}) VALUES ({marks})", tuple(v for _, v in known))
 
     async def refuse(self, user_id: str, at: datetime) -> list[str]:
         """The user marked erased (``at``: the request's time, the same on every run), every API key revoked,
