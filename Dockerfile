@@ -3,8 +3,10 @@ FROM python:3.11-slim
 WORKDIR /app
 # OCR of pages without a text layer, the upload scanner (documents/), the edge's HAProxy (edge/): Debian's, as
 # infra/local/debian-packages.sh.
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends tesseract-ocr tesseract-ocr-eng clamav haproxy \
-    && rm -rf /var/lib/apt/lists/*
+# freshclam fetches ClamAV's real signatures into /var/lib/clamav (infra/clamav/freshclam.conf; the compose
+# file's `freshclam` service, the K8s documents pods' init container and sidecar).
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends tesseract-ocr tesseract-ocr-eng clamav \
+    clamav-freshclam haproxy && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY parley ./parley
 COPY schemas ./schemas

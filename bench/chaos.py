@@ -1,6 +1,7 @@
 """Chaos: conversations on a whole stack while a random component, Kafka or Cassandra fails every few seconds.
 
     python -m bench.chaos [--conversations 200] [--turns 3] [--concurrency 24] [--kill-every 5] [--min-kills 10]
+                          [--replicas 3]
 
 On loopback: a Kafka and a Cassandra of the run's own (``bench.chaos_infra``: free ports, a data dir
 under .data/chaos-*; the shared ones are never touched), and a stack with two workers (each its own
@@ -13,7 +14,10 @@ The faults, in shuffled rounds (each once per round): every service process SIGK
 restarted; the broker SIGKILLed and restarted, and slowed (every request and response delayed
 0.2–0.6 s for 10–20 s, by the proxy its clients reach it through); the Cassandra node SIGKILLed and
 restarted, and SIGSTOPped for 20–60 s (one service, each in turn, killed and started again halfway
-through the pause: a start with Cassandra away). The first tenth of the conversations run calm (the
+through the pause: a start with Cassandra away). With ``--replicas 3`` the infra is three brokers and
+three Cassandra nodes (RF 3, ``min.insync.replicas`` 2, LOCAL_QUORUM): each node of each is in the
+rotation, killed or SIGSTOPped on its own (a broker is paused, not slowed: no proxy there), one fault at a
+time. The first tenth of the conversations run calm (the
 baseline), the rest under chaos; faults go on until ``--min-kills`` and the load are both done (more
 conversations are started while faults are missing). Then it waits for quiescence, audits the log
 against Cassandra (``tools.audit``) and prints the counts; it exits 1 when a turn was lost, answered
@@ -44,7 +48,7 @@ from bench.chaos_infra import PrivateInfra
 from bench.chaos_probe import Probe
 from parley.cassandra import connect
 from parley.consumer import reader, watermarks
-from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
+from parley.settings import REPO_ROOT, KafkaSettings
 from schemas import sealing
 from schemas.catalog import TOPICS
 from tools import isolated
@@ -107,15 +111,19 @@ SLOW_DELAY_S = (0.2, 0.6)
 @dataclass(frozen=True)
 class Fault:
     """One fault of the rotation: ``action`` (kill | pause | slow) done to ``target`` (a component's
-    name, ``kafka`` or ``cassandra``), node ``node`` of it (infra only; 0 while there is one)."""
+    name, ``kafka`` or ``cassandra``), node ``node`` of it (infra only: None while there is one)."""
 
     action: str
     target: str
-    node: int = 0
+    node: int | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.action} {_kind(self.target)}" + (f" {self.node}" if self.node else "")
+        return f"{self.action} {_kind(self.target)}" + (f" {self.node}" if self.node is not None else "")
+
+    @property
+    def index(self) -> int:
+        return self.node or 0
 
 
 class Chaos:
@@ -131,10 +139,11 @@ class Chaos:
     def rotation(self) -> list[Fault]:
         """One round: every fault once (every node of the infra)."""
         faults = [Fault("kill", c.name) for c in self.components]
-        for node in range(self.infra.nodes["kafka"]):
-            faults += [Fault("kill", "kafka", node), Fault("slow", "kafka", node)]
-        for node in range(self.infra.nodes["cassandra"]):
-            faults += [Fault("kill", "cassandra", node), Fault("pause", "cassandra", node)]
+        for name in ("kafka", "cassandra"):
+            count = self.infra.nodes[name]
+            for node in range(count) if count > 1 else [None]:
+                other = "slow" if name == "kafka" and self.infra.can_slow else "pause"
+                faults += [Fault("kill", name, node), Fault(other, name, node)]
         return faults
 
     def kill_one(self, rng: random.Random) -> str:
@@ -150,16 +159,16 @@ class Chaos:
             # starts while Cassandra is away, with every key cache empty (review C2).
             seconds, c = rng.uniform(*PAUSE_S), self.components[self._paused % len(self.components)]
             self._paused += 1
-            self.infra.pause(f.target, seconds, f.node, meanwhile=lambda: self.kill_and_start(c))
+            self.infra.pause(f.target, seconds, f.index, meanwhile=lambda: self.kill_and_start(c))
             self.await_start(c)
             self.kills[f"kill {_kind(c.name)} during a {f.target} pause"] += 1
             said += f" for {seconds:.0f} s, {c.name} killed and started meanwhile"
         elif f.action == "slow":
             seconds, delay = rng.uniform(*SLOW_S), rng.uniform(*SLOW_DELAY_S)
-            self.infra.slow(seconds, delay, f.node)
+            self.infra.slow(seconds, delay)
             said += f" by {delay * 1000:.0f} ms for {seconds:.0f} s"
         elif f.target in ("kafka", "cassandra"):
-            self.infra.kill(f.target, f.node)  # same data dir, same ports
+            self.infra.kill(f.target, f.index)  # same data dir, same ports
         else:
             c = next(c for c in self.components if c.name == f.target)
             c.child.process.kill()
@@ -250,42 +259,44 @@ class Clients:
         while time.monotonic() < deadline:
             http = self.http[gw]
             try:
-                if not t.reply_id:
-                    request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json={"content": text, "client_message_id": cmid})
-                else:
-                    if cursor is None:  # replayed from the start: forget what was streamed
-                        events = [e for e in events if e.event != "delta"]
-                    request = http.build_request(
-                        "GET", f"/v1/messages/{t.reply_id}/stream", headers={"Last-Event-ID": cursor} if cursor else {}
-                    )
-                response = await http.send(request, stream=True)
-                try:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        if response.status_code in (400, 401, 403, 413, 415, 422):
-                            t.outcome, t.code = "error", f"http_{response.status_code}"
-                            break
-                        raise httpx.TransportError(f"HTTP {response.status_code}")  # 404 (not materialised yet), 429, 5xx
-                    async for e in parse_sse(response.aiter_lines()):
-                        t.seen.append((str(gw), e.id or "", f"delta {len(e.data.get('text', ''))}" if e.event == "delta" else f"{e.event} {e.data}"[:300]))
-                        if e.id:
-                            cursor = e.id
-                        if e.event == "message":
-                            t.reply_id = e.data["reply_id"]
-                            continue
-                        if e.event == "error" and e.data.get("code") in TRANSIENT:
-                            break
-                        events.append(e)
-                        if e.event == "delta" and t.ttft is None:
-                            t.ttft = time.monotonic() - t.began
-                        if e.event in ("done", "error"):
-                            t.outcome, t.code = e.event, e.data.get("code", "")
-                            t.text = reply_text(events)
-                            t.ended = time.monotonic()
-                            return t
-                finally:
-                    await response.aclose()
-            except httpx.HTTPError:
+                # The deadline holds within a connection too: a stream kept open by heartbeats alone ends here.
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    if not t.reply_id:
+                        request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json={"content": text, "client_message_id": cmid})
+                    else:
+                        if cursor is None:  # replayed from the start: forget what was streamed
+                            events = [e for e in events if e.event != "delta"]
+                        request = http.build_request(
+                            "GET", f"/v1/messages/{t.reply_id}/stream", headers={"Last-Event-ID": cursor} if cursor else {}
+                        )
+                    response = await http.send(request, stream=True)
+                    try:
+                        if response.status_code >= 400:
+                            await response.aread()
+                            if response.status_code in (400, 401, 403, 413, 415, 422):
+                                t.outcome, t.code = "error", f"http_{response.status_code}"
+                                break
+                            raise httpx.TransportError(f"HTTP {response.status_code}")  # 404 (not materialised yet), 429, 5xx
+                        async for e in parse_sse(response.aiter_lines()):
+                            t.seen.append((str(gw), e.id or "", f"delta {len(e.data.get('text', ''))}" if e.event == "delta" else f"{e.event} {e.data}"[:300]))
+                            if e.id:
+                                cursor = e.id
+                            if e.event == "message":
+                                t.reply_id = e.data["reply_id"]
+                                continue
+                            if e.event == "error" and e.data.get("code") in TRANSIENT:
+                                break
+                            events.append(e)
+                            if e.event == "delta" and t.ttft is None:
+                                t.ttft = time.monotonic() - t.began
+                            if e.event in ("done", "error"):
+                                t.outcome, t.code = e.event, e.data.get("code", "")
+                                t.text = reply_text(events)
+                                t.ended = time.monotonic()
+                                return t
+                    finally:
+                        await response.aclose()
+            except (httpx.HTTPError, TimeoutError):
                 pass
             gw = 1 - gw  # fail over to the other gateway
             if t.reply_id:
@@ -324,13 +335,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kill-every", type=float, default=10.0, help="seconds between the end of one fault's recovery and the next fault")
     p.add_argument("--min-kills", type=int, default=10, help="faults (kills, pauses, slow brokers) to do at least")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--replicas", type=int, default=1, choices=(1, 3),
+        help="1: one broker and one Cassandra node; 3: three of each (RF 3), faults on one node at a time",
+    )
     return p.parse_args(argv)
 
 
 def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
-    kafka = replace(from_env(KafkaSettings), bootstrap=infra.bootstrap, replication=1)
-    cassandra = replace(from_env(CassandraSettings), hosts="127.0.0.1", port=infra.cfg.cassandra_port)
-    kafka, cassandra = isolated.prepare(kafka, cassandra, "chaos")
+    kafka, cassandra = isolated.prepare(*infra.client_settings(), "chaos")
     services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY)
     inner = isolated.start(kafka, cassandra, log_dir, ENV, services=services)
     by_name = {c.service.name: c for c in inner.supervisor.children}
@@ -431,16 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     # the audit opens what the stack sealed.
     os.environ.setdefault("PARLEY_KEYS_KEYSPACE", "bench_keys")
     run = uuid.uuid4().hex[:6]
-    infra = PrivateInfra(REPO_ROOT / ".data" / f"chaos-{run}")
+    infra = PrivateInfra(REPO_ROOT / ".data" / f"chaos-{run}", args.replicas)
     inner = None
     try:
         infra.up()
         # This process's own clients (the key service, the audit) use the private infra too.
-        os.environ.update(
-            PARLEY_KAFKA_BOOTSTRAP=infra.bootstrap,
-            PARLEY_CASSANDRA_HOSTS="127.0.0.1",
-            PARLEY_CASSANDRA_PORT=str(infra.cfg.cassandra_port),
-        )
+        os.environ.update(infra.client_env())
         inner, components, urls = start_stack(infra, infra.cfg.data_dir / "logs")  # migrates the keys keyspace
         keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]

@@ -50,6 +50,7 @@ from parley.kafka import EventProducer
 from parley.migrate import migrate
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import events as ev
+from schemas import sealing
 from schemas.catalog import TOPICS
 from streams.materializer import Materializer
 from streams.projection import Write, cql, writes_for
@@ -122,7 +123,7 @@ def projected(events: list[ev.Event]) -> list[Write]:
     for e in events:
         cid = e.conversation_id  # type: ignore[attr-defined]
         state = states.get(cid) or empty(cid)
-        out += writes_for(state, e)
+        out += writes_for(state, e, sealing.sealer())
         states[cid] = apply(state, e)
     return out
 
@@ -134,7 +135,7 @@ WRITTEN_THROUGH = (ev.ConversationCreated, ev.MessagePosted, ev.GenerationReques
 
 def written_through(events: list[ev.Event]) -> int:
     """Writes the gateway's write-through makes for ``events``."""
-    return sum(len(writes_for(empty(e.conversation_id), e)) for e in events if isinstance(e, WRITTEN_THROUGH))  # type: ignore[attr-defined]
+    return sum(len(writes_for(empty(e.conversation_id), e, sealing.sealer())) for e in events if isinstance(e, WRITTEN_THROUGH))  # type: ignore[attr-defined]
 
 
 def ceiling(cassandra: CassandraSettings, writes: list[Write]) -> tuple[float, float]:
@@ -173,7 +174,7 @@ def ceiling(cassandra: CassandraSettings, writes: list[Write]) -> tuple[float, f
 async def _materialize(cassandra: CassandraSettings, events: list[ev.Event]) -> float:
     store = Store(cassandra)
     try:
-        core = Materializer(from_env(MaterializerSettings), store)
+        core = Materializer(from_env(MaterializerSettings), store, sealing.sealer())
         await core.handle(events[0])  # connects and prepares
         began = time.perf_counter()
         for e in events[1:]:

@@ -48,10 +48,9 @@ log = logging.getLogger(__name__)
 
 #: Longest a fresh child may take to import its libraries and say it is ready.
 _START_TIMEOUT_S = 60.0
-#: Largest reply the parent reads; larger means the child misbehaves (a page's text is far smaller).
+#: Largest message either side reads: a reply (larger means the child misbehaves: a page's text is far
+#: smaller), or the document itself (PARLEY_DOCUMENTS_MAX_BYTES is 25 MiB by default).
 _MAX_REPLY_BYTES = 64 << 20
-#: The file the document is written to, in the child's private directory.
-_DOCUMENT = "document"
 _METHODS = frozenset({"text", "ocr", "empty"})
 _KINDS = frozenset({"heading", "paragraph", "table"})
 
@@ -224,7 +223,6 @@ class PageReader:
         finally:
             os.close(from_parent)
             os.close(to_parent)
-        (self._child.home / _DOCUMENT).write_bytes(self._data)
         self._conn = _Pipes(Connection(to_child, readable=False), Connection(from_child, writable=False))
         if not self._conn.poll(_START_TIMEOUT_S):
             self._stop()
@@ -236,6 +234,13 @@ class PageReader:
         if ready is None or ready[0] != "ok" or not isinstance(ready[1], dict):
             self._stop()
             raise RuntimeError("the page-reading child did not start")
+        # The opened original goes through the pipe, never to a file: a worker killed mid-document
+        # would leave it on disk, unsealed (review H8).
+        try:
+            self._conn.send_bytes(self._data)
+        except OSError:
+            self._stop()
+            raise RuntimeError("the page-reading child did not take the document") from None
         if not self._warned and not (ready[1].get("network_namespace") and ready[1].get("landlock")):
             self._warned = True  # once per reader: docs/operations.md says what is lost
             log.warning("the extraction sandbox is partial on this host", extra={"sandbox": ready[1]})
@@ -308,8 +313,8 @@ class _Pipes:
 
 
 def _serve(confined: dict, receive_fd: str, send_fd: str, memory_mb: str, cpu_s: str) -> None:
-    """The child, already confined (``documents.sandbox``): cap memory, load the libraries, cap CPU, then answer
-    requests about the file ``_DOCUMENT`` in its directory until the pipe closes."""
+    """The child, already confined (``documents.sandbox``): cap memory, load the libraries, cap CPU, then take
+    the document (the first message after its ``ok``) and answer requests about it until the pipe closes."""
     import resource
 
     conn = _Pipes(Connection(int(send_fd), readable=False), Connection(int(receive_fd), writable=False))
@@ -332,6 +337,10 @@ def _serve(confined: dict, receive_fd: str, send_fd: str, memory_mb: str, cpu_s:
 
     document: Document | None = None
     send("ok", confined)
+    try:
+        data = conn.recv_bytes(_MAX_REPLY_BYTES)
+    except EOFError:
+        return
     while True:
         try:
             request = json.loads(conn.recv_bytes(_MAX_REPLY_BYTES))
@@ -343,7 +352,7 @@ def _serve(confined: dict, receive_fd: str, send_fd: str, memory_mb: str, cpu_s:
                 if document is not None:
                     document.close()
                     document = None
-                document = open_document(Path(_DOCUMENT), request["media_type"])
+                document = open_document(data, request["media_type"])
                 send("ok", document.page_count)
             elif op == "page":
                 assert document is not None, "page before open"
@@ -351,7 +360,7 @@ def _serve(confined: dict, receive_fd: str, send_fd: str, memory_mb: str, cpu_s:
                 blocks = [{"kind": b.kind, "text": b.text} for b in page.blocks]
                 send("ok", {"number": page.number, "method": page.method, "blocks": blocks})
             elif op == "check":
-                check(Path(_DOCUMENT).read_bytes(), request["media_type"], Limits(**request["limits"]))
+                check(data, request["media_type"], Limits(**request["limits"]))
                 send("ok", None)
         except Refused as refused:
             send("refused", refused.code, refused.message)

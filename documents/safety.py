@@ -41,6 +41,7 @@ import time
 import warnings
 import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from documents.errors import Refused
@@ -92,6 +93,17 @@ def check(data: bytes, media_type: str, limits: Limits) -> None:
         from documents.extract import page_count
 
         _check_pages(page_count(data, media_type), limits)
+
+
+#: The databases freshclam keeps (``.cvd`` as downloaded, ``.cld`` once patched): without both, a scanner
+#: knows next to nothing (the shipped test signatures know EICAR).
+CLAMAV_DATABASES = ("main", "daily")
+
+
+def missing_signatures(clamav_db: str) -> list[str]:
+    """Which of ClamAV's own databases ``clamav_db`` lacks (empty: a real scanner's signatures are there)."""
+    folder = Path(clamav_db)
+    return [db for db in CLAMAV_DATABASES if not any((folder / f"{db}{ext}").is_file() for ext in (".cvd", ".cld"))]
 
 
 def scan(data: bytes, limits: Limits) -> None:

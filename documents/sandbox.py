@@ -9,7 +9,11 @@ that taking it over gains little:
   ``LANG``, ``HOME``/``TMPDIR`` (its own directory) and nothing of the worker's:
   no ``PARLEY_*``, no passwords, no key paths.
 - **A private directory**, made for this child, its working directory and
-  ``TMPDIR``; the caller removes it with the child (``Confined.close``).
+  ``TMPDIR``, in RAM (``/dev/shm`` where it is writable): what a parser writes
+  there (OCR's page images) never reaches a disk. The caller removes it with
+  the child (``Confined.close``); one left by a worker that was killed (its pid
+  is in the name) is removed by the next ``start`` on the machine. The
+  document itself never is a file: the parent sends it through the pipe.
 - **Only its own files.** Landlock lets it read the interpreter, the
   system's programs and libraries, the repo's ``PACKAGES`` and what the
   caller names (clamscan's signatures), and write its own directory: no other
@@ -110,7 +114,9 @@ def start(
 
     ``readable``: paths the child may read besides the interpreter, the system's programs and libraries and the
     repo's ``PACKAGES`` (clamscan's signatures, for one)."""
-    home = Path(tempfile.mkdtemp(prefix="parley-child-"))
+    scratch = _scratch()
+    _sweep(scratch)
+    home = Path(tempfile.mkdtemp(prefix=f"parley-child-{os.getpid()}-", dir=scratch))
     env = {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "PYTHONPATH": str(ROOT),
@@ -135,6 +141,20 @@ def start(
         shutil.rmtree(home, ignore_errors=True)
         raise
     return Confined(process, home)
+
+
+def _scratch() -> Path:
+    """Where children's directories are made: RAM where the host has it writable, else the temp dir."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _sweep(scratch: Path) -> None:
+    """Remove children's directories whose worker is gone (a SIGKILL skips ``Confined.close``)."""
+    for leftover in scratch.glob("parley-child-*-*"):
+        pid = leftover.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def confine(readable: list[str]) -> dict[str, Any]:

@@ -43,6 +43,12 @@ class DocumentSettings:
         str(PACKAGE / "signatures"),
         "Signature directory for clamscan (production: freshclam's, /var/lib/clamav); the shipped one knows EICAR",
     )
+    real_signatures: bool = env(
+        "PARLEY_DOCUMENTS_REAL_SIGNATURES",
+        False,
+        "Refuse to start unless PARLEY_DOCUMENTS_CLAMAV_DB holds ClamAV's own databases (main and daily, as "
+        "freshclam writes them): every shipped deployment sets it; the local default (EICAR only) is for make run",
+    )
     scan_timeout_s: float = env("PARLEY_DOCUMENTS_SCAN_TIMEOUT_S", 60.0, "Longest a scan may take (refused after)")
 
     # ------------------------------------------------------------ extraction (document worker)

@@ -27,11 +27,12 @@ from documents.blobs import blob_store
 from documents.embedding import embedder_from
 from documents.index import DocumentIndex
 from documents.jobs import Job
+from documents.safety import missing_signatures
 from documents.settings import DocumentSettings
 from documents.status import DELETED
 from parley.cassandra import AsyncCql
 from parley.consumer import Delivery, EventConsumer
-from parley.errors import Unavailable
+from parley.errors import ConfigError, Unavailable
 from parley.kafka import EventProducer
 from parley.metrics import Readiness
 from parley.retry import retrying
@@ -166,6 +167,18 @@ async def serve(settings: DocumentSettings, kafka: KafkaSettings, cassandra: Cas
     await DocumentWorker(settings, kafka, cassandra).run(stop)
 
 
+def require_signatures(settings: DocumentSettings) -> None:
+    """At start, where a deployment asks for real signatures (PARLEY_DOCUMENTS_REAL_SIGNATURES): a scanner
+    with only the shipped test ones is refused, not run quietly weak."""
+    if settings.real_signatures and settings.clamscan:
+        missing = missing_signatures(settings.clamav_db)
+        if missing:
+            raise ConfigError(
+                f"PARLEY_DOCUMENTS_REAL_SIGNATURES is set but PARLEY_DOCUMENTS_CLAMAV_DB={settings.clamav_db!r} has no "
+                f"{' or '.join(missing)} database: run freshclam into it first (docs/operations.md, Documents)"
+            )
+
+
 def main() -> None:
     from parley import keys, metrics, ops, schema_registry
     from parley.logs import setup_logging
@@ -173,6 +186,7 @@ def main() -> None:
     setup_logging("documents")
     keys.install_from_env()
     settings, kafka = from_env(DocumentSettings), from_env(KafkaSettings)
+    require_signatures(settings)
     schema_registry.install(kafka)
     if settings.nice:
         os.nice(settings.nice)

@@ -120,10 +120,11 @@ async def delete_conversation(request: Request) -> Response:
     conversation = await svc.owned(user, request.path_params["conversation_id"])
     trace = trace_id(request)
     event = ConversationDeleted(conversation_id=conversation.id, user_id=user.user_id, trace_id=trace)
-    running = [m for m in await svc.store.messages(conversation.id) if m.role == "assistant" and m.status not in replies.FINISHED]
+    statuses = await svc.store.reply_statuses(conversation.id)
     cancels = [
-        GenerationCancelRequested(conversation_id=conversation.id, user_id=user.user_id, request_id=m.id, reason="user", trace_id=trace)
-        for m in running
+        GenerationCancelRequested(conversation_id=conversation.id, user_id=user.user_id, request_id=rid, reason="user", trace_id=trace)
+        for rid, status in statuses.items()
+        if status not in replies.FINISHED
     ]
     await svc.append(event, *cancels)
     await svc.write_through(event, state=_state(conversation))

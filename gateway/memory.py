@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.errors import PayloadTooLarge, Unprocessable
 from gateway.services import services, trace_id
 from gateway.validation import json_body
+from schemas import sealing
 from schemas.events import MemoryUpdated
 from streams.memory import MAX_FACT_CHARS, MAX_FACTS, fact
 
@@ -45,7 +46,7 @@ async def _replace(request: Request, user_id: str, texts: list[str]) -> Response
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise Unprocessable("a fact is not valid Unicode text") from None
-    event = MemoryUpdated(user_id=user_id, facts=[fact(user_id, t) for t in texts], trace_id=trace_id(request))
+    event = MemoryUpdated(user_id=user_id, facts=[fact(user_id, t, sealing.sealer()) for t in texts], trace_id=trace_id(request))
     await svc.append(event)
     await svc.store.write_memory(event)
     return JSONResponse({"facts": [{"id": f.fact_id, "text": f.text} for f in event.facts]})

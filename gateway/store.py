@@ -14,6 +14,7 @@ from typing import Any
 
 from documents.status import PROCESSING, VISIBLE
 from parley.cassandra import AsyncCql
+from schemas import sealing
 from schemas.sealing import open_text
 from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated
 from streams import document_status, memory, projection, tree
@@ -165,7 +166,7 @@ class Store:
         (``conversations``, ``messages``) as written, and skips it. So that partition goes last, as one
         batch (one partition: one mutation, all or nothing), after the other partitions' writes (the
         owner's list)."""
-        writes = projection.writes_for(state or tree.empty(event.conversation_id), event)
+        writes = projection.writes_for(state or tree.empty(event.conversation_id), event, sealing.sealer())
         own = ("conversation_id", projection.to_uuid(event.conversation_id))
         for group in sorted(by_partition(writes), key=lambda g: g[0].partition == own):
             statements = [(projection.cql(w.shape).replace("UPDATE ", "UPDATE {ks}.", 1), w.values) for w in group]
@@ -176,7 +177,7 @@ class Store:
 
     async def write_document(self, event: DocumentEvent) -> None:
         """The ``documents`` rows ``event`` projects to, as the materializer writes them (streams/document_status.py)."""
-        for statement in document_status.statements_for(event):
+        for statement in document_status.statements_for(event, sealing.sealer()):
             await self._run(statement.cql, statement.values)
 
     async def document(self, user_id: str, document_id: str) -> DocumentRow | None:
@@ -202,7 +203,7 @@ class Store:
         return [str(r.document_id) for r in rows]
 
     async def write_memory(self, event: MemoryUpdated) -> None:
-        for statement in memory.writes_for(event):
+        for statement in memory.writes_for(event, sealing.sealer()):
             await self._run(statement.cql, statement.values)
 
     async def memory(self, user_id: str) -> list[dict[str, str]]:
@@ -264,6 +265,15 @@ class Store:
         rows = await self._run(f"SELECT {self._MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE conversation_id = ?", (cid,))
         out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
         return _in_order(out)
+
+    async def reply_statuses(self, conversation_id: str) -> dict[str, str | None]:
+        """Reply id → its status, for every assistant message of the conversation: no content read or opened
+        (a delete asks this to cancel the replies still being written)."""
+        cid = _uuid(conversation_id)
+        if cid is None:
+            return {}
+        rows = await self._run("SELECT message_id, role, status FROM {ks}.messages WHERE conversation_id = ?", (cid,))
+        return {str(r.message_id): r.status for r in rows if r.role == "assistant"}
 
     async def find_message(self, message_id: str) -> tuple[str, MessageRow] | None:
         """(conversation id, message) of a message known only by its id."""

@@ -128,7 +128,7 @@ class AsyncCql:
         statement = self._prepared.get(cql)
         if statement is None:
             text = cql.replace("{ks}", self.settings.keyspace)
-            statement = await asyncio.to_thread(_prepare, session, text)
+            statement = await prepare(session, text)
             statement.is_idempotent = text.lstrip()[:6].upper() == "SELECT"  # may be speculated (SPECULATE_AFTER_S)
             self._prepared[cql] = statement
         return statement
@@ -183,15 +183,32 @@ class AsyncCql:
             self._session = None
 
 
-def _prepare(session: Session, text: str, attempts: int = 3) -> PreparedStatement:
-    """``text`` prepared by one node (``prepare_on_all_hosts`` is off); a node that does not answer
-    within the request timeout is passed over for the next (a prepare may run any number of times)."""
-    for _ in range(attempts - 1):
-        try:
-            return session.prepare(text)
-        except OperationTimedOut:
-            continue
-    return session.prepare(text)
+async def prepare(session: Session, text: str, attempts: int = 3) -> PreparedStatement:
+    """``text`` prepared by one node (``prepare_on_all_hosts`` is off), speculatively as reads are: while
+    no attempt has answered, another starts every ``SPECULATE_AFTER_S`` (the load balancer's round robin
+    sends it to the next node), up to ``attempts``, and the first answer wins (a prepare may run any
+    number of times). One after another, three attempts that met a paused node (sockets open, nothing
+    answers) cost a request 30 s: bench.chaos --replicas 3 saw a gateway read answer after that."""
+    running: set[asyncio.Future[PreparedStatement]] = set()
+    started, failure = 0, None
+    while True:
+        if started < attempts:
+            running.add(asyncio.ensure_future(asyncio.to_thread(session.prepare, text)))
+            started += 1
+        if not running:
+            assert failure is not None
+            raise failure
+        done, running = await asyncio.wait(
+            running, timeout=SPECULATE_AFTER_S if started < attempts else None, return_when=asyncio.FIRST_COMPLETED
+        )
+        for attempt in done:
+            if attempt.exception() is None:
+                for late in running:  # a thread cannot be stopped: let it finish, its answer unused
+                    late.add_done_callback(lambda f: f.exception())
+                return attempt.result()
+            failure = attempt.exception()
+            if not isinstance(failure, OperationTimedOut):
+                raise failure
 
 
 def _all_pages(future: ResponseFuture) -> asyncio.Future[list[Any]]:

@@ -1,8 +1,10 @@
 """Envelope encryption of content: a data key per user, wrapped by a key-encryption key (DESIGN.md §12).
 
-- The **KMS** holds the key-encryption key (KEK) and only ever wraps and unwraps
-  data keys. ``LocalKms`` keeps its KEKs in a file under the data dir (0600);
-  a cloud KMS adapter implements the same two methods (docs/operations.md).
+- The **KMS** (``parley/kms.py``) holds the key-encryption key (KEK) and only ever
+  wraps and unwraps data keys, bound to their owner: ``LocalKms`` (a 0600 file
+  under the data dir) or ``AwsKms`` (``PARLEY_KMS=aws``: a KMS key that never
+  leaves AWS KMS). ``parley keys rotate-kek`` (``parley/kek_rotation.py``)
+  re-wraps every live data key under a new KEK and retires the old one.
 - A user's **data key** (AES-256) is made on first use and stored wrapped in
   ``data_keys``. Erasing the user deletes it and leaves a mark: content sealed
   under it, in the log, archives, rows or replay files, can never be read again.
@@ -26,7 +28,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import json
 import os
 import threading
 import time
@@ -35,7 +36,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
@@ -44,8 +44,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from parley.cassandra import DRIVER_ERRORS
 from parley.errors import StoreUnavailable
+from parley.kms import AwsKms, Kms, LocalKms
 from parley.lru import LRU
-from parley.settings import env
+from parley.settings import env, from_env
 from schemas import sealing
 
 #: ``data_keys.kek_id`` of the mark an erasure leaves (version 0, no key).
@@ -58,9 +59,14 @@ class KeySettings:
     encryption: bool = env(
         "PARLEY_ENCRYPTION", True, "Seal content (message text, memory, summaries, documents) under per-user data keys"
     )
-    kms: str = env("PARLEY_KMS", "local", "Key-encryption key store: local (a key file)")
+    kms: str = env("PARLEY_KMS", "local", "Key-encryption key store: local (a key file) or aws (AWS KMS)")
     key_file: str = env(
         "PARLEY_KMS_KEY_FILE", "", "The local KMS's key file (default: <PARLEY_DATA_DIR>/kms/kek.json, made 0600 on first use)"
+    )
+    key_id: str = env("PARLEY_KMS_KEY_ID", "", "PARLEY_KMS=aws: the KMS key that wraps data keys (ARN, key id or alias/…)")
+    region: str = env("PARLEY_KMS_REGION", "", "PARLEY_KMS=aws: the key's region (default: the SDK's, AWS_REGION)")
+    endpoint_url: str = env(
+        "PARLEY_KMS_ENDPOINT_URL", "", "PARLEY_KMS=aws: another KMS endpoint (a VPC or FIPS endpoint; default: the region's)"
     )
     keyspace: str = env(
         "PARLEY_KEYS_KEYSPACE", "", "Keyspace of the data_keys table (default: PARLEY_KEYSPACE; the test stacks share one)"
@@ -68,55 +74,6 @@ class KeySettings:
     cache_s: float = env(
         "PARLEY_KEYS_CACHE_S", 60.0, "Seconds an unwrapped data key is kept: the bound on an erasure reaching every process"
     )
-
-
-class Kms(Protocol):
-    def wrap(self, user_id: str, key: bytes) -> tuple[str, bytes]:
-        """(kek_id, wrapped) of a data key."""
-        ...
-
-    def unwrap(self, user_id: str, kek_id: str, wrapped: bytes) -> bytes: ...
-
-
-class LocalKms:
-    """KEKs in a JSON file ``{"active": id, "keys": {id: base64}}``, 0600. Made on first use by
-    whichever process comes first (an exclusive create: all agree on one KEK)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._keks = self._load()
-
-    def _load(self) -> dict[str, object]:
-        if not self._path.exists():
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            body = json.dumps({"active": "kek-1", "keys": {"kek-1": base64.b64encode(os.urandom(32)).decode()}})
-            try:
-                fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "w") as f:
-                    f.write(body)
-        for _ in range(50):  # another process may be between its create and its write
-            text = self._path.read_text()
-            if text:
-                return json.loads(text)
-            time.sleep(0.02)
-        raise RuntimeError(f"the KMS key file {self._path} is empty")
-
-    def _kek(self, kek_id: str) -> AESGCM:
-        keys: dict[str, str] = self._keks["keys"]  # type: ignore[assignment]
-        if kek_id not in keys:
-            raise KeyError(f"the KMS has no key-encryption key {kek_id!r}")
-        return AESGCM(base64.b64decode(keys[kek_id]))
-
-    def wrap(self, user_id: str, key: bytes) -> tuple[str, bytes]:
-        kek_id = str(self._keks["active"])
-        nonce = os.urandom(NONCE)
-        return kek_id, nonce + self._kek(kek_id).encrypt(nonce, key, user_id.encode())
-
-    def unwrap(self, user_id: str, kek_id: str, wrapped: bytes) -> bytes:
-        return self._kek(kek_id).decrypt(wrapped[:NONCE], wrapped[NONCE:], user_id.encode())
 
 
 @dataclass(frozen=True)
@@ -171,7 +128,7 @@ def _unb64(text: str) -> bytes:
 
 
 class KeyUnavailable(StoreUnavailable):
-    """A data key could not be read or made because Cassandra does not answer, and this process holds
+    """A data key could not be read or made because Cassandra (or the KMS) does not answer, and this process holds
     none for the user: transient (retry, with backoff), never bad input, never a ``CodecError``."""
 
 
@@ -283,7 +240,7 @@ class KeyService:
                 self._cache.put(user_id, failed)
             if failed.key is not None:
                 return failed  # Cassandra is down: a key this process held goes on working; asked again after RETRY_S
-            raise KeyUnavailable(f"the data key of a user cannot be read: Cassandra does not answer ({type(exc).__name__})") from exc
+            raise KeyUnavailable(f"the data key of a user cannot be read: Cassandra or the KMS does not answer ({type(exc).__name__})") from exc
         with self._lock:
             current = self._cache.get(user_id)
             if current is not None and current.erased:
@@ -445,9 +402,16 @@ def _on_loop() -> bool:
 
 
 def kms_from(settings: KeySettings, data_dir: Path) -> Kms:
-    if settings.kms != "local":
-        raise ValueError(f"PARLEY_KMS={settings.kms!r}: only `local` is built in (see docs/operations.md for a cloud KMS)")
-    return LocalKms(Path(settings.key_file) if settings.key_file else data_dir / "kms" / "kek.json")
+    if settings.kms == "local":
+        return LocalKms(Path(settings.key_file) if settings.key_file else data_dir / "kms" / "kek.json")
+    if settings.kms == "aws":
+        return AwsKms(settings.key_id, region=settings.region, endpoint_url=settings.endpoint_url)
+    raise ValueError(f"PARLEY_KMS={settings.kms!r}: set `local` (a key file) or `aws` (AWS KMS, PARLEY_KMS_KEY_ID)")
+
+
+def kms_from_env() -> Kms:
+    """The KMS the environment names (PARLEY_KMS and its settings)."""
+    return kms_from(from_env(KeySettings), _data_dir())
 
 
 def _data_dir() -> Path:
@@ -459,7 +423,7 @@ def install_from_env(session: Session | None = None) -> KeyService:
     """Build the process's key service from the environment and install it for the codec and the
     projections (``schemas.sealing``). Every service calls this at start; ``session``: reuse one."""
     from parley.cassandra import connect
-    from parley.settings import CassandraSettings, from_env
+    from parley.settings import CassandraSettings
 
     settings = from_env(KeySettings)
     cassandra = from_env(CassandraSettings)

@@ -85,6 +85,9 @@ ADMISSION = Counter(
     "parley_admission_decisions", "Admission verdicts on turns", ["where", "pool", "tier", "decision"]
 )
 ROUTES = Counter("parley_routes", "Turns routed, by pool and reason", ["pool", "reason"])
+POOL_BACKLOG = Gauge(
+    "parley_pool_backlog", "Turns waiting in Kafka for a pool's workers, at the router's last backlog reading", ["pool"]
+)
 GATEWAY_TTFT = Histogram(
     "parley_gateway_ttft_seconds",
     "POST of a message to the first delta written to the client (gateway side; the pool is the router's choice, unknown here)",

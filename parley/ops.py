@@ -11,16 +11,18 @@ topology's answer (``tools.topology.deployment_groups``).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import REGISTRY
 
 from parley import metrics
-from parley.consumer import TRANSIENT
+from parley.consumer import TRANSIENT, reader, watermarks
 from parley.errors import BrokerUnavailable
 from parley.settings import KafkaSettings
 from parley.transport_security import kafka_config
@@ -188,12 +190,82 @@ class Ops:
         return rows
 
 
+class OffsetReader:
+    """Committed and end offsets through the consumer protocol (OffsetFetch, ListOffsets), never the admin
+    API, for what asks again and again in a long-lived process (the router's backlog every second, the lag
+    on every scrape). librdkafka's admin group requests abort the whole process when a broker restarts
+    while one is in flight (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``,
+    confluentinc/librdkafka#4605, open; bench.chaos killed the router with it). ``parley ops`` keeps the
+    admin API: it asks once. Blocking: call from a thread. Not thread-safe: one caller at a time."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+        self._groups: dict[str, Consumer] = {}  # one per group asked about: committed() reads its group
+        self._plain = reader(kafka, "offsets")
+
+    def _of(self, group: str) -> Consumer:
+        if group not in self._groups:
+            # Never subscribes: it only asks the group's coordinator for its offsets, and joins nothing.
+            self._groups[group] = Consumer(kafka_config(self.kafka) | {"group.id": group, "enable.auto.commit": False})
+        return self._groups[group]
+
+    def _topics(self) -> dict[str, Any]:
+        try:
+            return self._plain.list_topics(timeout=ADMIN_TIMEOUT_S).topics
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"listing topics failed at {self.kafka.bootstrap}: {exc}") from exc
+
+    def partitions_of(self, topics: Iterable[str]) -> list[Partition]:
+        metadata = self._topics()
+        return [(t, p) for t in topics if t in metadata for p in metadata[t].partitions]
+
+    def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        asked = [TopicPartition(t, p) for t, p in partitions]
+        if not asked:
+            return {}
+        try:
+            got = self._of(group).committed(asked, timeout=ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"reading the offsets of {group} failed at {self.kafka.bootstrap}: {exc}") from exc
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
+
+    def watermarks(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
+        """Each partition's (log start, end)."""
+        out = {}
+        for t, p in partitions:
+            try:
+                out[(t, p)] = watermarks(self._plain, TopicPartition(t, p), ADMIN_TIMEOUT_S)
+            except KafkaException as exc:
+                raise BrokerUnavailable(f"reading offsets of {t}[{p}] failed at {self.kafka.bootstrap}: {exc}") from exc
+        return out
+
+    def lag(self, groups: list[str]) -> list[LagRow]:
+        """Lag of ``groups`` on every partition of this deployment's topics where they committed (a group
+        that has committed nothing yet shows none: what it is assigned is only known to the admin API)."""
+        ours = sorted(t for t in self._topics() if in_namespace(t, self.kafka.topic_prefix))
+        partitions = self.partitions_of(ours)
+        rows: list[LagRow] = []
+        for gid in groups:
+            committed = {tp: o for tp, o in self.committed(gid, partitions).items() if o is not None}
+            ends = {tp: high for tp, (_, high) in self.watermarks(committed).items()}
+            rows.extend(lag_rows(gid, committed, ends))
+        return rows
+
+    def close(self) -> None:
+        for consumer in [*self._groups.values(), self._plain]:
+            consumer.close()
+
+
 def register_lag(kafka: KafkaSettings, groups: list[str]) -> None:
-    """Export the lag of ``groups`` from this process's /metrics."""
-    ops = Ops(kafka)
+    """Export the lag of ``groups`` from this process's /metrics (through ``OffsetReader``: a scrape
+    during a broker restart must not abort the process)."""
+    offsets = OffsetReader(kafka)
+    lock = threading.Lock()  # scrapes may overlap; the reader's consumers are used by one caller at a time
 
     def rows() -> Iterator[tuple[str, str, int, int]]:
-        for r in ops.lag(groups):
+        with lock:
+            found = offsets.lag(groups)
+        for r in found:
             yield r.group, r.topic, r.partition, r.lag
 
     REGISTRY.register(metrics.LagCollector(rows))

@@ -65,13 +65,15 @@ def publish(settings: KafkaSettings, avro_dir: Path = codec.AVRO_DIR, timeout_s:
 
 
 class KafkaSchemaSource:
-    """Looks fingerprints up in the topic: the whole (compacted, small) topic read up to its end
-    when a fingerprint is not held yet, at most once per ``MISS_TTL_S`` for one that is nowhere."""
+    """Looks fingerprints up in the topic: read up to its end when a fingerprint is not held yet (from
+    where the last read stopped: what was read is held), at most once per ``MISS_TTL_S`` for one that
+    is nowhere."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
         self._held: dict[bytes, dict[str, Any]] = {}
         self._missed: dict[bytes, float] = {}
+        self._next = OFFSET_BEGINNING  # where the next read starts
         self._lock = threading.Lock()  # one read of the topic at a time; the rest find its result
 
     def lookup(self, fp: bytes) -> dict[str, Any] | None:
@@ -98,9 +100,9 @@ class KafkaSchemaSource:
                 end = watermarks(consumer, TopicPartition(name, 0), 10)[1]
             except KafkaException as exc:
                 raise BrokerUnavailable(f"cannot read {name}: {exc}") from exc
-            if end <= 0:
+            if end <= 0 or end <= self._next:
                 return {}
-            consumer.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+            consumer.assign([TopicPartition(name, 0, self._next)])
             found: dict[bytes, dict[str, Any]] = {}
             deadline = time.monotonic() + 30
             while not reached(consumer, {(name, 0): end}):
@@ -113,6 +115,7 @@ class KafkaSchemaSource:
                         found[bytes.fromhex(msg.key().decode())] = json.loads(msg.value())
                     except (ValueError, UnicodeDecodeError):
                         continue  # not a record of ours: the codec checks what it learns against its fingerprint
+            self._next = end
             return found
         finally:
             consumer.close()

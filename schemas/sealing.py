@@ -29,6 +29,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, Union
 
@@ -87,12 +88,38 @@ def owner_of(value: str) -> str:
     return value[len(PREFIX) :].split(":", 1)[0]
 
 
+@dataclass(frozen=True)
+class Sealer:
+    """What a pure core seals with, handed to it by its shell (never the process global: review Q1):
+    the key service it was given, or None to seal nothing."""
+
+    keys: Keys | None
+
+    def seal(self, user_id: str, text: str | None, *, deterministic: bool = False) -> str | None:
+        """``text`` sealed for ``user_id`` (unchanged when empty, already sealed, or without keys).
+        ``deterministic``: the same text gives the same value (for projected cells, which replays rewrite)."""
+        if self.keys is None or not text or is_sealed(text):
+            return text
+        return self.keys.seal(user_id, text, deterministic=deterministic)
+
+    def blind(self, user_id: str, term: str) -> str:
+        """A term keyed by the owner's data key (HMAC): equal for equal terms, unreadable without the key
+        (unchanged without keys)."""
+        return term if self.keys is None else self.keys.blind(user_id, term)
+
+
+#: Seals nothing: for cores run where content is not sealed (and tests of their plain output).
+UNSEALED = Sealer(None)
+
+
+def sealer() -> Sealer:
+    """The process's key service as a ``Sealer``: what a shell hands its pure cores."""
+    return Sealer(_keys)
+
+
 def seal(user_id: str, text: str | None, *, deterministic: bool = False) -> str | None:
-    """``text`` sealed for ``user_id`` (unchanged when empty, already sealed, or no service is installed).
-    ``deterministic``: the same text gives the same value (for projected cells, which replays rewrite)."""
-    if _keys is None or not text or is_sealed(text):
-        return text
-    return _keys.seal(user_id, text, deterministic=deterministic)
+    """``sealer().seal``: for the I/O edges (codec, stores) that use the installed service directly."""
+    return sealer().seal(user_id, text, deterministic=deterministic)
 
 
 def open_text(value: str | None) -> str | None:
@@ -121,7 +148,7 @@ def open_bytes(data: bytes) -> bytes:
 def blind(user_id: str, term: str) -> str:
     """A search term as the index keeps it: keyed by the owner's data key (HMAC), so the index
     holds no words yet finds them (unchanged without a key service)."""
-    return term if _keys is None else _keys.blind(user_id, term)
+    return sealer().blind(user_id, term)
 
 
 # ------------------------------------------------------------ event records

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from schemas.events import TokenChunk
+from schemas import sealing
 from streams.projection import Write, sealed, to_time, to_uuid
 from streams.tree import FINAL_STATUSES
 
@@ -49,7 +50,7 @@ class Checkpoint:
     timestamp: int  # µs: newest included chunk's occurred_at - 1
     user_id: str = ""  # the reply's owner, whose key seals the text
 
-    def write(self) -> Write:
+    def write(self, sealer: sealing.Sealer) -> Write:
         key = (("conversation_id", to_uuid(self.conversation_id)), ("message_id", to_uuid(self.request_id)))
         cells = (
             ("role", "assistant"),
@@ -57,7 +58,7 @@ class Checkpoint:
             ("tokens", self.tokens),
             ("updated_at", to_time(self.timestamp)),
         )
-        return sealed(Write("messages", key, cells, self.timestamp), self.user_id)
+        return sealed(Write("messages", key, cells, self.timestamp), self.user_id, sealer)
 
 
 @dataclass(frozen=True)

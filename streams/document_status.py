@@ -1,6 +1,6 @@
 """The ``documents`` rows: each document's status, folded from ``docs.events``.
 
-Pure but for sealing (as ``streams.projection``): an event → the statements that project it. The materializer runs them
+Pure (as ``streams.projection``, sealing with the ``Sealer`` it is handed): an event → the statements that project it. The materializer runs them
 from the log; the gateway runs the same ones at upload and delete (its
 write-through), so the two writes are one.
 
@@ -37,14 +37,14 @@ def _update(event: ev.DocumentEvent, **cells: object) -> Statement:
     )
 
 
-def statements_for(event: ev.Event) -> list[Statement]:
-    """What ``event`` writes; nothing for events of other topics."""
+def statements_for(event: ev.Event, sealer: sealing.Sealer) -> list[Statement]:
+    """What ``event`` writes (the file's name sealed with ``sealer``); nothing for events of other topics."""
     if isinstance(event, ev.DocumentUploaded):
         out = [
             _update(
                 event,
                 conversation_id=uuid.UUID(event.conversation_id) if event.conversation_id else None,
-                filename=sealing.seal(event.user_id, event.filename, deterministic=True),
+                filename=sealer.seal(event.user_id, event.filename, deterministic=True),
                 media_type=event.media_type,
                 size_bytes=event.size_bytes,
                 sha256=event.sha256,

@@ -16,6 +16,7 @@ from parley import accounts
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
 from parley.users import revoke_key
+from schemas import sealing
 from schemas.events import ConversationDeleted, DocumentEvent, Event, MemoryUpdated
 from streams.erasure import DocumentRef, Progress
 from streams.projection import writes_for
@@ -97,7 +98,7 @@ class ErasureRows(Store):
     async def purge(self, event: Event) -> None:
         """The rows ``event`` (one of the job's deletes) projects to, as the materializer writes them."""
         if isinstance(event, ConversationDeleted):
-            await self.write(writes_for(await self.load(event.conversation_id), event))
+            await self.write(writes_for(await self.load(event.conversation_id), event, sealing.sealer()))
         elif isinstance(event, DocumentEvent):
             await self.write_document(event)
         elif isinstance(event, MemoryUpdated):

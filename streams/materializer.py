@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from schemas import events as ev
+from schemas import events as ev, sealing
 from parley.lru import LRU
 from parley.retry import retrying
 from streams.checkpoint import Checkpoint, Checkpointer, StoredReply
@@ -50,9 +50,10 @@ class ReplyStore(Protocol):
 class Materializer:
     """Per-conversation states and the writes of each event (no Kafka in here)."""
 
-    def __init__(self, cfg: MaterializerSettings, store: TreeStore) -> None:
+    def __init__(self, cfg: MaterializerSettings, store: TreeStore, sealer: sealing.Sealer) -> None:
         self.cfg = cfg
         self._store = store
+        self._sealer = sealer
         self._states: LRU[str, Conversation] = LRU(cfg.cache_conversations)
 
     async def handle(self, event: ev.Event) -> list[Write]:
@@ -66,7 +67,7 @@ class Materializer:
         state = self._states.get(cid)
         if state is None:
             state = await retrying("loading a conversation", lambda: self._store.load(cid), self.cfg.retry_max_s)
-        writes = writes_for(state, event)
+        writes = writes_for(state, event, self._sealer)
         if writes:
             await retrying("writing an event's rows", lambda: self._store.write(writes), self.cfg.retry_max_s)
         self._states.put(cid, apply(state, event))
@@ -77,10 +78,11 @@ class Checkpoints:
     """TokenChunks → checkpoint writes (no Kafka in here); ``flush`` is the timer's half."""
 
     def __init__(
-        self, cfg: MaterializerSettings, store: ReplyStore, clock: Callable[[], float] = time.monotonic
+        self, cfg: MaterializerSettings, store: ReplyStore, sealer: sealing.Sealer, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.cfg = cfg
         self._store = store
+        self._sealer = sealer
         self._clock = clock
         # Finished keys outnumber live ones: a superseded attempt's late chunk may come long after.
         self.checkpointer = Checkpointer(cfg.checkpoint_min_s, cfg.live_replies, 4 * cfg.live_replies)
@@ -104,7 +106,7 @@ class Checkpoints:
         return await self._write(self.checkpointer.due(self._clock(), force=force))
 
     async def _write(self, checkpoints: list[Checkpoint]) -> list[Write]:
-        writes = [c.write() for c in checkpoints]
+        writes = [c.write(self._sealer) for c in checkpoints]
         if writes:
             await retrying("writing checkpoints", lambda: self._store.write(writes), self.cfg.retry_max_s)
         return writes

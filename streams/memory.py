@@ -23,11 +23,11 @@ MAX_FACTS = 50
 MAX_FACT_CHARS = 500
 
 
-def fact(user_id: str, text: str) -> MemoryFact:
-    """A fact and its id, derived from its text through the owner's key (``sealing.blind``): the same
+def fact(user_id: str, text: str, sealer: sealing.Sealer) -> MemoryFact:
+    """A fact and its id, derived from its text through the owner's key (``Sealer.blind``): the same
     fact keeps its id, and once the key is destroyed no one can confirm a guess of the text from it.
     (Synchronous: code on an event loop awaits ``sealing.prefetch([user_id], create=True)`` first.)"""
-    return MemoryFact(fact_id=str(uuid.uuid5(NS, f"memory:{user_id}:" + sealing.blind(user_id, f"fact:{text}"))), text=text)
+    return MemoryFact(fact_id=str(uuid.uuid5(NS, f"memory:{user_id}:" + sealer.blind(user_id, f"fact:{text}"))), text=text)
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Statement:
     values: tuple[Any, ...]
 
 
-def writes_for(event: MemoryUpdated) -> list[Statement]:
+def writes_for(event: MemoryUpdated, sealer: sealing.Sealer) -> list[Statement]:
     ts = event.occurred_at
     out = [Statement("DELETE FROM {ks}.user_memory USING TIMESTAMP ? WHERE user_id = ?", (ts - 1, event.user_id))]
     for position, f in enumerate(event.facts):
@@ -44,7 +44,7 @@ def writes_for(event: MemoryUpdated) -> list[Statement]:
             Statement(
                 "UPDATE {ks}.user_memory USING TIMESTAMP ? SET fact_id = ?, text = ?, updated_at = ? "
                 "WHERE user_id = ? AND position = ?",
-                (ts, uuid.UUID(f.fact_id), sealing.seal(event.user_id, f.text, deterministic=True), to_time(ts), event.user_id, position),
+                (ts, uuid.UUID(f.fact_id), sealer.seal(event.user_id, f.text, deterministic=True), to_time(ts), event.user_id, position),
             )
         )
     return out

@@ -27,6 +27,7 @@ from parley.errors import BrokerUnavailable, ConfigError, Unavailable
 from parley.retry import retrying
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.metrics import MODERATION_ORG_POLICIES, MODERATION_ORG_READS
+from schemas import sealing
 from schemas.catalog import inference_topic
 from schemas.events import (
     DocumentEvent, ErasureRequested, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded, UserErased,
@@ -225,8 +226,8 @@ def _materializer(kafka: KafkaSettings) -> Wiring:
 
     cfg = from_env(MaterializerSettings)
     store = Store(from_env(CassandraSettings), texts=False)
-    materializer = Materializer(cfg, store)
-    checkpoints = Checkpoints(cfg, store)
+    materializer = Materializer(cfg, store, sealing.sealer())
+    checkpoints = Checkpoints(cfg, store, sealing.sealer())
 
     async def write_memory(event: Event) -> list[Event]:
         assert isinstance(event, MemoryUpdated)  # the only type dispatched here

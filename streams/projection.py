@@ -1,22 +1,23 @@
 """The Cassandra projection of ``chat.events``: event → the writes it makes.
 
-Pure but for sealing: ``writes_for(state, event)`` takes the conversation as
-the log had it before the event (``streams.tree``) and returns plain ``Write``
-values; the materializer executes them. Content cells are sealed here, through
-the process's installed key service (``schemas.sealing``), so that every writer
-of these rows (the materializer, the gateway's write-through, a rebuild) seals
-the same cells the same way; the shell fetches the owner's key before it calls
-(``codec.decode_async`` does), so sealing finds it held and waits on nothing. Every write carries the event's ``occurred_at``
+Pure: ``writes_for(state, event, sealer)`` takes the conversation as the log
+had it before the event (``streams.tree``) and returns plain ``Write`` values;
+the materializer executes them. Content cells are sealed here, with the
+``sealing.Sealer`` the caller hands in (its shell's key service), so that every
+writer of these rows (the materializer, the gateway's write-through, a rebuild)
+seals the same cells the same way; the shell fetches the owner's key before it
+calls (``codec.decode_async`` does), so sealing finds it held and waits on nothing. Every write carries the event's ``occurred_at``
 as its Cassandra timestamp, and every value derives from the event (never from
 the clock), so replaying the log in any amount yields the same cells: a cell
 written twice gets the same value at the same timestamp, and a later event's
 write wins over an earlier one whatever order they are replayed in.
 
 The state is needed for what the event alone cannot say: a repeated
-MessagePosted / GenerationRequested / ConversationCreated (a retried POST) is a
-no-op rather than a newer write that would move ``created_at`` or turn a
-finished reply back into ``streaming``; and a rename must find the
-conversation's ``created_at``, part of ``conversations_by_user``'s key.
+MessagePosted / GenerationRequested / ConversationCreated (a retried POST) is
+not a newer write that would move ``created_at`` or turn a finished reply back
+into ``streaming`` (a repeat with a time of its own restates the message as the
+log has it: ``_restated``); and a rename must find the conversation's
+``created_at``, part of ``conversations_by_user``'s key.
 """
 
 from __future__ import annotations
@@ -129,9 +130,41 @@ def _created(s: Conversation, e: ev.ConversationCreated) -> list[Write]:
     ]
 
 
+def _restated(s: Conversation, e: ev.MessagePosted | ev.GenerationRequested, message_id: str) -> list[Write]:
+    """A creation event repeated with a time of its own: a POST retried after its first append was in
+    doubt (the broker paused, the gateway killed), appended again by a gateway that could not see the
+    first (Cassandra behind). The log keeps the first; but that gateway wrote the repeat through as a new
+    message (a later created_at, a finished reply back to ``streaming``, a later stream offset). So the
+    message is restated as the log has it, just after the repeat: every cell such a write-through sets
+    but the content (the materializer's state may not hold texts; a retry sends the same). A redelivered
+    event (the same time) restates nothing."""
+    known = s.messages[message_id]
+    if known.created_at is None or known.created_at == e.occurred_at:
+        return []
+    at = e.occurred_at + 1
+    cells = {
+        "parent_id": to_uuid(known.parent_id),
+        "role": known.role,
+        "status": known.status,
+        "client_message_id": e.client_message_id,
+        "created_at": to_time(known.created_at),
+        "updated_at": to_time(e.occurred_at),
+    }
+    if isinstance(e, ev.GenerationRequested):
+        cells["stream_offset"] = known.stream_offset
+    else:
+        cells["document_ids"] = list(known.document_ids) or None
+    key = {"conversation_id": to_uuid(e.conversation_id), "message_id": to_uuid(message_id)}
+    conversation = {"selected_leaf_id": to_uuid(s.selected_leaf_id), "updated_at": to_time(e.occurred_at)}
+    return [
+        _write("messages", key, cells, at),
+        _write("conversations", {"conversation_id": to_uuid(e.conversation_id)}, conversation, at),
+    ]
+
+
 def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
     if e.message_id in s.messages:
-        return []
+        return _restated(s, e, e.message_id)
     return [
         _message(
             e,
@@ -152,7 +185,7 @@ def _posted(s: Conversation, e: ev.MessagePosted) -> list[Write]:
 def _requested(s: Conversation, e: ev.GenerationRequested) -> list[Write]:
     known = s.messages.get(e.request_id)
     if known is not None and known.created_at is not None:
-        return []
+        return _restated(s, e, e.request_id)
     return [
         _message(
             e,
@@ -318,18 +351,19 @@ SEALED_CELLS = {
 }
 
 
-def sealed(write: Write, user_id: str) -> Write:
+def sealed(write: Write, user_id: str, sealer: sealing.Sealer) -> Write:
     """``write`` with its content cells sealed for ``user_id`` (deterministically: a replay, a rebuild
     and the gateway's write-through write the same cells)."""
     columns = SEALED_CELLS.get(write.table)
-    if not columns or sealing.installed() is None:
+    if not columns or sealer.keys is None:
         return write
-    cells = tuple((c, sealing.seal(user_id, v, deterministic=True) if c in columns else v) for c, v in write.cells)
+    cells = tuple((c, sealer.seal(user_id, v, deterministic=True) if c in columns else v) for c, v in write.cells)
     return Write(write.table, write.key, cells, write.timestamp)
 
 
-def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
-    """The writes ``event`` makes, given the conversation before it; [] for other event types."""
+def writes_for(state: Conversation, event: ev.Event, sealer: sealing.Sealer) -> list[Write]:
+    """The writes ``event`` makes, given the conversation before it, content sealed with ``sealer``; []
+    for other event types."""
     step = PROJECTION.get(type(event))
     if step is None:
         return []
@@ -338,6 +372,6 @@ def writes_for(state: Conversation, event: ev.Event) -> list[Write]:
         # checkpoints of its chunks (timestamped after the deletion) put text back in its row, and its
         # completion, later than every chunk, blanks it again.
         if isinstance(event, ev.GenerationCompleted):
-            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id)]
+            return [sealed(_message(event, event.request_id, content="", citations="", retrieval=""), event.user_id, sealer)]
         return []
-    return [sealed(w, event.user_id) for w in step(state, event)]
+    return [sealed(w, event.user_id, sealer) for w in step(state, event)]

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from parley.lru import LRU
-from parley.metrics import ADMISSION, ROUTES
+from parley.metrics import ADMISSION, POOL_BACKLOG, ROUTES
 from parley.partitioning import partition_for
 from schemas.catalog import TOPICS, inference_topic
 from schemas.endings import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL, ending, final_chunk
@@ -218,6 +218,7 @@ class Router:
                 at, routed = mark[pool]
                 self._backlog[pool] = Reading(at, routed, found)
                 self._stale.discard(pool)
+                POOL_BACKLOG.labels(pool).set(unread(found, self.fleet.read_to(pool, at)))
 
     def waiting(self, pool: str, now: float) -> float | None:
         """Turns waiting in Kafka for ``pool``: its backlog at the last reading plus what this router routed

@@ -21,6 +21,7 @@ from documents.status import VISIBLE
 from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
 from schemas.events import DocumentEvent, MemoryUpdated
+from schemas import sealing
 from schemas.sealing import open_text
 from streams import document_status, memory
 from streams.checkpoint import StoredReply
@@ -34,12 +35,12 @@ _CONVERSATION = (
     "SELECT user_id, title, model, created_at, selected_leaf_id, deleted_at FROM conversations WHERE conversation_id = ?"
 )
 _MESSAGES = (
-    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation "
+    "SELECT message_id, parent_id, role, content, status, finish_reason, created_at, document_ids, moderation, stream_offset "
     "FROM messages WHERE conversation_id = ?"
 )
 #: The same rows without their text: what the projection needs (it never reads a message's content).
 _MESSAGES_NO_TEXT = (
-    "SELECT message_id, parent_id, role, status, finish_reason, created_at, document_ids, moderation "
+    "SELECT message_id, parent_id, role, status, finish_reason, created_at, document_ids, moderation, stream_offset "
     "FROM messages WHERE conversation_id = ?"
 )
 _REPLY = "SELECT content, tokens, status FROM messages WHERE conversation_id = ? AND message_id = ?"
@@ -91,7 +92,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
         text = getattr(r, "content", None)  # not selected by a load without text
         msgs[mid] = Message(
             mid, _id(r.parent_id), r.role or "", open_text(text) or "", r.status or "", r.finish_reason, from_time(r.created_at),
-            tuple(getattr(r, "document_ids", None) or ()),
+            tuple(getattr(r, "document_ids", None) or ()), getattr(r, "stream_offset", None),
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
             answered.add(mid)
@@ -175,12 +176,12 @@ class Store:
     async def write_memory(self, event: MemoryUpdated) -> None:
         """A user's memory snapshot replaces their rows (streams/memory.py): the partition delete and the
         facts, each timestamped, in one batch of the user's partition."""
-        await self._cql.run_batch([(s.cql, s.values) for s in memory.writes_for(event)])
+        await self._cql.run_batch([(s.cql, s.values) for s in memory.writes_for(event, sealing.sealer())])
 
     async def write_document(self, event: DocumentEvent) -> None:
         """A document's status rows (streams/document_status.py): each statement timestamped, so they may
         land in any order."""
-        await asyncio.gather(*(self.run(s.cql, s.values) for s in document_status.statements_for(event)))
+        await asyncio.gather(*(self.run(s.cql, s.values) for s in document_status.statements_for(event, sealing.sealer())))
 
     @property
     def cql(self) -> AsyncCql:

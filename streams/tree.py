@@ -49,6 +49,8 @@ class Message:
     created_at: int | None = None
     #: Documents a user message asks about (MessagePosted.document_ids).
     document_ids: tuple[str, ...] = ()
+    #: Where a reply's chunks begin on chat.tokens (GenerationRequested.token_offset); None if unknown.
+    stream_offset: int | None = None
 
 
 def frozen_messages(d: dict[str, Message]) -> Mapping[str, Message]:
@@ -117,8 +119,10 @@ def _requested(s: Conversation, e: ev.GenerationRequested) -> Conversation:
         return s if e.request_id in s.requested else replace(s, requested=s.requested | {e.request_id})
     s = replace(s, selected_leaf_id=e.request_id, requested=s.requested | {e.request_id})
     if known is not None:  # completion seen first: keep its outcome, learn when it began
-        return s.with_message(replace(known, created_at=e.occurred_at))
-    return s.with_message(Message(e.request_id, e.parent_id, "assistant", "", STREAMING, None, e.occurred_at))
+        return s.with_message(replace(known, created_at=e.occurred_at, stream_offset=e.token_offset))
+    return s.with_message(
+        Message(e.request_id, e.parent_id, "assistant", "", STREAMING, None, e.occurred_at, stream_offset=e.token_offset)
+    )
 
 
 def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
@@ -131,6 +135,7 @@ def _completed(s: Conversation, e: ev.GenerationCompleted) -> Conversation:
         STATUS_BY_FINISH[e.finish_reason],
         e.finish_reason,
         known.created_at if known is not None else None,
+        stream_offset=known.stream_offset if known is not None else None,
     )
     if e.request_id in s.moderated:
         msg = filtered(msg)

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from schemas import events as ev
+from schemas import sealing
 from streams.projection import PROJECTION, Write, writes_for
 from streams.tree import Conversation, apply, empty
 
@@ -119,7 +120,7 @@ def project(events: Iterable[ev.Event]) -> Projection:
         cid = str(getattr(event, "conversation_id"))
         state = states.get(cid) or empty(cid)
         try:
-            writes = writes_for(state, event)
+            writes = writes_for(state, event, sealing.sealer())
         except ValueError:
             bad += 1
             continue

@@ -35,6 +35,9 @@ from tools.users_cli import orgs_app, users_app  # noqa: E402
 
 app.add_typer(users_app, name="users")
 app.add_typer(orgs_app, name="orgs")
+from tools.keys_cli import app as keys_app  # noqa: E402
+
+app.add_typer(keys_app, name="keys")
 from tools.accounts_cli import app as accounts_app  # noqa: E402
 
 app.add_typer(accounts_app, name="accounts")

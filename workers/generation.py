@@ -8,6 +8,11 @@ a timeout around every wait: at 30 tokens/s across hundreds of streams, a
 timer armed and cancelled per delta was the worker's largest cost.
 ``stop()`` ends the loop at once: the worker calls it when a cancelled stream
 does not end in time on its own.
+
+A reply ends ``length`` at ``max_text_bytes`` of text, whatever the token cap: its
+``GenerationCompleted`` carries the whole text, sealed (base64, 4/3 of it), and no
+consumer reads a record over ``DEFAULT_MAX_EVENT_BYTES`` (an uncapped OpenAI call
+to a long-context pool could otherwise write a completion nobody can read).
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ from workers.outcome import Outcome, from_engine_finish, from_error
 
 log = logging.getLogger(__name__)
 
+#: Text of one reply at most (UTF-8 bytes): sealed, 427 KiB of the 512 KiB a record may have
+#: (``parley.consumer.DEFAULT_MAX_EVENT_BYTES``, not imported: a core loads no Kafka client), the rest
+#: for the envelope. tests/unit/workers/test_generation_bound.py checks the two agree.
+REPLY_MAX_BYTES = 320 * 1024
+
 _FORCED = object()  # stop() was called
 _ENDED = object()  # the engine's stream ended without a finish_reason
 _TICK = object()  # the coalescer's deadline may have passed
@@ -39,8 +49,10 @@ class Generation:
         coalescer: Coalescer,
         emit: Callable[[Piece], None],
         clock: Callable[[], float] = time.monotonic,
+        max_text_bytes: int = REPLY_MAX_BYTES,
     ) -> None:
         self._engine = engine
+        self._max_text_bytes = max_text_bytes
         self._request = request
         self._coalescer = coalescer
         self._emit = emit
@@ -58,6 +70,7 @@ class Generation:
         submitted = self._clock()
         reader = asyncio.create_task(self._read(), name=f"engine-stream {self._request.rid}")
         parts: list[str] = []
+        text_bytes = 0
         usage = Usage()
         seen_tokens = 0
         first: float | None = None
@@ -86,6 +99,10 @@ class Generation:
                         log.error("generation failed in the worker", exc_info=item, extra={"rid": self._request.rid})
                     break
                 delta: EngineDelta = item
+                text_bytes += len(delta.text.encode())
+                if text_bytes > self._max_text_bytes:  # this delta is not shown: the reply ends before it
+                    reason = "length"
+                    break
                 self.started = True
                 now = self._clock()
                 if first is None:

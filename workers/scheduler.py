@@ -32,7 +32,7 @@ from workers.chat_template import CHATML, ChatTemplate
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.engine_health import EngineHealth
-from workers.generation import Generation
+from workers.generation import REPLY_MAX_BYTES, Generation
 from workers.jobs import Abort, Action, Done, Job, JobBook, LookUp, Resend, Run
 from workers.outcome import Outcome, terminal_events
 from workers.recovery import History, Verdict, unreadable
@@ -376,7 +376,8 @@ class Scheduler:
             acks.append(self._sink.send_nowait(self._chunk(job, piece)))
 
         queue_ms = self._queue_ms(job)
-        generation = Generation(self._engine, request, coalescer, emit, self._clock)
+        room = REPLY_MAX_BYTES - len(req.resume_text.encode())  # the cap is on the whole reply, as for tokens
+        generation = Generation(self._engine, request, coalescer, emit, self._clock, max_text_bytes=room)
         self._live[job].generation = generation
         outcome = await generation.run()
         if job.cancel_reason is not None:

@@ -34,6 +34,13 @@ class LocalInfraSettings:
     cassandra_port: int = env("PARLEY_CASSANDRA_PORT", 9042, "Local Cassandra native port")
     cassandra_storage_port: int = env("PARLEY_CASSANDRA_STORAGE_PORT", 7000, "Local Cassandra gossip port")
     cassandra_heap: str = env("PARLEY_CASSANDRA_HEAP", "1g", "Local Cassandra JVM heap")
+    cassandra_durable: bool = env(
+        "PARLEY_INFRA_CASSANDRA_DURABLE",
+        False,
+        "Sync a single Cassandra node's commit log before it acknowledges a write (group, 10 ms), as a replicated "
+        "cluster always does. Off, a SIGKILL loses up to 10 s of acknowledged writes (replay stops at the last "
+        "sync marker): on for a node that is killed on purpose (bench.chaos)",
+    )
     start_timeout_s: float = env("PARLEY_INFRA_TIMEOUT", 180.0, "Seconds to wait for a local service to be healthy")
     secure: bool = env(
         "PARLEY_INFRA_SECURE",

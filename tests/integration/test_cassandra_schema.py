@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import shutil
 import uuid
 from dataclasses import replace
@@ -157,7 +159,7 @@ async def test_a_summary_written_twice_reads_back_once(cassandra, cassandra_sett
     store = Store(cassandra_settings)
     try:
         for _ in range(2):
-            await store.write(writes_for(Conversation(cid), event))
+            await store.write(writes_for(Conversation(cid), event, sealing.sealer()))
         [summary] = await SummaryRows(store).summaries(cid)
         [row] = await store.run("SELECT covered_ids FROM summaries WHERE conversation_id = ?", (uuid.UUID(cid),))
     finally:

@@ -3,6 +3,8 @@ answering alone when semantic search is down (seed §8), the turn recording whic
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import uuid
 
 import pytest
@@ -57,7 +59,7 @@ async def indexed(store: Store, user_id: str, embedder: MiniLM, *, ready: int) -
     batch = ev.DocumentPagesExtracted(document_id=doc, user_id=user_id, pages=ready, first_page=1, last_page=ready,
                                       pages_total=len(PAGES))  # fmt: skip
     for event in (up, batch):
-        for s in statements_for(event):
+        for s in statements_for(event, sealing.sealer()):
             await store.run(s.cql.replace("{ks}.", ""), s.values)
     return doc
 

@@ -268,3 +268,26 @@ def test_a_record_of_a_newer_writer_is_read_through_the_schemas_topic(kafka: Kaf
         codec.install_source(None)
         consumer.close()
         producer.close()
+
+
+def test_a_schema_published_after_a_lookup_is_found_by_the_next(kafka: KafkaSettings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Lookups read on from where the last stopped (not the topic again from its start), and miss nothing
+    published since."""
+    import json
+
+    from parley import schema_registry
+
+    def future(field: str) -> dict:  # type: ignore[type-arg]
+        schema = json.loads((codec.AVRO_DIR / "MessagePosted.avsc").read_text())
+        schema["fields"].append({"name": field, "type": "long", "default": 0})
+        return schema
+
+    first, second = future(f"f_{uuid.uuid4().hex[:8]}"), future(f"g_{uuid.uuid4().hex[:8]}")
+    (tmp_path / "MessagePosted.avsc").write_text(json.dumps(first))
+    schema_registry.publish(kafka, tmp_path)
+    source = schema_registry.KafkaSchemaSource(kafka)
+    assert source.lookup(codec.fingerprint(first)) == first
+    (tmp_path / "MessagePosted.avsc").write_text(json.dumps(second))
+    schema_registry.publish(kafka, tmp_path)
+    assert source.lookup(codec.fingerprint(second)) == second
+    assert source.lookup(codec.fingerprint(first)) == first  # still held

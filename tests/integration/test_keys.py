@@ -1,17 +1,24 @@
 """The key service against real Cassandra: data keys made once, sealed text opened by any process,
-and an erasure that leaves nothing readable (parley/keys.py)."""
+an erasure that leaves nothing readable (parley/keys.py), and `parley keys rotate-kek`, after which a
+wrapped key copied before the rotation (an old SSTable, a backup) opens no more (parley/kek_rotation.py)."""
 
 from __future__ import annotations
 
-import stat
+import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from parley.keys import KeyService, LocalKms
+from typer.testing import CliRunner
+
+from parley.keys import KeyService
+from parley.kms import AwsKms, LocalKms, WrappedKeyRefused
 from schemas import sealing
+from tests.fixtures.aws_kms import REGION, KmsServer, kms_server
+from tools.cli import app
 
 
 @pytest.fixture
@@ -21,16 +28,6 @@ def kms(tmp_path: Path) -> LocalKms:
 
 def _service(cassandra, keyspace: str, kms: LocalKms, **kwargs) -> KeyService:  # type: ignore[no-untyped-def]
     return KeyService(cassandra, kms, keyspace, **kwargs)  # the run's keyspace (the session's may be moved by other tests)
-
-
-def test_the_key_file_is_made_once_readable_by_its_owner_only(tmp_path: Path) -> None:
-    path = tmp_path / "kms" / "kek.json"
-    first = LocalKms(path)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    wrapped = first.wrap("u1", b"k" * 32)
-    assert LocalKms(path).unwrap("u1", *wrapped) == b"k" * 32  # a second process reads the same KEK
-    with pytest.raises(InvalidTag):
-        LocalKms(path).unwrap("u2", *wrapped)  # a wrapped key is bound to its user
 
 
 def test_what_one_process_seals_another_opens_and_an_erasure_ends_for_every_process(cassandra, cassandra_settings, kms: LocalKms) -> None:
@@ -103,3 +100,110 @@ def test_with_cassandra_unreachable_a_key_read_fails_as_the_typed_transient_erro
         sealing.install(held)
         away.close()
         up.close()
+
+
+# ---------------------------------------------------------------- parley keys rotate-kek
+
+
+@pytest.fixture(scope="module")
+def keys_keyspace(cassandra, cassandra_settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A data_keys of the rotation tests' own: a rotation reads every row of its table, and the run's
+    shared one holds rows of other tests, wrapped under other key files."""
+    from parley.migrate import migrate
+
+    name = f"{cassandra_settings.keyspace}_kek"
+    migrate(cassandra, name, cassandra_settings.replication)
+    yield name
+    cassandra.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
+
+
+@pytest.fixture
+def keyspace(cassandra, keys_keyspace: str) -> str:  # type: ignore[no-untyped-def]
+    cassandra.execute(f"TRUNCATE {keys_keyspace}.data_keys", timeout=60)
+    return keys_keyspace
+
+
+def _user() -> str:
+    return f"u_{uuid.uuid4().hex[:16]}"
+
+
+def _wrapped(cassandra, keyspace: str, user: str) -> tuple[str, bytes]:  # type: ignore[no-untyped-def]
+    """(kek_id, wrapped) of the user's data key, as an SSTable or a backup would hold it."""
+    row = cassandra.execute(f"SELECT kek_id, wrapped FROM {keyspace}.data_keys WHERE user_id = %s AND version = 1", (user,)).one()
+    return row.kek_id, row.wrapped
+
+
+def _rotate_kek(env: dict[str, str], *args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, ["keys", "rotate-kek", *args], env=env)
+
+
+def test_after_rotate_kek_a_key_copied_before_opens_no_more_and_live_content_still_opens(cassandra, keyspace: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "kek.json"
+    service = KeyService(cassandra, LocalKms(path), keyspace)
+    live, erased, late = _user(), _user(), _user()
+    value, gone = service.seal(live, "live text"), service.seal(erased, "erased text")
+    copied = {u: _wrapped(cassandra, keyspace, u) for u in (live, erased)}  # before the rotation: a backup
+    service.erase(erased)
+    LocalKms(path).begin_rotation()  # a rotation that stopped after making its KEK...
+    late_value = service.seal(late, "made during the rotation")  # ...while a process wrapped a new key under it
+    late_row = _wrapped(cassandra, keyspace, late)
+    assert late_row[0] == "kek-2"
+
+    result = _rotate_kek({"PARLEY_KMS": "local", "PARLEY_KMS_KEY_FILE": str(path), "PARLEY_KEYS_KEYSPACE": keyspace})
+    assert result.exit_code == 0, result.output
+    assert "retired (removed from the key file): kek-1" in result.output
+    assert json.loads(path.read_text())["keys"].keys() == {"kek-2"}  # resumed under its KEK, not begun again
+    assert _wrapped(cassandra, keyspace, late) == late_row  # already under the new KEK: left as it was
+    assert _wrapped(cassandra, keyspace, live)[0] == "kek-2"
+
+    fresh = KeyService(cassandra, LocalKms(path), keyspace, cache_s=0.0)
+    assert fresh.open(value) == "live text" and fresh.open(late_value) == "made during the rotation"
+    assert service.open(value) == "live text"  # the data key is unchanged: keys held in caches go on working
+    for user in (live, erased):
+        with pytest.raises(WrappedKeyRefused):
+            LocalKms(path).unwrap(user, *copied[user])  # the copy from before the rotation opens no more
+    assert fresh.open(gone) == sealing.ERASED  # the erased user's key stays destroyed: only the mark is left
+    rows = cassandra.execute(f"SELECT version, wrapped FROM {keyspace}.data_keys WHERE user_id = %s", (erased,)).all()
+    assert [(r.version, r.wrapped) for r in rows] == [(0, None)]
+
+    cassandra.execute(  # a backup of the row restored over it
+        f"UPDATE {keyspace}.data_keys SET kek_id = %s, wrapped = %s WHERE user_id = %s AND version = 1", (*copied[live], live)
+    )
+    with pytest.raises(WrappedKeyRefused):
+        KeyService(cassandra, LocalKms(path), keyspace, cache_s=0.0).open(value)
+
+
+def test_rotate_kek_on_aws_moves_every_key_to_the_new_kms_key_and_names_the_old_one_to_retire(
+    cassandra, keyspace: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    """Against moto's KMS server: keys wrapped under an old KMS key, and under the local key file a
+    deployment ran before AWS KMS (--from-key-file), all end under the new key."""
+    with kms_server() as aws:
+        old_arn, new_arn = aws.create_key(), aws.create_key()
+        key_file = tmp_path / "kek.json"
+        on_file = KeyService(cassandra, LocalKms(key_file), keyspace)
+        on_old = KeyService(cassandra, AwsKms(old_arn, region=REGION, endpoint_url=aws.endpoint_url), keyspace)
+        a, b = _user(), _user()
+        value_a, value_b = on_file.seal(a, "under the key file"), on_old.seal(b, "under the old KMS key")
+        assert _wrapped(cassandra, keyspace, b)[0] == old_arn
+
+        env = {
+            "PARLEY_KMS": "aws",
+            "PARLEY_KMS_KEY_ID": new_arn,
+            "PARLEY_KMS_REGION": REGION,
+            "PARLEY_KMS_ENDPOINT_URL": aws.endpoint_url,
+            "PARLEY_KEYS_KEYSPACE": keyspace,
+        }
+        refused = _rotate_kek(env)  # without the key file, the key it wrapped cannot be moved: nothing is retired
+        assert refused.exit_code == 1 and "would not unwrap the data keys of 1 users" in refused.output, refused.output
+        assert "schedule-key-deletion" not in refused.output
+        c = _user()
+        value_c = on_old.seal(c, "wrapped by a process not yet moved to the new key")  # as during a rollout
+        result = _rotate_kek(env, "--from-key-file", str(key_file))  # resumed: b's row is under the new key already
+        assert result.exit_code == 0, result.output
+        assert f"aws kms schedule-key-deletion --key-id {old_arn} --pending-window-in-days 7" in result.output
+        assert "Retire every earlier generation of the tenancy key" in result.output
+        assert {_wrapped(cassandra, keyspace, u)[0] for u in (a, b, c)} == {new_arn}
+        fresh = KeyService(cassandra, AwsKms(new_arn, region=REGION, endpoint_url=aws.endpoint_url), keyspace, cache_s=0.0)
+        assert fresh.open(value_a) == "under the key file" and fresh.open(value_b) == "under the old KMS key"
+        assert fresh.open(value_c) == "wrapped by a process not yet moved to the new key"

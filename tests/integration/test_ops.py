@@ -7,7 +7,7 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 
 from parley.kafka import EventProducer
-from parley.ops import Ops
+from parley.ops import OffsetReader, Ops
 from parley.settings import KafkaSettings
 from schemas.events import ConversationCreated
 
@@ -36,6 +36,16 @@ def test_lag_and_groups_show_what_a_group_has_done_and_who_owns_what(kafka: Kafk
         assert rows[(topic, 0)].committed == 2
         assert rows[(topic, 0)].end == 5
         assert rows[(topic, 0)].lag == 3
+
+        # What long-lived processes ask with (the consumer protocol, never the admin API's group requests):
+        # the same answer where the group committed, and asking joins nothing.
+        offsets = OffsetReader(kafka)
+        try:
+            mine = {(r.topic, r.partition): r for r in offsets.lag([group])}
+            assert set(mine) == {(topic, 0)}
+            assert (mine[(topic, 0)].committed, mine[(topic, 0)].end, mine[(topic, 0)].lag) == (2, 5, 3)
+        finally:
+            offsets.close()
 
         (described,) = ops.groups([group])
         assert described.state == "stable"

@@ -24,6 +24,7 @@ from parley.migrate import migrate
 from parley.settings import CassandraSettings, KafkaSettings
 from schemas import codec
 from schemas import events as ev
+from schemas import sealing
 from streams.projection import Write, writes_for
 from streams.store import BATCH_MAX, Store
 from streams.tree import Conversation, apply, empty
@@ -116,7 +117,7 @@ async def _run(kafka: KafkaSettings, cassandra: CassandraSettings, location: Loc
                     continue
                 cid = str(getattr(event, "conversation_id", ""))
                 state = states.get(cid) or empty(cid)
-                writes = writes_for(state, event)
+                writes = writes_for(state, event, sealing.sealer())
                 states[cid] = apply(state, event)
             except (codec.CodecError, ValueError) as exc:
                 report.invalid += 1

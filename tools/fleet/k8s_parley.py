@@ -9,7 +9,7 @@ gateway, which is in no group, by KEDA's Prometheus scaler on its open streams.
 
 Two ConfigMaps configure every Parley container (``envFrom``): ``parley-infra``,
 which infra/terraform makes (modules/parley-connection) with every connection
-setting of the environment (brokers, users, keyspace, TLS, the KMS file, the
+setting of the environment (brokers, users, keyspace, TLS, the KMS key, the
 buckets), and ``parley-config``, rendered here with only what the fleet spec
 decides (engine URLs, pools, metrics, logging). No setting is in both. The
 Secrets and the CA that ``parley-infra``'s file settings point at are mounted
@@ -51,11 +51,9 @@ class Mounted:
 
 KAFKA_SECRET = Mounted("parley-kafka", "/run/secrets/parley/kafka")  # password
 CASSANDRA_SECRET = Mounted("parley-cassandra", "/run/secrets/parley/cassandra")  # password
-#: kek.json, the local KMS's key file (parley/keys.py): every process that seals or opens content reads it.
-KEK_SECRET = Mounted("parley-kek", "/run/secrets/parley/kek")
 #: ca.crt. MSK's brokers chain to Amazon's public CAs (the system's): only Cassandra has a CA file.
 CASSANDRA_CA = Mounted("parley-cassandra-ca", "/etc/parley/cassandra-ca", config_map=True)
-MOUNTED = (KAFKA_SECRET, CASSANDRA_SECRET, KEK_SECRET, CASSANDRA_CA)
+MOUNTED = (KAFKA_SECRET, CASSANDRA_SECRET, CASSANDRA_CA)  # no KEK: AWS KMS wraps data keys (PARLEY_KMS=aws)
 
 #: The service account of each kind of Parley process (a Service's first module argument): the names
 #: infra/terraform's workload-identity module binds to IAM roles (envs/production/platform,
@@ -329,6 +327,30 @@ def group_services() -> list[Service]:
     return [s for s in SERVICES if s.group and not s.group.startswith("workers.")]
 
 
+#: ClamAV's databases in a document worker's pod: freshclam writes them, the worker's clamscan reads them.
+CLAMAV_VOLUME, CLAMAV_DB = "clamav", "/var/lib/clamav"
+FRESHCLAM = ["freshclam", "--config-file=/app/infra/clamav/freshclam.conf", "--stdout"]
+#: freshclam loads what it downloaded once to test it (about 1 GiB with ClamAV's full databases).
+FRESHCLAM_SIZING = Sizing(cpu="100m", memory="256Mi", cpu_limit="1", memory_limit="1536Mi")
+
+
+def signatures(spec: FleetSpec, worker: Doc) -> tuple[Doc, Doc]:
+    """ClamAV's real signatures for a document worker (the shipped ones know EICAR only): an init container
+    fetches them before the worker starts, which refuses to start without them
+    (PARLEY_DOCUMENTS_REAL_SIGNATURES), and a sidecar keeps them current. ``worker`` gets the mount and
+    settings; (init container, sidecar)."""
+    worker["volumeMounts"].append(k.mount(CLAMAV_VOLUME, CLAMAV_DB, read_only=True))
+    worker["env"] = [
+        *worker.get("env", []),
+        k.env_value("PARLEY_DOCUMENTS_CLAMAV_DB", CLAMAV_DB),
+        k.env_value("PARLEY_DOCUMENTS_REAL_SIGNATURES", "true"),
+    ]
+    mounts = [k.mount(CLAMAV_VOLUME, CLAMAV_DB)]
+    init = k.container("freshclam", spec.images.parley, FRESHCLAM, FRESHCLAM_SIZING, mounts=mounts)
+    refresher = k.container("freshclam-daemon", spec.images.parley, [*FRESHCLAM, "--daemon"], FRESHCLAM_SIZING, mounts=mounts)
+    return init, refresher
+
+
 def consumer(spec: FleetSpec, service: Service) -> list[Doc]:
     """A processor or the document workers: Deployment, metrics Service, PDB, ScaledObject, ServiceMonitor."""
     if service.name not in GROUP_PLANS:
@@ -348,7 +370,14 @@ def consumer(spec: FleetSpec, service: Service) -> list[Doc]:
         mounts=[k.mount("state", "/var/lib/parley")] if faust else [],
     )
     volumes = parley_volumes(k.empty_dir("state", size="2Gi")) if faust else parley_volumes()
-    pod = k.pod_spec([main], service_account=account(service), grace_s=plan.grace_s, volumes=volumes)
+    more: Doc = {}
+    containers = [main]
+    if name == "documents":
+        init, refresher = signatures(spec, main)
+        volumes.append(k.empty_dir(CLAMAV_VOLUME, size="2Gi"))
+        containers.append(refresher)
+        more["initContainers"] = [init]
+    pod = k.pod_spec(containers, service_account=account(service), grace_s=plan.grace_s, volumes=volumes, **more)
     scaling = Scaling(min=plan.min_replicas, max=group_cap(service))
     return [
         k.deployment(name, ns, label, pod, replicas=None),

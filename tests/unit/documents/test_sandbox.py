@@ -122,6 +122,41 @@ def test_the_page_readers_child_is_that_sandbox(kek: Path) -> None:
     assert child_net != own_net
 
 
+def test_the_opened_document_is_never_a_file_and_the_directory_is_in_ram(kek: Path) -> None:
+    """A worker killed mid-document leaves nothing of it on a disk (review H8): the child gets the
+    document through its pipe, and its directory is on /dev/shm where this host has one."""
+    pdf = fx.text_pdf(fx.PDF_PAGES)
+    with PageReader(DocumentSettings()) as reader:
+        assert reader.page_count(pdf, PDF) == 3
+        home = reader._child.home
+        files = [p.read_bytes() for p in home.rglob("*") if p.is_file()]
+    assert home.parent == Path("/dev/shm")
+    assert not [f for f in files if pdf[:512] in f]
+
+
+def test_a_directory_a_killed_worker_left_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    dead = _a_dead_pid()
+    leftover = sandbox._scratch() / f"parley-child-{dead}-abc123"
+    leftover.mkdir()
+    (leftover / "page.png").write_bytes(b"derived plaintext")
+    live = sandbox._scratch() / f"parley-child-{os.getpid()}-def456"  # a live worker's: kept
+    live.mkdir()
+    try:
+        child = sandbox.start("tests.unit.documents.sandbox_probe:signal_parent", [], readable=(str(sandbox.ROOT / "tests"),), stdout=subprocess.PIPE)
+        child.process.communicate(timeout=120)
+        child.close()
+        assert not leftover.exists()
+        assert live.exists()
+    finally:
+        live.rmdir()
+
+
+def _a_dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
 # ---------------------------------------------------------------- plain data, checked
 
 

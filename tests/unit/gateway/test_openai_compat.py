@@ -3,6 +3,8 @@ chunks and completions in OpenAI's shapes, finish reasons, restarts and errors."
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -402,7 +404,7 @@ def test_a_posted_history_is_folded_projected_and_prompted_with_its_roles() -> N
     state = tree.fold([ConversationCreated(**common), *posted])
     assert state.selected_leaf_id == plan.question_id
     assert [(m.role, m.content) for m in tree.branch(state, plan.question_id)] == [(m.role, m.content) for m in history]
-    writes = projection.writes_for(tree.fold([ConversationCreated(**common), *posted[:2]]), posted[2])
+    writes = projection.writes_for(tree.fold([ConversationCreated(**common), *posted[:2]]), posted[2], sealing.sealer())
     assert dict(writes[0].cells)["role"] == A
     layout = Layout(system_prompt="", budget_tokens=10_000, block_tokens=100)
     prompt = build_prompt(tree.branch(state, plan.question_id), layout, TokenCounter.from_spec("bytes"))

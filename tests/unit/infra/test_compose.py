@@ -95,3 +95,15 @@ def test_the_gpu_profile_swaps_the_small_pools_engine_behind_the_same_worker() -
 
     assert problems(tuple(sglang["command"]), SERVER["flags"]) == [], "flags of the pinned SGLang release"
     assert sglang["image"] == load().images.sglang, "the image of the fleet spec's release"
+
+
+def test_the_document_workers_scan_with_freshclams_signatures() -> None:
+    services = _compose()["services"]
+    documents, freshclam = services["documents"], services["freshclam"]
+    assert documents["environment"]["PARLEY_DOCUMENTS_REAL_SIGNATURES"] == "true"  # refused to start without them
+    db = documents["environment"]["PARLEY_DOCUMENTS_CLAMAV_DB"]
+    assert f"clamav:{db}:ro" in documents["volumes"] and f"clamav:{db}" in freshclam["volumes"]
+    assert documents["depends_on"]["freshclam"] == {"condition": "service_completed_successfully"}
+    assert {"kafka", "cassandra", "setup"} <= set(documents["depends_on"])
+    conf = freshclam["command"][1].split("=", 1)[1].removeprefix("/app/")
+    assert f"DatabaseDirectory {db}\n" in (COMPOSE.parent / conf).read_text()

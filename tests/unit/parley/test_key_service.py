@@ -20,8 +20,10 @@ from cassandra import ConsistencyLevel, OperationTimedOut
 
 from parley.errors import StoreUnavailable, Unavailable
 from parley.keys import ERASED_MARK, KeyService, KeyUnavailable, LocalKms
+from parley.kms import AwsKms, WrappedKeyRefused
 from schemas import codec, sealing
 from schemas.events import MessagePosted
+from tests.fixtures.aws_kms import REGION, kms_server
 
 CID = "00000000-0000-0000-0000-0000000000c1"
 MID = "00000000-0000-0000-0000-0000000000a1"
@@ -307,3 +309,31 @@ def test_the_loop_goes_on_while_a_decode_waits_for_its_key(services: Any, table:
         asyncio.run(run())
     finally:
         sealing.install(None)
+
+
+def test_a_kms_outage_is_transient_and_a_refusal_is_never_taken_for_an_erasure(table: Table, clock: Clock) -> None:
+    """Over AWS KMS (moto's server): a key the KMS will not unwrap raises, it never reads as ``[erased]``
+    (which ``seal`` would write in place of the text); a KMS that stops answering is a ``KeyUnavailable``,
+    and a key a process holds goes on working, as during a Cassandra outage."""
+    made: list[KeyService] = []
+
+    def service(kms: AwsKms) -> KeyService:
+        made.append(KeyService(lambda: table, kms, "ks", clock=clock))  # type: ignore[arg-type,return-value]
+        return made[-1]
+
+    try:
+        with kms_server() as aws:
+            kms = AwsKms(aws.create_key(), region=REGION, endpoint_url=aws.endpoint_url)
+            holder = service(kms)
+            value = holder.seal("u1", "the text")
+            copied = table.rows["u1"][1]
+            table.rows["u2"] = {1: SimpleNamespace(version=1, wrapped=copied.wrapped, kek_id=copied.kek_id)}  # u1's key as u2's
+            with pytest.raises(WrappedKeyRefused):
+                service(kms).seal("u2", "text")
+        with pytest.raises(KeyUnavailable):  # the KMS is gone
+            service(kms).open(value)
+        clock.now += 61
+        assert holder.open(value) == "the text"
+    finally:
+        for s in made:
+            s.close()

@@ -119,7 +119,7 @@ def test_a_projected_cell_is_sealed_deterministically(keys: Reversible) -> None:
     from streams.projection import Write
 
     write = Write("messages", (("conversation_id", CID),), (("content", "text"), ("role", "user")), 1)
-    out = sealed(write, "u1")
+    out = sealed(write, "u1", sealing.sealer())
     assert dict(out.cells)["role"] == "user" and sealing.is_sealed(dict(out.cells)["content"])
     assert sealing.open_text(dict(out.cells)["content"]) == "text"
 
@@ -159,9 +159,9 @@ def test_ids_derived_from_content_are_keyed_by_the_owners_key(keys: Reversible) 
     from streams.memory import fact
 
     history = (ChatMessage("user", "I live in Lisbon"),)
-    mine = (fact("u1", "I live in Lisbon").fact_id, message_keys("u1", history))
-    assert mine == (fact("u1", "I live in Lisbon").fact_id, message_keys("u1", history))  # stable under one key
+    mine = (fact("u1", "I live in Lisbon", sealing.sealer()).fact_id, message_keys("u1", history))
+    assert mine == (fact("u1", "I live in Lisbon", sealing.sealer()).fact_id, message_keys("u1", history))  # stable under one key
     sealing.install(None)  # what a guesser without the key computes
-    assert fact("u1", "I live in Lisbon").fact_id != mine[0] and message_keys("u1", history) != mine[1]
+    assert fact("u1", "I live in Lisbon", sealing.sealer()).fact_id != mine[0] and message_keys("u1", history) != mine[1]
     sealing.install(OtherKey())  # another key: other ids
-    assert fact("u1", "I live in Lisbon").fact_id != mine[0] and message_keys("u1", history) != mine[1]
+    assert fact("u1", "I live in Lisbon", sealing.sealer()).fact_id != mine[0] and message_keys("u1", history) != mine[1]

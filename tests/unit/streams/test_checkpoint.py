@@ -3,6 +3,8 @@ restarts, bounded memory, and timestamps that always lose to the completion."""
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import uuid
 from dataclasses import replace
 
@@ -89,7 +91,7 @@ def test_a_checkpoint_processed_after_the_completion_never_regresses_the_row() -
     done = r.completed("partial text and the rest", parent=user)  # more text than the chunks seen so far
     writes, _ = run([asked, done])
     taken = [c.take(x, 0.0) for x in chunks]
-    checkpoints = [t.write() for t in taken if t is not None]
+    checkpoints = [t.write(sealing.sealer()) for t in taken if t is not None]
     assert len(checkpoints) == 2
     final = rows(store(writes), "messages")
     for order in (writes + checkpoints, checkpoints + writes, checkpoints[::-1] + writes[::-1]):
@@ -103,7 +105,7 @@ def test_a_cancelled_reply_keeps_its_partial_text_whatever_the_checkpoints_did()
     cps = [c.take(r.chunk(t), 0.0) for t in ("half ", "an ")]
     done = r.completed("half an ", reason="cancelled")
     writes, state = run([done])
-    [row] = rows(store([x.write() for x in cps if x] + writes), "messages").values()
+    [row] = rows(store([x.write(sealing.sealer()) for x in cps if x] + writes), "messages").values()
     assert (row["content"], row["status"], row["finish_reason"]) == ("half an ", "cancelled", "cancelled")
     assert state.messages[r.request_id].status == "cancelled"
 
@@ -112,7 +114,7 @@ def test_checkpoint_alone_writes_role_content_tokens_never_status() -> None:
     r = Reply()
     w = cp().take(r.chunk("x", 3), 0.0)
     assert w is not None
-    write = w.write()
+    write = w.write(sealing.sealer())
     assert dict(write.cells) == {"role": "assistant", "content": "x", "tokens": 3, "updated_at": to_time(w.timestamp)}
     assert cql(write.shape).startswith("UPDATE messages USING TIMESTAMP ? SET role = ?, content = ?, tokens = ?")
     # A checkpoint before the GenerationRequested row: the request's write completes the row.
@@ -214,5 +216,5 @@ def test_malformed_ids_raise_at_the_chunk() -> None:
 
 def test_checkpoint_write_is_keyed_by_the_reply() -> None:
     rid = str(uuid.uuid4())
-    w = Checkpoint(CID, rid, "t", 1, 5).write()
+    w = Checkpoint(CID, rid, "t", 1, 5).write(sealing.sealer())
     assert (w.table, dict(w.key), w.timestamp) == ("messages", {"conversation_id": uuid.UUID(CID), "message_id": uuid.UUID(rid)}, 5)

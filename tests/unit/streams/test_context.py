@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import uuid
 from dataclasses import replace
 
@@ -195,7 +197,7 @@ def test_a_row_only_a_checkpoint_wrote_is_not_taken_for_a_known_reply() -> None:
     s = state_from_rows(cid, None, msgs)
     assert str(r) not in s.messages and str(m) in s.messages
     asked = ev.GenerationRequested(conversation_id=cid, user_id="u", request_id=str(r), parent_id=str(m), client_message_id="c")
-    [row, _] = writes_for(s, asked)
+    [row, _] = writes_for(s, asked, sealing.sealer())
     assert dict(row.cells)["status"] == "streaming" and dict(row.cells)["role"] == "assistant"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import uuid
 
 import pytest
@@ -42,7 +44,7 @@ class FlakyStore:
 async def test_outage_is_retried_until_the_writes_land() -> None:
     log, _ = conversation_log()
     store = FlakyStore(failures=3)  # the load fails twice, then a write
-    m = Materializer(MaterializerSettings(retry_max_s=0.2), store)
+    m = Materializer(MaterializerSettings(retry_max_s=0.2), store, sealing.UNSEALED)
     all_writes = []
     for e in log:
         all_writes += await m.handle(e)
@@ -51,7 +53,7 @@ async def test_outage_is_retried_until_the_writes_land() -> None:
 
 
 async def test_events_of_other_topics_write_nothing_and_bad_ids_raise() -> None:
-    m = Materializer(MaterializerSettings(), FlakyStore(failures=0))
+    m = Materializer(MaterializerSettings(), FlakyStore(failures=0), sealing.UNSEALED)
     chunk = ev.TokenChunk(conversation_id=CID, user_id="u", request_id=str(uuid.uuid4()), seq=0)
     assert await m.handle(chunk) == []
     with pytest.raises(ValueError):
@@ -86,7 +88,7 @@ def _chunk(rid: str, seq: int, text: str, offset: int, **kw: object) -> ev.Token
 
 async def test_checkpoints_write_through_outages_and_the_timer_writes_what_is_pending() -> None:
     rid, clock, rows = str(uuid.uuid4()), Clock(), ReplyRows(failures=1)
-    cps = Checkpoints(MaterializerSettings(retry_max_s=0.2), rows, clock)
+    cps = Checkpoints(MaterializerSettings(retry_max_s=0.2), rows, sealing.UNSEALED, clock)
     [first] = await cps.handle(_chunk(rid, 0, "Hello", 0))
     assert dict(first.cells)["content"] == "Hello" and rows.written == [first]  # after one failed attempt
     clock.now = 0.5
@@ -102,7 +104,7 @@ async def test_checkpoints_write_through_outages_and_the_timer_writes_what_is_pe
 async def test_checkpoints_resume_from_the_row_after_a_restart_and_refuse_other_events() -> None:
     rid = str(uuid.uuid4())
     rows = ReplyRows(failures=0, stored={rid: StoredReply("Hello", 1, "streaming")})
-    cps = Checkpoints(MaterializerSettings(), rows, Clock())
+    cps = Checkpoints(MaterializerSettings(), rows, sealing.UNSEALED, Clock())
     [w] = await cps.handle(_chunk(rid, 1, ", world", 5))
     assert dict(w.cells)["content"] == "Hello, world" and rows.reads == 1
     with pytest.raises(TypeError):

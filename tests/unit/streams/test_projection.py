@@ -6,6 +6,9 @@ rule: the highest timestamp wins; a tie goes to the greater value).
 
 from __future__ import annotations
 
+from schemas import sealing
+
+import dataclasses
 import random
 import uuid
 from typing import Any
@@ -25,7 +28,7 @@ def run(events: list[ev.Event], state: Conversation | None = None) -> tuple[list
     state = state or empty(CID)
     out: list[Write] = []
     for e in events:
-        out += writes_for(state, e)
+        out += writes_for(state, e, sealing.sealer())
         state = apply(state, e)
     return out, state
 
@@ -55,7 +58,7 @@ def test_each_event_writes_its_rows_at_its_own_time() -> None:
     by_event: list[list[Write]] = []
     state = empty(CID)
     for e in log:
-        ws = writes_for(state, e)
+        ws = writes_for(state, e, sealing.sealer())
         by_event.append(ws)
         state = apply(state, e)
         assert all(w.timestamp == e.occurred_at for w in ws)
@@ -103,34 +106,71 @@ def test_replaying_twice_or_from_the_middle_or_in_any_write_order_gives_the_same
     assert store(shuffled) == once
 
 
-def test_a_retried_post_after_the_reply_finished_changes_no_row() -> None:
-    log, ids = conversation_log()
-    writes, state = run(log[:4])
-    later = log[3].occurred_at + 1_000
-    retry = [
+def _retry(log: list[ev.Event], ids: dict[str, str]) -> list[ev.Event]:
+    """The POST of m1 appended again, a second later (its first append was in doubt), and the conversation's."""
+    later = log[3].occurred_at + 1_000_000
+    return [
         ev.MessagePosted(conversation_id=CID, user_id=U, occurred_at=later, message_id=ids["m1"], client_message_id="c1", content="hello"),
         ev.GenerationRequested(
-            conversation_id=CID, user_id=U, occurred_at=later + 1, request_id=ids["r1"], parent_id=ids["m1"], client_message_id="c1"
+            conversation_id=CID, user_id=U, occurred_at=later + 1, request_id=ids["r1"], parent_id=ids["m1"],
+            client_message_id="c1", token_offset=999,
         ),
         ev.ConversationCreated(conversation_id=CID, user_id=U, occurred_at=later + 2, title="t"),
-    ]
-    assert run(retry, state)[0] == []
+    ]  # fmt: skip
+
+
+def test_a_retried_post_after_the_reply_finished_changes_nothing_but_when_it_was_touched() -> None:
+    log, ids = conversation_log()
+    log[2] = dataclasses.replace(log[2], token_offset=41)
+    writes, state = run(log[:4])
+    before = store(writes)
+    restated, after = run(_retry(log, ids), state)
+    assert after == state  # the log keeps the first
+    changed = {
+        (t, k, c) for (t, k), row in store(restated, store(writes)).items() for c, (_, v) in row.items() if before[(t, k)][c][1] != v
+    }
+    assert {c for _, _, c in changed} == {"updated_at"}
+    assert run(_retry(log, ids)[:2], state)[0] == run(_retry(log, ids)[:2], state)[0]  # deterministic
+
+
+def test_a_repeat_written_through_without_the_first_is_undone_by_its_restatement() -> None:
+    """The gateway that took the retried POST could not see the first (Cassandra behind): it wrote the
+    repeat through as a new message. The materializer's restatement puts every such cell back as the
+    log has it: the first's created_at, the finished reply's status and the stream's own offset."""
+    log, ids = conversation_log()
+    log[2] = dataclasses.replace(log[2], token_offset=41)
+    writes, state = run(log[:4])
+    retry = _retry(log, ids)[:2]
+    through = [w for e in retry for w in writes_for(empty(CID), e, sealing.UNSEALED)]
+    restated, _ = run(retry, state)
+    assert restated, "a repeat with a time of its own restates its message"
+    got = store(writes + through + restated)
+    assert rows(got, "messages") == rows(store(writes + restated), "messages")  # = the log's projection
+    assert rows(got, "conversations") == rows(store(writes + restated), "conversations")
+    reply = rows(got, "messages")[_key(("conversation_id", uuid.UUID(CID)), ("message_id", uuid.UUID(ids["r1"])))]
+    assert (reply["status"], reply["stream_offset"], reply["created_at"]) == ("complete", 41, to_time(log[2].occurred_at))
+
+
+def test_a_redelivered_creation_event_restates_nothing() -> None:
+    log, _ = conversation_log()
+    _, state = run(log[:4])
+    assert run(log[1:3], state)[0] == []
 
 
 def test_a_rename_of_an_unknown_conversation_does_not_invent_a_list_row() -> None:
     e = ev.ConversationRenamed(conversation_id=CID, user_id=U, title="x")
-    assert [w.table for w in writes_for(empty(CID), e)] == ["conversations"]
+    assert [w.table for w in writes_for(empty(CID), e, sealing.sealer())] == ["conversations"]
 
 
 def test_malformed_ids_raise_value_error() -> None:
     e = ev.LeafSelected(conversation_id="not-a-uuid", user_id=U, leaf_id=str(uuid.uuid4()))
     with pytest.raises(ValueError):
-        writes_for(empty("not-a-uuid"), e)
+        writes_for(empty("not-a-uuid"), e, sealing.sealer())
 
 
 def test_statements_are_timestamped_upserts() -> None:
     log, _ = conversation_log()
-    w = writes_for(empty(CID), log[0])[0]
+    w = writes_for(empty(CID), log[0], sealing.sealer())[0]
     assert cql(w.shape) == (
         "UPDATE conversations USING TIMESTAMP ? SET user_id = ?, title = ?, created_at = ?, updated_at = ? "
         "WHERE conversation_id = ?"
@@ -180,7 +220,7 @@ def test_a_writes_partition_is_its_tables_partition_key_so_a_batch_of_one_partit
     keys = _partition_keys()
     log, _ = conversation_log()
     writes, _ = run(log)
-    writes.append(Checkpoint(CID, str(uuid.uuid4()), "partial", 3, 5).write())
+    writes.append(Checkpoint(CID, str(uuid.uuid4()), "partial", 3, 5).write(sealing.sealer()))
     assert {w.table for w in writes} >= {"conversations", "conversations_by_user", "messages"}
     for w in writes:
         assert keys[w.table] == (w.partition[0],) == (w.key[0][0],), w.table
@@ -195,7 +235,7 @@ def test_a_reply_in_flight_when_its_conversation_is_deleted_ends_blank_whatever_
     deleted = ev.ConversationDeleted(conversation_id=CID, user_id=U, occurred_at=t + 10)
     writes, state = run([*log, deleted])
     # A chunk streamed after the deletion: its checkpoint is timestamped after it, so it wins over the blanking.
-    writes.append(Checkpoint(CID, ids["r2b"], "text after the delete", 4, timestamp=t + 19, user_id=U).write())
+    writes.append(Checkpoint(CID, ids["r2b"], "text after the delete", 4, timestamp=t + 19, user_id=U).write(sealing.sealer()))
     late = [
         ev.GenerationCompleted(conversation_id=CID, user_id=U, occurred_at=t + 20, request_id=ids["r2b"], parent_id=ids["m2b"], finish_reason="cancelled", content="text after the delete"),
         ev.ConversationRenamed(conversation_id=CID, user_id=U, occurred_at=t + 21, title="still deleted"),
@@ -218,6 +258,6 @@ def test_the_projection_never_reads_a_messages_text_so_the_materializer_loads_ro
     ]  # fmt: skip
     seen, blind = empty(CID), empty(CID)  # blind: every message's text gone, as Store(texts=False) loads it
     for e in [*log, *more]:
-        assert writes_for(blind, e) == writes_for(seen, e), type(e).__name__
+        assert writes_for(blind, e, sealing.sealer()) == writes_for(seen, e, sealing.sealer()), type(e).__name__
         seen, blind = apply(seen, e), apply(blind, e)
         blind = replace(blind, messages=frozen_messages({k: replace(m, content="") for k, m in blind.messages.items()}))

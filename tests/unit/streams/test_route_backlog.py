@@ -120,3 +120,13 @@ def test_the_freshest_claim_of_a_partition_says_where_it_was_read_to() -> None:
     # a worker that does not report read_to (an older one) leaves its partitions to the group's offsets
     fleet.observe(WorkerHeartbeat(worker_id="c", pool="small", partitions=[2], occurred_at=3), 0.0, 4)
     assert fleet.read_to("small", 0.0) == {}
+
+
+def test_each_reading_sets_the_pools_backlog_gauge() -> None:
+    from parley.metrics import POOL_BACKLOG
+
+    router = busy_router()
+    read(router, 0.5, 7)
+    assert POOL_BACKLOG.labels("small")._value.get() == 7
+    read(router, 1.5, 0)
+    assert POOL_BACKLOG.labels("small")._value.get() == 0

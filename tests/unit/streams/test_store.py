@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import asyncio
 import uuid
 from typing import Any
@@ -58,6 +60,6 @@ def test_a_write_sends_one_request_per_partition() -> None:
 
 def test_a_memory_snapshot_is_one_batch_of_the_users_partition() -> None:
     store, fake = _store()
-    event = MemoryUpdated(user_id="u1", facts=[memory.fact("u1", "likes tea"), memory.fact("u1", "in Oslo")])
+    event = MemoryUpdated(user_id="u1", facts=[memory.fact("u1", "likes tea", sealing.sealer()), memory.fact("u1", "in Oslo", sealing.sealer())])
     asyncio.run(store.write_memory(event))
-    assert fake.requests == [[(s.cql, s.values) for s in memory.writes_for(event)]]
+    assert fake.requests == [[(s.cql, s.values) for s in memory.writes_for(event, sealing.sealer())]]

@@ -7,6 +7,8 @@ rows: dicts of every column, times at millisecond precision.
 
 from __future__ import annotations
 
+from schemas import sealing
+
 import uuid
 from dataclasses import replace
 from datetime import datetime
@@ -37,7 +39,7 @@ def materialized(log: list[ev.Event], extra: list[Write] = ()) -> dict[str, list
 
 
 def checkpoint(request_id: str, text: str, at: int) -> Write:
-    return Checkpoint(CID, request_id, text, 3, at).write()
+    return Checkpoint(CID, request_id, text, 3, at).write(sealing.sealer())
 
 
 def test_rows_written_by_the_materializer_agree_with_the_log() -> None:

@@ -150,7 +150,7 @@ def test_every_service_of_the_topology_is_rendered(fleet) -> None:
 def test_every_container_has_requests_and_limits(fleet) -> None:
     _, docs = fleet
     for name, pod in _pods(docs):
-        for c in pod["containers"]:
+        for c in [*pod["containers"], *pod.get("initContainers", [])]:
             for side in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][side]), (name, c["name"], side)
 
@@ -161,7 +161,7 @@ def test_every_container_drops_all_capabilities_and_runs_non_root_but_the_rdma_e
         rdma = any("--disaggregation-mode" in c["command"] for c in pod["containers"])
         assert pod["securityContext"]["runAsNonRoot"] is not rdma, name
         assert pod["automountServiceAccountToken"] is name.endswith("-router"), name
-        for c in pod["containers"]:
+        for c in [*pod["containers"], *pod.get("initContainers", [])]:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
             assert sc["capabilities"].get("add", []) == (["IPC_LOCK"] if rdma else [])
@@ -184,6 +184,25 @@ def test_gpu_pods_select_and_tolerate_gpu_nodes_and_others_stay_off_them(fleet) 
                 assert r["requests"].get("nvidia.com/gpu") == r["limits"].get("nvidia.com/gpu"), (name, c["name"])
         else:
             assert "nodeSelector" not in pod and "tolerations" not in pod, name
+
+
+def test_document_workers_scan_with_freshclams_signatures_fetched_before_they_start(fleet) -> None:
+    _, docs = fleet
+    [pod] = [p for name, p in _pods(docs) if name == "documents"]
+    [init] = pod["initContainers"]
+    worker, daemon = pod["containers"]
+    assert init["command"][0] == daemon["command"][0] == "freshclam" and "--daemon" in daemon["command"]
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["PARLEY_DOCUMENTS_REAL_SIGNATURES"] == "true"  # the worker refuses the shipped test signatures
+    db = env["PARLEY_DOCUMENTS_CLAMAV_DB"]
+    assert {"name": "clamav", "mountPath": db, "readOnly": True} in worker["volumeMounts"]
+    for writer in (init, daemon):
+        assert any(m["name"] == "clamav" and m["mountPath"] == db and not m.get("readOnly") for m in writer["volumeMounts"])
+    assert any(v["name"] == "clamav" for v in pod["volumes"])
+    conf = init["command"][1].split("=", 1)[1].removeprefix("/app/")
+    assert f"DatabaseDirectory {db}\n" in (Path(__file__).resolve().parents[3] / conf).read_text()
+    others = [p for name, p in _pods(docs) if name != "documents"]
+    assert not [p for p in others if "initContainers" in p and any(c["name"] == "freshclam" for c in p["initContainers"])]
 
 
 def test_the_gateway_drains_within_its_grace_period() -> None:
@@ -379,7 +398,7 @@ def test_the_renderer_reads_terraforms_connection_settings_and_sets_none_of_them
     assert k8s_parley.INFRA_CONFIG in CONNECTION.config_maps and k8s_parley.INFRA_CONFIG not in _of(docs, "ConfigMap")
     rendered = set(_of(docs, "ConfigMap")[k8s_parley.CONFIG]["data"])
     assert rendered and not rendered & infra, rendered & infra  # each setting has one owner
-    assert {"PARLEY_KAFKA_BOOTSTRAP", "PARLEY_CASSANDRA_HOSTS", "PARLEY_DOCUMENTS_BLOB_URL", "PARLEY_KMS_KEY_FILE"} <= infra
+    assert {"PARLEY_KAFKA_BOOTSTRAP", "PARLEY_CASSANDRA_HOSTS", "PARLEY_DOCUMENTS_BLOB_URL", "PARLEY_KMS_KEY_ID"} <= infra
     for name, _, c in _parley_containers(docs):
         sources = [ref["configMapRef"]["name"] for ref in c["envFrom"]]
         assert sources == [k8s_parley.INFRA_CONFIG, k8s_parley.CONFIG], (name, c["name"])
@@ -391,7 +410,8 @@ def test_every_file_a_terraform_setting_names_is_mounted_from_the_object_that_ho
     _, docs = fleet
     files = {key: MOUNTED_FILE.match(value) for key, value in CONNECTION.settings.items()}
     files = {key: m.groups() for key, m in files.items() if m}
-    assert {"PARLEY_KAFKA_SASL_PASSWORD_FILE", "PARLEY_CASSANDRA_PASSWORD_FILE", "PARLEY_KMS_KEY_FILE"} <= set(files)
+    assert {"PARLEY_KAFKA_SASL_PASSWORD_FILE", "PARLEY_CASSANDRA_PASSWORD_FILE"} <= set(files)
+    assert "PARLEY_KMS_KEY_FILE" not in CONNECTION.settings  # no key-encryption key reaches a pod: AWS KMS holds it
     for name, pod, c in _parley_containers(docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
         at = {m["mountPath"]: volumes[m["name"]] for m in c["volumeMounts"]}

@@ -1,6 +1,12 @@
 # One customer-managed key per purpose, so a key policy, a grant or a CloudTrail line names what it protects,
 # and retiring one (a leaked Secrets Manager grant, say) does not touch the others. Rotation is on for all:
 # AWS keeps every earlier backing key, so rotation never makes old ciphertext unreadable.
+#
+# The tenancy key-encryption key is kept in generations (var.tenancy_key_generations): AWS's own rotation
+# keeps the old backing keys, so a data key wrapped before it (in an old SSTable, a backup) would still open.
+# `parley keys rotate-kek` re-wraps every live data key under the newest generation; scheduling the old one's
+# deletion then makes every copy wrapped under it useless (docs/operations.md, "Rotating the key-encryption
+# key"). Nothing secret is in Terraform state: the KEKs never leave KMS.
 
 data "aws_caller_identity" "current" {}
 data "aws_region" "current" {}
@@ -15,9 +21,11 @@ locals {
     kafka   = "MSK: broker storage at rest"
     eks     = "EKS: envelope encryption of Kubernetes Secrets"
     logs    = "CloudWatch Logs: VPC flow logs, EKS control plane and MSK broker logs"
-    secrets = "Secrets Manager: Kafka SCRAM, Cassandra and interim KEK secrets"
+    secrets = "Secrets Manager: Kafka SCRAM and Cassandra secrets"
     ecr     = "ECR: Parley's container images at rest"
   }
+  purposes = { for name, about in local.keys : name => about if name != "tenancy" }
+  active   = var.tenancy_key_generations[length(var.tenancy_key_generations) - 1]
 }
 
 data "aws_iam_policy_document" "key" {
@@ -81,7 +89,7 @@ data "aws_iam_policy_document" "key" {
 }
 
 resource "aws_kms_key" "this" {
-  for_each = local.keys
+  for_each = local.purposes
 
   description             = "${var.name_prefix}: ${each.value}"
   key_usage               = "ENCRYPT_DECRYPT"
@@ -90,44 +98,49 @@ resource "aws_kms_key" "this" {
   deletion_window_in_days = var.deletion_window_days
   policy                  = data.aws_iam_policy_document.key[each.key].json
 
-  # Losing any of these keys loses the data under it (for the tenancy key: every sealed message). Removing
-  # one takes an edit here first.
+  # Losing any of these keys loses the data under it. Removing one takes an edit here first.
   lifecycle {
     prevent_destroy = true
   }
 }
 
 resource "aws_kms_alias" "this" {
-  for_each = local.keys
+  for_each = local.purposes
 
   name          = "alias/${var.name_prefix}-${each.key}"
   target_key_id = aws_kms_key.this[each.key].key_id
 }
 
-# Until a cloud KMS adapter ships (parley/keys.py implements only PARLEY_KMS=local), every Parley process
-# reads one LocalKms key file. Its key-encryption key is made here, once, and kept in Secrets Manager under
-# the tenancy key, so it exists before the first pod and every pod mounts the same one (the datastores stack
-# copies it into a Kubernetes Secret). Format: parley/keys.py LocalKms.
-resource "random_bytes" "interim_kek" {
-  length = 32
+resource "aws_kms_key" "tenancy" {
+  for_each = toset(var.tenancy_key_generations)
 
+  description             = "${var.name_prefix}: ${local.keys.tenancy}, generation ${each.key}"
+  key_usage               = "ENCRYPT_DECRYPT"
+  enable_key_rotation     = true
+  rotation_period_in_days = 365
+  deletion_window_in_days = var.deletion_window_days
+  policy                  = data.aws_iam_policy_document.key["tenancy"].json
+
+  # Deleting a generation while a live data key is wrapped under it loses that user's content. A retired one
+  # leaves Terraform by `terraform state rm` once `parley keys rotate-kek` has moved every key off it, and
+  # its deletion is scheduled by hand (infra/terraform/README.md): never by an apply.
   lifecycle {
     prevent_destroy = true
   }
 }
 
-resource "aws_secretsmanager_secret" "interim_kek" {
-  #checkov:skip=CKV2_AWS_57:A KEK is rotated by adding a key to the file and making it active (LocalKms), not by replacing the secret; a Lambda rotation would orphan every wrapped data key
-  name                    = "${var.name_prefix}/parley/local-kms-kek"
-  description             = "Parley LocalKms key file (PARLEY_KMS_KEY_FILE): the interim tenancy KEK until a cloud KMS adapter ships"
-  kms_key_id              = aws_kms_key.this["tenancy"].arn
-  recovery_window_in_days = 30
+# New data keys are wrapped under the newest generation (PARLEY_KMS_KEY_ID is its ARN); the alias follows it.
+resource "aws_kms_alias" "tenancy" {
+  name          = "alias/${var.name_prefix}-tenancy"
+  target_key_id = aws_kms_key.tenancy[local.active].key_id
 }
 
-resource "aws_secretsmanager_secret_version" "interim_kek" {
-  secret_id = aws_secretsmanager_secret.interim_kek.id
-  secret_string = jsonencode({
-    active = "kek-1"
-    keys   = { "kek-1" = random_bytes.interim_kek.base64 }
-  })
+moved {
+  from = aws_kms_key.this["tenancy"]
+  to   = aws_kms_key.tenancy["1"]
+}
+
+moved {
+  from = aws_kms_alias.this["tenancy"]
+  to   = aws_kms_alias.tenancy
 }

@@ -19,3 +19,14 @@ variable "key_admin_arns" {
   type        = list(string)
   default     = []
 }
+
+variable "tenancy_key_generations" {
+  description = "Generations of the tenancy key-encryption key, oldest first; the last wraps new data keys. Rotating: append one, apply, roll out, `parley keys rotate-kek`, then retire the old one (docs/operations.md)"
+  type        = list(string)
+  default     = ["1"]
+
+  validation {
+    condition     = length(var.tenancy_key_generations) > 0 && length(distinct(var.tenancy_key_generations)) == length(var.tenancy_key_generations)
+    error_message = "tenancy_key_generations must name at least one generation, each once."
+  }
+}

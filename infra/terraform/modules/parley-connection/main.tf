@@ -3,17 +3,17 @@
 #   ConfigMap parley-infra   every PARLEY_* setting below: envFrom it.
 #   Secret parley-kafka      key password: mount at /run/secrets/parley/kafka
 #   Secret parley-cassandra  key password: mount at /run/secrets/parley/cassandra
-#   Secret parley-kek        key kek.json: mount at /run/secrets/parley/kek
 #   ConfigMap parley-cassandra-ca  key ca.crt: mount at /etc/parley/cassandra-ca
 #   Secret parley-keda-kafka the KEDA Kafka scaler's TriggerAuthentication parameters
 #                            (sasl, username, password, tls), by secretTargetRef.
-# Passwords reach processes as files (PARLEY_*_PASSWORD_FILE), never as environment values.
+# Passwords reach processes as files (PARLEY_*_PASSWORD_FILE), never as environment values. There is no
+# key-encryption key here: data keys are wrapped by AWS KMS (PARLEY_KMS=aws), which the pods' IAM roles may
+# call with a user_id encryption context only (workload-identity's tenancy-kek).
 
 locals {
   mounts = {
     kafka     = "/run/secrets/parley/kafka"
     cassandra = "/run/secrets/parley/cassandra"
-    kek       = "/run/secrets/parley/kek"
     ca        = "/etc/parley/cassandra-ca"
   }
 
@@ -36,8 +36,9 @@ locals {
     PARLEY_CASSANDRA_SSL_CA         = "${local.mounts.ca}/ca.crt"
     # The driver dials discovered nodes by pod IP; the node certificate names the service (dnsNames).
     PARLEY_CASSANDRA_SSL_SERVER_NAME = var.cassandra_contact_point
-    PARLEY_KMS                       = "local"
-    PARLEY_KMS_KEY_FILE              = "${local.mounts.kek}/kek.json"
+    PARLEY_KMS                       = "aws"
+    PARLEY_KMS_KEY_ID                = var.tenancy_kms_key_arn
+    PARLEY_KMS_REGION                = var.region
     PARLEY_ARCHIVE_URL               = "s3://${var.archive_bucket}/"
     PARLEY_DOCUMENTS_BLOB_URL        = "s3://${var.documents_bucket}/originals"
   }
@@ -77,15 +78,6 @@ resource "kubernetes_secret_v1" "cassandra" {
   }
 
   data = { password = var.cassandra_password }
-}
-
-resource "kubernetes_secret_v1" "kek" {
-  metadata {
-    name      = "parley-kek"
-    namespace = var.namespace
-  }
-
-  data = { "kek.json" = var.interim_kek_file }
 }
 
 resource "kubernetes_secret_v1" "keda_kafka" {

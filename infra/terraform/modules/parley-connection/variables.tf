@@ -77,10 +77,9 @@ variable "cassandra_ca_pem" {
   type        = string
 }
 
-variable "interim_kek_file" {
-  description = "LocalKms key file content ({\"active\", \"keys\"}) every Parley process reads until a cloud KMS adapter ships"
+variable "tenancy_kms_key_arn" {
+  description = "ARN of the tenancy key-encryption key's newest generation (PARLEY_KMS_KEY_ID): new data keys are wrapped under it"
   type        = string
-  sensitive   = true
 }
 
 variable "archive_bucket" {

@@ -10,16 +10,42 @@ locals {
 }
 
 data "aws_iam_policy_document" "tenancy_kek" {
-  # The adapter's wrap and unwrap (docs/operations.md "The KMS"): Encrypt and Decrypt of a data key, always
-  # with the owner's user_id as encryption context, so a wrapped key opens only for its owner.
+  # parley/kms.py AwsKms's wrap and unwrap: Encrypt and Decrypt of a data key, always with the owner's
+  # user_id as encryption context (and nothing else), so a wrapped key opens only for its owner. New keys
+  # are wrapped under the newest generation only; any live generation unwraps (a rotation in progress).
   statement {
-    actions   = ["kms:Encrypt", "kms:Decrypt"]
+    sid       = "WrapUnderTheNewestGeneration"
+    actions   = ["kms:Encrypt"]
     resources = [var.tenancy_kms_key_arn]
 
     condition {
       test     = "Null"
       variable = "kms:EncryptionContext:user_id"
       values   = ["false"]
+    }
+
+    condition {
+      test     = "ForAllValues:StringEquals"
+      variable = "kms:EncryptionContextKeys"
+      values   = ["user_id"]
+    }
+  }
+
+  statement {
+    sid       = "UnwrapUnderAnyLiveGeneration"
+    actions   = ["kms:Decrypt"]
+    resources = var.tenancy_kms_key_arns
+
+    condition {
+      test     = "Null"
+      variable = "kms:EncryptionContext:user_id"
+      values   = ["false"]
+    }
+
+    condition {
+      test     = "ForAllValues:StringEquals"
+      variable = "kms:EncryptionContextKeys"
+      values   = ["user_id"]
     }
   }
 }

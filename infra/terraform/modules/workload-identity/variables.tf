@@ -17,7 +17,7 @@ variable "namespace" {
 variable "service_accounts" {
   description = <<-EOT
     Parley's Kubernetes service accounts and what each may do in AWS: tenancy-kek (Encrypt/Decrypt under the
-    tenancy key, only with a user_id encryption context: the cloud KMS adapter's two calls), documents (read,
+    tenancy key, only with a user_id encryption context: parley/kms.py AwsKms's two calls), documents (read,
     write and delete originals), archive (read and write archived segments), kafka-admin (IAM client of MSK:
     ACLs and topics, for the operators' admin job).
   EOT
@@ -30,8 +30,13 @@ variable "service_accounts" {
 }
 
 variable "tenancy_kms_key_arn" {
-  description = "ARN of the tenancy key-encryption key"
+  description = "ARN of the tenancy key-encryption key's newest generation (new data keys are wrapped under it)"
   type        = string
+}
+
+variable "tenancy_kms_key_arns" {
+  description = "ARNs of every live generation of the tenancy key-encryption key (data keys are unwrapped under any)"
+  type        = list(string)
 }
 
 variable "s3_kms_key_arn" {

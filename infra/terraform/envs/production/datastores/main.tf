@@ -1,15 +1,11 @@
 # What runs on the add-ons' operators for Parley: the Cassandra datacenter (K8ssandraCluster, its TLS, its
 # roles and keyspace), and the parley namespace's connection settings and secrets for Kafka, Cassandra, the
-# buckets and the interim KEK. A stack of its own: its custom resources need the add-ons' CRDs at plan time.
+# buckets and the KMS key that wraps data keys (an ARN: no key material). A stack of its own: its custom resources need the add-ons' CRDs at plan time.
 
 data "aws_secretsmanager_secret_version" "scram" {
   for_each = local.platform.kafka_scram_secret_arns
 
   secret_id = each.value
-}
-
-data "aws_secretsmanager_secret_version" "interim_kek" {
-  secret_id = local.platform.interim_kek_secret_arn
 }
 
 locals {
@@ -50,7 +46,7 @@ module "parley_connection" {
   cassandra_username      = module.cassandra.parley_role
   cassandra_password      = module.cassandra.parley_password
   cassandra_ca_pem        = module.cassandra.ca_certificate_pem
-  interim_kek_file        = data.aws_secretsmanager_secret_version.interim_kek.secret_string
+  tenancy_kms_key_arn     = local.platform.kms_key_arns["tenancy"]
   archive_bucket          = local.platform.archive_bucket
   documents_bucket        = local.platform.documents_bucket
 }

@@ -8,8 +8,9 @@ locals {
 module "kms" {
   source = "../../../modules/kms"
 
-  name_prefix    = local.name
-  key_admin_arns = var.key_admin_arns
+  name_prefix             = local.name
+  key_admin_arns          = var.key_admin_arns
+  tenancy_key_generations = var.tenancy_key_generations
 }
 
 module "network" {
@@ -88,6 +89,7 @@ module "workload_identity" {
   cluster_name         = module.eks.cluster_name
   service_accounts     = var.parley_service_accounts
   tenancy_kms_key_arn  = module.kms.tenancy_key_arn
+  tenancy_kms_key_arns = module.kms.tenancy_key_arns
   s3_kms_key_arn       = module.kms.key_arns["s3"]
   documents_bucket_arn = module.object_storage.documents_bucket_arn
   archive_bucket_arn   = module.object_storage.archive_bucket_arn

@@ -63,9 +63,9 @@ output "kms_key_arns" {
   value       = module.kms.key_arns
 }
 
-output "interim_kek_secret_arn" {
-  description = "Secrets Manager ARN of the LocalKms key file"
-  value       = module.kms.interim_kek_secret_arn
+output "tenancy_key_arns" {
+  description = "Every live generation of the tenancy key-encryption key (the last: PARLEY_KMS_KEY_ID)"
+  value       = module.kms.tenancy_key_arns
 }
 
 output "archive_bucket" {

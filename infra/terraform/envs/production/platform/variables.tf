@@ -51,6 +51,12 @@ variable "key_admin_arns" {
   default     = []
 }
 
+variable "tenancy_key_generations" {
+  description = "Generations of the tenancy key-encryption key, oldest first; the last wraps new data keys (docs/operations.md, \"Rotating the key-encryption key\")"
+  type        = list(string)
+  default     = ["1"]
+}
+
 variable "kubernetes_version" {
   description = "Kubernetes minor version of the EKS cluster"
   type        = string
