@@ -151,7 +151,8 @@ class ErasureJob:
         conversations, documents = await self._rows.holdings(event.user_id)
         deletes = deletes_for(event, conversations, documents)
         if p.deletes_appended_at is None:
-            # Counted once: on a rerun the projections may already have marked some of them deleted.
+            # Counted here. A rerun of this step (stopped before its record) may count fewer: the projections may
+            # have marked some deleted from the first run's append, which is on the log all the same.
             await self._append(deletes)
             p = await self._step(p, deletes_appended_at=self._clock(), conversations=len(conversations), documents=len(documents))
         if p.key_destroyed_at is None:
