@@ -65,9 +65,10 @@ async def _org(svc: Services, principal: Principal) -> OrgRow:
     return org
 
 
-async def _member(svc: Services, admin: Principal, user_id: str) -> UserRow:
+async def _member(svc: Services, admin: Principal, user_id: str, *, erased: bool = False) -> UserRow:
+    """A user of the admin's organisation, else 404; ``erased``: an erased one too (its erasure's routes)."""
     user = await svc.directory.user(user_id)
-    if user is None or user.erased or user.org_id != admin.org_id:
+    if user is None or (user.erased and not erased) or user.org_id != admin.org_id:
         raise NotFound("no such user in your organisation", code="user_not_found")
     return user
 
@@ -124,13 +125,14 @@ async def revoke_my_key(request: Request) -> Response:
 
 async def erase_me(request: Request) -> Response:
     """Erase the caller and everything of theirs (gateway/erasure.py); ``?confirm=true`` is required, and
-    the web session (a key cannot erase the account it belongs to)."""
+    the web session (a key cannot erase the account it belongs to). 202: the caller is refused from now on,
+    so this answer is the last they get; the organisation's admins and the operator see the job end."""
     svc, me = await _caller(request, ACCOUNT)
     _confirmed(request)
     user = await svc.directory.user(me.user_id)
     if user is None:
         raise NotFound("no such user", code="user_not_found")
-    return JSONResponse(await erasure.erase(svc, user, "self", trace_id(request)))
+    return JSONResponse(await erasure.request(svc, user, "self", trace_id(request)), status_code=202)
 
 
 def _confirmed(request: Request) -> None:
@@ -233,13 +235,21 @@ async def update_member(request: Request) -> Response:
 
 
 async def erase_member(request: Request) -> Response:
-    """An admin erases a user of the organisation (not itself: that is ``DELETE /v1/me``)."""
+    """An admin erases a user of the organisation (not itself: that is ``DELETE /v1/me``); 202 with the job's
+    status. A user already erased may be asked for again: the job repeats every step, harmlessly."""
     svc, admin = await _admin(request)
-    user = await _member(svc, admin, request.path_params["user_id"])
+    user = await _member(svc, admin, request.path_params["user_id"], erased=True)
     _confirmed(request)
     if user.user_id == admin.user_id:
         raise Conflict("to erase yourself, use DELETE /v1/me", code="self_erasure")
-    return JSONResponse(await erasure.erase(svc, user, "admin", trace_id(request)))
+    return JSONResponse(await erasure.request(svc, user, "admin", trace_id(request)), status_code=202)
+
+
+async def member_erasure(request: Request) -> Response:
+    """``GET /v1/org/users/{id}/erasure``: how far the user's newest erasure got (``erasure`` null: none asked)."""
+    svc, admin = await _admin(request)
+    user = await _member(svc, admin, request.path_params["user_id"], erased=True)
+    return JSONResponse(await erasure.status(svc, user.user_id))
 
 
 async def list_member_keys(request: Request) -> Response:

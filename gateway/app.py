@@ -46,6 +46,7 @@ from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from streams.erasure_rows import ErasureRows
 from streams.router import policy_from
 from streams.settings import RouterSettings
 
@@ -193,6 +194,7 @@ ROUTES = [
     Route("/v1/org/users", admin.add_member, methods=["POST"]),
     Route("/v1/org/users/{user_id}", admin.update_member, methods=["PATCH"]),
     Route("/v1/org/users/{user_id}", admin.erase_member, methods=["DELETE"]),
+    Route("/v1/org/users/{user_id}/erasure", admin.member_erasure, methods=["GET"]),
     Route("/v1/org/users/{user_id}/keys", admin.list_member_keys, methods=["GET"]),
     Route("/v1/org/users/{user_id}/keys/{key_id}", admin.revoke_member_key, methods=["DELETE"]),
     Route("/v1/org/usage", admin.org_usage, methods=["GET"]),
@@ -225,6 +227,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
+        svc.erasures = ErasureRows(cassandra, cql)  # requests refuse the user and record the job (gateway/erasure.py)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
         svc.quotas = Quotas(from_env(QuotaSettings), QuotaStore(cql))

@@ -48,7 +48,8 @@ class Services:
     broker_up: bool = True  # the last probe of Kafka answered (gateway/app.py watch_broker)
     documents: Any = None  # DocumentServices: uploads' settings, blob store and page reader, set by the app's lifespan
     directory: Any = None  # gateway.directory.Directory: organisations, users, keys
-    keys: Any = None  # parley.keys.KeyService: seals and opens content; erases a user's data key
+    keys: Any = None  # parley.keys.KeyService: seals and opens content
+    erasures: Any = None  # streams.erasure_rows.ErasureRows: erasure requests and their progress
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

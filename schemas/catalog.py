@@ -96,7 +96,7 @@ _MAIN: tuple[Topic, ...] = (
         retention_ms=FOREVER,
         compacted=True,  # each update is the whole memory: the latest per user is all that matters
     ),
-    Topic("user.erasures", "user_id", (ev.UserErased,), partitions=3, retention_ms=FOREVER),
+    Topic("user.erasures", "user_id", (ev.ErasureRequested, ev.UserErased), partitions=3, retention_ms=FOREVER),
     Topic(
         "docs.events",
         "document_id",

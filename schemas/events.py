@@ -646,10 +646,26 @@ ERASED_BY = frozenset({"self", "admin", "operator"})
 
 
 @dataclass(frozen=True, kw_only=True)
+class ErasureRequested(Event):
+    """A user is to be erased: they are refused from now on, and the erasure job carries the rest out to
+    the end, surviving restarts (DESIGN.md §12). gateway (DELETE /v1/me, an admin's DELETE
+    /v1/org/users/{id}), `parley users erase` → the erasure processor (streams/erasure.py)."""
+
+    key_field: ClassVar[str] = "user_id"
+
+    user_id: str = doc("Who is to be erased; the Kafka key")
+    org_id: str = doc("Their organisation", default="")
+    by: str = doc("self (DELETE /v1/me) | admin (DELETE /v1/org/users/{id}) | operator (parley users erase)")
+
+    def __post_init__(self) -> None:
+        _check(self.by, ERASED_BY, "by")
+
+
+@dataclass(frozen=True, kw_only=True)
 class UserErased(Event):
     """A user was erased: their conversations, documents and memory deleted, then their data key
     destroyed, so whatever of theirs was sealed, anywhere it was copied, reads "[erased]" (DESIGN.md §12).
-    gateway → analysts, `parley audit erasure`."""
+    The erasure processor, last step of an ErasureRequested → analysts, `parley audit erasure`."""
 
     key_field: ClassVar[str] = "user_id"
 
@@ -713,6 +729,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DocumentFailed,
         DocumentDeleted,
         MemoryUpdated,
+        ErasureRequested,
         UserErased,
         DeadLetter,
     )

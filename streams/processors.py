@@ -29,7 +29,9 @@ from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.metrics import MODERATION_ORG_POLICIES, MODERATION_ORG_READS
 from schemas import sealing
 from schemas.catalog import inference_topic
-from schemas.events import DocumentEvent, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded
+from schemas.events import (
+    DocumentEvent, ErasureRequested, Event, InferenceRequested, MemoryUpdated, TokenChunk, UsageRecorded, UserErased,
+)
 from moderation.classifier import classifier_from
 from moderation.policy import org_policies_from
 from moderation.policy import policy_from as moderation_policy
@@ -42,6 +44,8 @@ from documents.settings import DocumentSettings
 from streams.context import ContextBuilder
 from streams.context_tokens import TokenCounter
 from streams.document_search import DocumentSearch
+from streams.erasure import ErasureJob
+from streams.erasure_rows import ErasureRows
 from streams.materializer import Checkpoints, Materializer
 from streams.moderator import Checker, Moderator
 from streams.readers import HeartbeatReader, MemoryReader
@@ -323,6 +327,39 @@ def _usage(kafka: KafkaSettings) -> Wiring:
     return Wiring(agents=[Agent("chat.usage", {UsageRecorded: returning_nothing(folder.handle)})])
 
 
+def _erasure(kafka: KafkaSettings) -> Wiring:
+    """``user.erasures`` in: each ErasureRequested carried out to the end (streams/erasure.py). The job appends
+    its deletes and UserErased itself, each acknowledged before the next step, and returns only when done, so
+    its request is committed then and not before; a Kafka or Cassandra outage is retried in place."""
+    from parley import keys
+    from parley.kafka import EventProducer
+
+    from schemas import sealing
+
+    installed = sealing.installed()  # run() installs the process's key service before wiring
+    key_service = installed if isinstance(installed, keys.KeyService) else keys.install_from_env()
+    producers: list[EventProducer] = []  # made on the first job, on the loop that awaits its acknowledgements
+
+    async def append(events: Sequence[Event]) -> None:
+        if not producers:
+            producers.append(EventProducer(kafka))
+        await asyncio.gather(*(producers[0].send(e) for e in events))  # queued in order; idempotent, so kept in order
+
+    async def destroy_key(user_id: str) -> None:
+        await asyncio.to_thread(key_service.erase, user_id)
+
+    async def close() -> None:
+        for producer in producers:
+            await asyncio.to_thread(producer.close, 5)
+
+    job = ErasureJob(ErasureRows(from_env(CassandraSettings)), append, destroy_key)
+    return Wiring(
+        agents=[Agent("user.erasures", {ErasureRequested: job.handle, UserErased: job.handle})],
+        writes=("chat.events", "docs.events", "user.memory", "user.erasures"),  # the job's own appends, not the runner's
+        on_stop=[close],
+    )
+
+
 #: The processors, by the name the command line uses (group ``streams.<name>``): each a core module
 #: wired from its settings by the function above. Adding a processor is its core module and a row here.
 PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
@@ -332,6 +369,7 @@ PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "usage": _usage,
     "titler": _titler,
     "moderation": _moderation,
+    "erasure": _erasure,
 }
 
 

@@ -102,6 +102,10 @@ def erasure_cmd(
         try:
             service = keys.install_from_env(session)
             if user:
+                job = erasure_audit.erasure_job(session, cassandra.keyspace, user)
+                if job is not None:
+                    ended = ", ".join(f"{step} {at or '-'}" for step, at in job.public()["steps"].items())
+                    err.print(f"erasure job {job.request_id} ({job.by}): {job.status} [{ended}]")
                 problems += erasure_audit.audit_user(from_env(KafkaSettings), session, cassandra.keyspace, service.keyspace, user)
         finally:
             session.cluster.shutdown()

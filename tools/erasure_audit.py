@@ -2,8 +2,8 @@
 
 Two kinds of proof, each able to fail:
 
-- **The user** (``audit_user``): their data key is destroyed (only the erasure's mark is
-  left in ``data_keys``), their rows are gone from every read path (conversations deleted
+- **The user** (``audit_user``): their newest erasure job is done (``erasures``), their data
+  key is destroyed (only the erasure's mark is left in ``data_keys``), their rows are gone from every read path (conversations deleted
   and blanked, documents deleted, no memory, every API key revoked), and no event of theirs
   on any topic holding content opens to readable text: every sealed field reads "[erased]".
 - **A canary** (``scan_canaries``): the bytes of everything under the data dir (Kafka's log
@@ -22,6 +22,8 @@ from cassandra.cluster import Session
 from parley.settings import KafkaSettings
 from schemas import catalog, sealing
 from schemas import events as ev
+from streams.erasure import Progress
+from streams.erasure_rows import COLUMNS, progress_of
 from tools.audit_sources import read_log
 
 
@@ -40,8 +42,19 @@ def _readable(event: ev.Event) -> int:
     return sum(1 for v in sealing.sealed_values(event) if v and v != sealing.ERASED)
 
 
+def erasure_job(session: Session, keyspace: str, user_id: str) -> Progress | None:
+    """The user's newest erasure request and how far its job got (streams/erasure.py)."""
+    row = session.execute(f"SELECT {COLUMNS} FROM {keyspace}.erasures WHERE user_id = %s LIMIT 1", (user_id,)).one()
+    return progress_of(row) if row is not None else None
+
+
 def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keyspace: str, user_id: str) -> list[Problem]:
     out: list[Problem] = []
+    job = erasure_job(session, keyspace, user_id)
+    if job is None:
+        out.append(Problem("cassandra erasures", "no erasure was requested for the user"))
+    elif job.done_at is None:
+        out.append(Problem("cassandra erasures", f"the erasure job has not finished (status: {job.status})"))
     keys = session.execute(f"SELECT version, wrapped, kek_id FROM {keys_keyspace}.data_keys WHERE user_id = %s", (user_id,)).all()
     if any(k.wrapped is not None for k in keys):
         out.append(Problem("cassandra data_keys", "the user's data key still exists"))

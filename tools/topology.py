@@ -99,11 +99,20 @@ MODERATION = Service(
     produces=("chat.moderation", "chat.events", "chat.control"),
     group="streams.moderation",
 )
+#: Erasures carried out to the end: a request's deletes, the data key destroyed, the rows purged, UserErased.
+ERASURE = Service(
+    "erasure",
+    ("streams", "erasure"),
+    consumes=("user.erasures",),  # ErasureRequested: a job; UserErased: its own last step, read back
+    produces=("chat.events", "docs.events", "user.memory", "user.erasures"),  # the deletes, then UserErased
+    group="streams.erasure",
+)
 GATEWAY = Service(
     "gateway",
     ("gateway",),
     consumes=("chat.tokens", "fleet.heartbeats"),  # outside any group: live streams' partitions; pool pressure
-    produces=("chat.events", "chat.control", "user.memory"),  # turns and edits; cancels; a user's memory
+    # turns and edits; cancels; a user's memory; erasure requests
+    produces=("chat.events", "chat.control", "user.memory", "user.erasures"),
     health_url="http://127.0.0.1:{gateway_port}/readyz",
 )
 
@@ -121,11 +130,11 @@ EDGE = Service(
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
     ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, MODERATION,
-    DOCUMENTS, GATEWAY,
+    DOCUMENTS, ERASURE, GATEWAY,
 )
 #: What one chat turn passes through, and nothing beside it (titles, usage, moderation, documents): a stack for
 #: a test of the chat path alone starts in about two thirds of the CPU time.
-CHAT_PATH: tuple[Service, ...] = tuple(s for s in SERVICES if s not in (USAGE, TITLER, MODERATION, DOCUMENTS))
+CHAT_PATH: tuple[Service, ...] = tuple(s for s in SERVICES if s not in (USAGE, TITLER, MODERATION, DOCUMENTS, ERASURE))
 
 
 def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_prefix: str = "") -> list[str]:

@@ -2,8 +2,9 @@
 
 Each command opens a Cassandra session, runs one function of ``parley/users.py``
 and prints the outcome; a new key is printed alone on the last line, once.
-Keys made here hold the ``chat`` scope, as every key does; ``erase`` runs the
-gateway's erasure (gateway/erasure.py) from the operator's seat.
+Keys made here hold the ``chat`` scope, as every key does; ``erase`` requests an
+erasure as the gateway does (gateway/erasure.py) from the operator's seat, and
+``erasure`` shows how far the job got.
 """
 
 from __future__ import annotations
@@ -90,22 +91,63 @@ def users_revoke(user_id: str, key_id: str) -> None:
 def users_erase(
     user_id: str,
     confirm: bool = typer.Option(False, "--confirm", help="Required: erasure destroys the user's content for good"),
+    wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for the job to finish (exit 1 if it has not)"),
 ) -> None:
-    """Erase a user: every conversation, document and memory deleted, keys revoked, sign-in and sessions
-    ended, the data key destroyed (as DELETE /v1/me). Run it again to finish an erasure that stopped half way."""
+    """Erase a user, as DELETE /v1/me does: the user is refused at once (marked erased, keys revoked, sign-in
+    and sessions ended) and the erasure processor deletes every conversation, document and memory, destroys
+    the data key and purges the rows. Asking again for an erased user repeats the job, harmlessly."""
     import asyncio
 
-    from gateway.erasure import erase_by_operator
+    from gateway.erasure import request_by_operator
     from gateway.errors import ApiError
     from parley.settings import KafkaSettings
 
     if not confirm:
         _fail(ValueError("erasure destroys every conversation, document and memory of the user for good; add --confirm"))
     try:
-        done = asyncio.run(erase_by_operator(from_env(KafkaSettings), from_env(CassandraSettings), user_id))
-    except (ValueError, errors.Unavailable, ApiError) as exc:  # ApiError: Kafka did not take an event (503)
+        asked = asyncio.run(request_by_operator(from_env(KafkaSettings), from_env(CassandraSettings), user_id))
+    except (ValueError, errors.Unavailable, ApiError) as exc:  # ApiError: Kafka did not take the request (503)
         _fail(exc)
-    err.print(f"erased {user_id}: {done['conversations']} conversations, {done['documents']} documents")
+    err.print(f"erasure of {user_id} requested ({asked['erasure']['request_id']})")
+    _show_erasure(user_id, wait)
+
+
+@users_app.command("erasure")
+def users_erasure(
+    user_id: str,
+    wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for the job to finish (exit 1 if it has not)"),
+) -> None:
+    """How far the user's newest erasure got: requested, deletes appended, key destroyed, rows purged, done."""
+    _show_erasure(user_id, wait)
+
+
+def _show_erasure(user_id: str, wait_s: float) -> None:
+    """The newest erasure's steps; exit 1 when there is none, or it is not done after ``wait_s`` seconds."""
+    import asyncio
+    import time
+
+    from gateway.erasure import status_by_operator
+    from rich.table import Table
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            found = asyncio.run(status_by_operator(from_env(CassandraSettings), user_id))["erasure"]
+        except errors.Unavailable as exc:
+            _fail(exc)
+        if found is None:
+            _fail(ValueError(f"no erasure was asked for {user_id}"))
+        if found["status"] == "done" or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    table = Table("step", "ended", title=f"erasure of {user_id} ({found['by']}): {found['status']}")
+    for step, at in found["steps"].items():
+        table.add_row(step, at or "")
+    err.print(table)
+    if found["conversations"] is not None:
+        err.print(f"{found['conversations']} conversations, {found['documents']} documents deleted")
+    if wait_s and found["status"] != "done":
+        _fail(TimeoutError(f"not done after {wait_s:g}s: is the erasure processor running (`parley streams erasure`)?"))
 
 
 DEMO_EMAIL = "demo@parley.local"

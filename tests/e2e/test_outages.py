@@ -1,5 +1,5 @@
 """Outages on the real stack: a Kafka broker killed and restarted under load, Cassandra killed and
-restarted while users keep chatting.
+restarted while users keep chatting, an erasure whose processor is killed while Cassandra is down.
 
 The module starts its OWN Kafka and Cassandra (infra/local, free ports, a data dir under
 ``.data/outage-*``) so it can kill them: the shared ones serve everyone else's tests. A whole
@@ -13,9 +13,12 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,17 +31,22 @@ from infra.local import jvm
 from infra.local import kafka as local_kafka
 from infra.local import stack as local_stack
 from infra.local.settings import LocalInfraSettings
+from gateway.erasure import request_by_operator
 from parley import keys
 from parley.cassandra import DRIVER_ERRORS, connect
 from parley.consumer import read_until, watermarks
+from parley.keys import KeySettings
 from parley.settings import REPO_ROOT, CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas import sealing
-from schemas.events import Event, GenerationCompleted, MessagePosted
+from schemas.events import Event, GenerationCompleted, MessagePosted, UserErased
 from schemas.sealing import open_text
 from tools import isolated
-from tools.supervisor import free_ports
+from tools.audit_sources import read_log
+from tools.erasure_audit import erasure_job
+from tools.supervisor import free_ports, tail
+from tools.topology import ERASURE
 from tools.client import ApiError, ParleyClient, SseEvent, parse_sse
 
 DEADLINE = 120.0
@@ -431,3 +439,102 @@ async def wait_until_stored(client: ParleyClient, cid: str, reply_ids: set[str])
             assert exc.status == 503, exc
         assert time.monotonic() < deadline, f"replies {sorted(reply_ids)} were never stored"
         await asyncio.sleep(0.3)
+
+
+# ------------------------------------------------------------------ an erasure through a crash and an outage
+
+
+def _erasure_log_has(child_log: Path, after: int, text: str) -> bool:
+    with open(child_log, "rb") as f:
+        f.seek(after)
+        return text.encode() in f.read()
+
+
+def _data_key_rows(session: Any, user_id: str) -> list[Any]:
+    keyspace = from_env(KeySettings).keyspace or session.keyspace
+    return list(session.execute(f"SELECT version, wrapped, kek_id FROM {keyspace}.data_keys WHERE user_id = %s", (user_id,)))
+
+
+def _erased_on_log(kafka: KafkaSettings, user_id: str) -> list[UserErased]:
+    events, _ = read_log(kafka, "user.erasures")
+    return [e for e in events if isinstance(e, UserErased) and e.user_id == user_id]
+
+
+async def test_an_erasure_interrupted_by_killing_its_processor_and_stopping_cassandra_completes(
+    both_up: Outage, tmp_path: Path
+) -> None:
+    """The erasure processor is SIGKILLed while its job waits on a stopped Cassandra; Cassandra and the processor
+    come back and the job ends: done, UserErased on the log, the data key destroyed, the rows gone, and
+    ``parley audit erasure`` passes on this module's own data dir."""
+    s = both_up
+    supervisor = s.inner.supervisor
+    canary = "zq" + uuid.uuid4().hex[:14]
+    user_id, key = s.inner.create_user("to-erase", "plus")
+    me = ParleyClient(s.inner.url, key, timeout=60.0)
+    try:
+        cids = [await me.create_conversation(f"plans {i}") for i in range(2)]
+        for cid in cids:
+            assert (await me.send(cid, f"Remember {canary} for me.")).final.event == "done"
+        doc = await me.upload("notes.txt", f"The code word is {canary}.\n".encode(), "text/plain")
+        assert (await me.until_processed(doc["id"]))["status"] == "ready"
+        assert any(r.wrapped is not None for r in _data_key_rows(s.inner.session, user_id))
+
+        # No erasure processor while the request is made: the job can only begin once Cassandra is gone.
+        first = next(c for c in reversed(supervisor.children) if c.service is ERASURE)
+        first.process.kill()
+        first.process.wait(30)
+        asked = await request_by_operator(s.inner.kafka, s.inner.cassandra, user_id)
+        assert asked["erasure"]["status"] == "requested"
+        deadline = time.monotonic() + DEADLINE  # refused before the job has run: within the gateway's auth cache bound
+        while (status := (await me._http.get("/v1/conversations")).status_code) != 401:
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.5)
+
+        kill(s.infra, "cassandra")
+        mark = first.log.stat().st_size
+        crashed = supervisor.start(ERASURE)
+        deadline = time.monotonic() + DEADLINE
+        # It takes the request up and retries it in place (first the read of the user's key that decoding needs).
+        while not _erasure_log_has(crashed.log, mark, "failed; retrying in place"):
+            assert crashed.process.poll() is None, tail(crashed.log)
+            assert time.monotonic() < deadline, "the erasure processor never took the request up"
+            await asyncio.sleep(0.3)
+        crashed.process.kill()  # mid-job, its request not committed
+        crashed.process.wait(30)
+
+        restart(s.infra, "cassandra")
+        supervisor.wait_ready(supervisor.start(ERASURE))
+        answers_again(s.inner.session)
+        deadline = time.monotonic() + DEADLINE
+        while (job := erasure_job(s.inner.session, s.inner.cassandra.keyspace, user_id)) is None or job.status != "done":
+            assert time.monotonic() < deadline, f"the erasure stopped at {job.status if job else None}"
+            await asyncio.sleep(0.5)
+        assert (job.conversations, job.documents) == (2, 1)
+
+        erased = _erased_on_log(s.inner.kafka, user_id)
+        assert erased and {(e.conversations, e.documents, e.by) for e in erased} == {(2, 1, "operator")}
+        keys_left = _data_key_rows(s.inner.session, user_id)
+        assert [(r.version, r.kek_id, r.wrapped) for r in keys_left] == [(0, "erased", None)]
+        env = {
+            **os.environ, **supervisor.env, "PARLEY_DATA_DIR": str(s.infra.data_dir),
+            "PARLEY_CASSANDRA_STORAGE_PORT": str(s.infra.cassandra_storage_port),
+            "PARLEY_KMS_KEY_FILE": supervisor.env.get("PARLEY_KMS_KEY_FILE") or str(_kek_file(supervisor.env)),
+        }  # fmt: skip
+        deadline = time.monotonic() + DEADLINE  # the materializer and the document worker purge beside the job
+        while (audit := _audit(env, user_id, canary)).returncode != 0:
+            assert time.monotonic() < deadline, audit.stdout + audit.stderr
+            await asyncio.sleep(3)
+        assert dead_letters(s.inner.kafka) == {}
+    finally:
+        await me.close()
+
+
+def _kek_file(env: dict[str, str]) -> Path:
+    return Path(env.get("PARLEY_DATA_DIR") or REPO_ROOT / ".data") / "kms" / "kek.json"
+
+
+def _audit(env: dict[str, str], user_id: str, canary: str) -> subprocess.CompletedProcess[str]:
+    parley = Path(sys.executable).with_name("parley")
+    return subprocess.run(
+        [str(parley), "audit", "erasure", user_id, "--canary", canary], env=env, capture_output=True, text=True, timeout=300
+    )

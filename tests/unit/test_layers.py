@@ -77,7 +77,7 @@ IO_CLIENTS = {"faust", "mode", "aiokafka", "confluent_kafka", "cassandra"}
 SHELLS = {
     "streams.__main__", "streams.app", "streams.processors", "streams.readers", "streams.route_recall",
     "streams.route_backlog",
-    "streams.store", "streams.summary_store",
+    "streams.store", "streams.summary_store", "streams.erasure_rows",
     "workers.__main__", "workers.worker", "workers.intake", "workers.control", "workers.sink",
     "workers.transactions", "workers.history_reader",
     "documents.index", "documents.worker", "documents.__main__",

@@ -103,6 +103,8 @@ GROUP_PLANS: dict[str, GroupPlan] = {
     "usage": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=1000),
     "titler": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=200),
     "moderation": GroupPlan(Sizing("500m", "1Gi", "2", "2Gi"), 2, lag_threshold=2000),
+    # rare and short (an erasure is a few appends and writes); one member, a second only behind a backlog
+    "erasure": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=20),
     # a job is minutes of OCR and embedding: a few waiting is reason enough; the child process takes 2 GiB
     "documents": GroupPlan(Sizing("1", "2Gi", "4", "4Gi"), 1, lag_threshold=4, grace_s=60),
 }
