@@ -261,3 +261,28 @@ def test_the_projection_never_reads_a_messages_text_so_the_materializer_loads_ro
         assert writes_for(blind, e, sealing.sealer()) == writes_for(seen, e, sealing.sealer()), type(e).__name__
         seen, blind = apply(seen, e), apply(blind, e)
         blind = replace(blind, messages=frozen_messages({k: replace(m, content="") for k, m in blind.messages.items()}))
+
+
+def test_a_post_whose_reply_never_landed_retried_a_microsecond_apart_keeps_the_replys_leaf() -> None:
+    """The first POST's MessagePosted landed, its GenerationRequested did not; the retry appends both,
+    a microsecond apart. The conversation's leaf is the reply's, in the rows as in the log (a restated
+    leaf at the repeat's time + 1 tied with the request's and won by value: bench.chaos --replicas 3)."""
+    message, reply = "ffffffff-0000-5000-8000-000000000001", "00000000-0000-5000-8000-000000000002"
+    common = {"conversation_id": CID, "user_id": U}
+    first = [
+        ev.ConversationCreated(**common, occurred_at=1_000, title="t"),
+        ev.MessagePosted(**common, occurred_at=2_000, message_id=message, client_message_id="c", content="hi"),
+    ]
+    retry = [
+        ev.MessagePosted(**common, occurred_at=9_000, message_id=message, client_message_id="c", content="hi"),
+        ev.GenerationRequested(**common, occurred_at=9_001, request_id=reply, parent_id=message, client_message_id="c"),
+    ]
+    writes, state = run(first)
+    materialized, after = run(retry, state)
+    through = [w for e in retry for w in writes_for(empty(CID), e, sealing.UNSEALED)]  # a gateway that saw nothing
+    got = rows(store(writes + through + materialized), "conversations")
+    assert after.selected_leaf_id == reply
+    assert [r["selected_leaf_id"] for r in got.values()] == [uuid.UUID(reply)]
+    assert got == rows(store(writes + materialized), "conversations")
+    user = rows(store(writes + through + materialized), "messages")[_key(("conversation_id", uuid.UUID(CID)), ("message_id", uuid.UUID(message)))]
+    assert user["created_at"] == to_time(2_000)  # the first's, not the retry's
