@@ -139,7 +139,9 @@ def _restated(s: Conversation, e: ev.MessagePosted | ev.GenerationRequested, mes
     but the content (the materializer's state may not hold texts; a retry sends the same). A redelivered
     event (the same time) restates nothing."""
     known = s.messages[message_id]
-    if known.created_at is None or known.created_at == e.occurred_at:
+    # The same event again (a redelivery, a replay): a state loaded from the rows knows its time to the
+    # millisecond only (``timestamp`` cells), so compare there. A retried POST comes seconds later.
+    if known.created_at is None or known.created_at // 1000 == e.occurred_at // 1000:
         return []
     at = e.occurred_at + 1
     cells = {

@@ -18,6 +18,7 @@ import ipaddress
 import os
 import secrets
 import socket
+import threading
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,18 @@ def material(cfg: LocalInfraSettings) -> Material:
     return Material(cfg.data_dir / "secure")
 
 
+#: Kafka's and Cassandra's preparations run at once (infra.local.stack) and both ensure these files: one
+#: generates them, the other finds them (two wrote one .partial file and one rename failed: CI).
+_ENSURING = threading.Lock()
+
+
 def ensure(cfg: LocalInfraSettings) -> Material:
     """The secure mode's files, generated where missing."""
+    with _ENSURING:
+        return _ensure(cfg)
+
+
+def _ensure(cfg: LocalInfraSettings) -> Material:
     m = material(cfg)
     m.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not all(p.exists() for p in (m.ca, m.server, m.client_cert, m.client_key)):

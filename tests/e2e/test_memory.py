@@ -42,7 +42,7 @@ async def test_the_materializer_projects_memory_from_the_log(stack) -> None:
     user_id = f"u_log_{uuid.uuid4().hex[:8]}"
     producer = EventProducer(stack.kafka)
     try:
-        producer.produce_sync(MemoryUpdated(user_id=user_id, facts=[fact(user_id, "Remember the log")]))
+        producer.produce_sync(MemoryUpdated(user_id=user_id, facts=[fact(user_id, "Remember the log", sealing.sealer())]))
     finally:
         producer.close()
     session = connect(stack.cassandra, stack.cassandra.keyspace)

@@ -51,6 +51,7 @@ DEAD_LETTERED_BY: dict[str, tuple[str, ...]] = {
     "user.memory": ("streams.materializer",),
     "chat.usage": ("streams.usage",),
     "docs.events": ("streams.materializer", "documents"),  # the status rows; the document worker's jobs
+    "user.erasures": ("streams.erasure",),
     "chat.control": (),
     "fleet.heartbeats": (),
 }

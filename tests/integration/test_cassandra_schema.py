@@ -26,6 +26,7 @@ TABLES = {
     "summaries",
     "usage_by_user_day",
     "documents",
+    "erasures",
     "documents_by_conversation",
     "document_pages",
     "document_page_stats",

@@ -8,6 +8,8 @@ Every wait is for a state (an event, a committed offset) with a deadline.
 
 from __future__ import annotations
 
+from workers.generation import REPLY_MAX_BYTES
+
 import asyncio
 import socket
 import subprocess
@@ -290,11 +292,12 @@ async def test_engine_failures_close_as_failed_and_the_worker_goes_on(worker: Ru
     assert completed.finish_reason == "stop" and completed.content == scripted_reply(3)
 
 
-async def test_a_reply_too_large_for_the_log_ends_failed_alone_and_the_worker_goes_on(
+async def test_a_reply_too_large_for_the_log_ends_at_its_byte_bound_and_the_worker_goes_on(
     worker: Running, kafka: KafkaSettings
 ) -> None:
-    """Its GenerationCompleted is over librdkafka's message.max.bytes (1 MB): the transaction refuses it
-    for good. Only its own turn fails (worker_error, its stream ended); closings after it commit."""
+    """1.1 MB of text would make a GenerationCompleted no consumer reads (over 512 KiB; over librdkafka's
+    message.max.bytes, refused for good, before the bound): the reply ends ``length`` at
+    ``REPLY_MAX_BYTES``, its completion readable and its stream whole; closings after it commit."""
     tokens = 120_000  # "tok0 " … "tok119999 ": 1.1 MB of text
     big = routed(f"[[tokens:{tokens}]]", partition=2, max_tokens=tokens)
     after = routed("[[tokens:3]]", partition=2)
@@ -304,8 +307,10 @@ async def test_a_reply_too_large_for_the_log_ends_failed_alone_and_the_worker_go
     completed, chunks = await closing_events(kafka, after.request.request_id)
     assert completed.finish_reason == "stop"
     completed, chunks = await closing_events(kafka, big.request.request_id)
-    assert (completed.finish_reason, completed.error_code) == ("failed", "worker_error")
-    assert chunks[-1].finish_reason == "failed" and [c.seq for c in chunks] == list(range(len(chunks)))
+    assert (completed.finish_reason, completed.error_code) == ("length", None)
+    assert 0 < len(completed.content.encode()) <= REPLY_MAX_BYTES
+    assert completed.content == "".join(c.text for c in chunks)
+    assert chunks[-1].finish_reason == "length" and [c.seq for c in chunks] == list(range(len(chunks)))
 
 
 async def test_heartbeats_say_who_serves_what(worker: Running, kafka: KafkaSettings) -> None:

@@ -286,3 +286,14 @@ def test_a_post_whose_reply_never_landed_retried_a_microsecond_apart_keeps_the_r
     assert got == rows(store(writes + materialized), "conversations")
     user = rows(store(writes + through + materialized), "messages")[_key(("conversation_id", uuid.UUID(CID)), ("message_id", uuid.UUID(message)))]
     assert user["created_at"] == to_time(2_000)  # the first's, not the retry's
+
+
+def test_an_event_redelivered_to_a_state_loaded_from_the_rows_restates_nothing() -> None:
+    """The rows keep times to the millisecond; the log to the microsecond. A replay over rows already
+    written (a redelivery without memory) is not a retried POST."""
+    log, ids = conversation_log()
+    log[1] = dataclasses.replace(log[1], occurred_at=log[1].occurred_at // 1000 * 1000 + 123)  # µs, not a whole ms
+    _, state = run(log[:4])
+    m1 = state.messages[ids["m1"]]
+    from_rows = state.with_message(dataclasses.replace(m1, created_at=m1.created_at // 1000 * 1000))
+    assert writes_for(from_rows, log[1], sealing.UNSEALED) == []
