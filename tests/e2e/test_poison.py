@@ -183,6 +183,8 @@ async def _traffic(poisoned: Poisoned, key: str, user_id: str) -> None:
             poisoned.placed += _put(stack, topic, {partition_for(user_id, TOPICS[topic].partitions)}, user_id.encode())
         # Keyed by a document id the gateway mints: poison every partition, so the upload below meets it.
         poisoned.placed += _put(stack, "docs.events", set(range(TOPICS["docs.events"].partitions)), b"poison")
+        # The erasure processor's: every partition (its committed offset past the poison is its going on).
+        poisoned.placed += _put(stack, "user.erasures", set(range(TOPICS["user.erasures"].partitions)), b"poison")
 
         poisoned.memory_fact = f"I keep {uuid.uuid4().hex[:8]} bees"
         r = await http.put("/v1/memory", json={"facts": [poisoned.memory_fact]})
