@@ -18,10 +18,13 @@ is updated, and a unit test fails until then.
 from __future__ import annotations
 
 import struct
-from collections.abc import Container
+from collections.abc import Callable, Container
+from typing import TypeVar
 
 from schemas import codec, sealing
 from schemas.events import Citation, Event, TokenChunk, ToolCall, Usage
+
+T = TypeVar("T")
 
 #: CRC-64-AVRO of the TokenChunk schema this reader is written for (``schemas/avro/TokenChunk.avsc``).
 FINGERPRINT = bytes.fromhex("e05cb8ce28c73daa")
@@ -93,10 +96,10 @@ def _optional_string(buf: bytes, pos: int) -> tuple[str | None, int]:
     return _string(buf, pos) if present else (None, pos)
 
 
-def _citations(buf: bytes, pos: int) -> tuple[list[Citation], int]:
-    """An Avro array of Citation records: blocks of items, each block's count first (negative: its byte size
-    follows), ended by an empty block. Only a reply's last chunk has any."""
-    out: list[Citation] = []
+def _array(buf: bytes, pos: int, item: Callable[[bytes, int], tuple[T, int]]) -> tuple[list[T], int]:
+    """An Avro array of records read by ``item``: blocks of items, each block's count first (negative: its
+    byte size follows), ended by an empty block."""
+    out: list[T] = []
     while True:
         count, pos = _long(buf, pos)
         if count == 0:
@@ -105,31 +108,29 @@ def _citations(buf: bytes, pos: int) -> tuple[list[Citation], int]:
             count = -count
             _, pos = _long(buf, pos)
         for _ in range(count):
-            number, pos = _long(buf, pos)
-            document_id, pos = _string(buf, pos)
-            page, pos = _long(buf, pos)
-            chunk_id, pos = _string(buf, pos)
-            text, pos = _string(buf, pos)
-            filename, pos = _string(buf, pos)
-            out.append(Citation(number=number, document_id=document_id, page=page, chunk_id=chunk_id,
-                                text=_open(text), filename=_open(filename)))  # fmt: skip
+            value, pos = item(buf, pos)
+            out.append(value)
 
 
-def _tool_calls(buf: bytes, pos: int) -> tuple[list[ToolCall], int]:
-    """An Avro array of ToolCall records (blocks, as ``_citations``). Only a reply's last chunk has any."""
-    out: list[ToolCall] = []
-    while True:
-        count, pos = _long(buf, pos)
-        if count == 0:
-            return out, pos
-        if count < 0:
-            count = -count
-            _, pos = _long(buf, pos)
-        for _ in range(count):
-            call_id, pos = _string(buf, pos)
-            name, pos = _string(buf, pos)
-            arguments, pos = _string(buf, pos)
-            out.append(ToolCall(id=call_id, name=name, arguments=_open(arguments)))
+def _citation(buf: bytes, pos: int) -> tuple[Citation, int]:
+    """One Citation record (only a reply's last chunk has any)."""
+    number, pos = _long(buf, pos)
+    document_id, pos = _string(buf, pos)
+    page, pos = _long(buf, pos)
+    chunk_id, pos = _string(buf, pos)
+    text, pos = _string(buf, pos)
+    filename, pos = _string(buf, pos)
+    citation = Citation(number=number, document_id=document_id, page=page, chunk_id=chunk_id,
+                        text=_open(text), filename=_open(filename))  # fmt: skip
+    return citation, pos
+
+
+def _tool_call(buf: bytes, pos: int) -> tuple[ToolCall, int]:
+    """One ToolCall record (only a reply's last chunk has any)."""
+    call_id, pos = _string(buf, pos)
+    name, pos = _string(buf, pos)
+    arguments, pos = _string(buf, pos)
+    return ToolCall(id=call_id, name=name, arguments=_open(arguments)), pos
 
 
 def _open(value: str) -> str:
@@ -169,10 +170,10 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     if present:
         (retry_after,) = _DOUBLE.unpack_from(buf, pos)
         pos += _DOUBLE.size
-    citations, pos = _citations(buf, pos)
+    citations, pos = _array(buf, pos, _citation)
     citation_status, pos = _string(buf, pos)
     documents_note, pos = _string(buf, pos)
-    tool_calls, pos = _tool_calls(buf, pos)
+    tool_calls, pos = _array(buf, pos, _tool_call)
     if pos != len(buf):
         raise codec.Undecodable("TokenChunk body has trailing bytes")
     # Every field set at once, then the type's own checks: what TokenChunk(**fields) does, at half the cost
