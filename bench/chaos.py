@@ -517,7 +517,8 @@ def compare_text(inner: isolated.IsolatedStack, turns: list[Turn], out: Path) ->
 
 
 def _compare(t: Turn, row: Any, found: Counter[str], different: list[dict[str, Any]]) -> None:
-    stored = "" if row is None or row.content is None else sealing.open_text(row.content)
+    at = sealing.cell_at("messages", "content", uuid.UUID(t.reply_id))
+    stored = "" if row is None or row.content is None else sealing.open_text(row.content, at=at) or ""
     if stored == t.text:
         found["equal"] += 1
         return

@@ -15,6 +15,14 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from schemas import sealing
+
+
+def original_at(document_id: str) -> str:
+    """The place an original is sealed for (``schemas.sealing``): bound to its document, so a blob copied
+    over another document's of the same owner does not open."""
+    return sealing.cell_at("blobs", "original", document_id)
+
 
 class BlobStore(Protocol):
     def put(self, name: str, data: bytes) -> str:

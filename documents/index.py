@@ -33,7 +33,7 @@ from cassandra import ConsistencyLevel
 from documents.hits import ChunkLike, Hit, PageRow, Scope
 from documents.terms import terms
 from parley.cassandra import AsyncCql
-from schemas.sealing import blind, open_text, seal
+from schemas.sealing import blind, cell_at, open_text, seal
 
 #: BM25's parameters (the usual ones: Lucene's, bm25s's defaults).
 K1 = 1.2
@@ -88,8 +88,8 @@ class DocumentIndex:
         writes: list[tuple[str, tuple[Any, ...]]] = []
         for i, (chunk, tf) in enumerate(zip(chunks, counts)):
             chunk_id = uuid.UUID(chunk.chunk_id)
-            row = (doc, chunk_id, number, chunk.ordinal, _seal(user_id, chunk.section), chunk.kind, _seal(user_id, chunk.text),
-                   chunk.char_start, chunk.char_end, sum(tf.values()), set(tf))
+            row = (doc, chunk_id, number, chunk.ordinal, _seal(user_id, chunk.section, "section", chunk_id), chunk.kind,
+                   _seal(user_id, chunk.text, "text", chunk_id), chunk.char_start, chunk.char_end, sum(tf.values()), set(tf))
             if vectors is None:
                 writes.append((_INSERT_CHUNK, row))
             else:
@@ -100,7 +100,7 @@ class DocumentIndex:
             ("INSERT INTO {ks}.document_page_stats (document_id, page, chunks, terms) VALUES (?, ?, ?, ?)",
              (doc, number, len(chunks), sum(sum(tf.values()) for tf in counts))),
             ("INSERT INTO {ks}.document_pages (document_id, page, text, method) VALUES (?, ?, ?, ?)",
-             (doc, number, _seal(user_id, text), method)),
+             (doc, number, seal(user_id, text, at=_page_at(doc, number), deterministic=True), method)),
         ])
 
     async def _remove_stale(self, doc: uuid.UUID, number: int, new: dict[uuid.UUID, Counter[str]], user_id: str) -> None:
@@ -136,7 +136,7 @@ class DocumentIndex:
             ("DELETE FROM {ks}.document_pages WHERE document_id = ?", (doc,)),
             ("DELETE FROM {ks}.document_page_stats WHERE document_id = ?", (doc,)),
         ])
-        rows = await self._cql.run("SELECT text, posting_terms FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
+        rows = await self._cql.run("SELECT chunk_id, text, posting_terms FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
         postings = {term for row in rows for term in _posting_terms(row, user_id)}
         await _bounded(
             self._cql.run("DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ?", (doc, term))
@@ -168,11 +168,9 @@ class DocumentIndex:
         return sum(r.chunks or 0 for r in stats), sum(1 for r in methods if r.method == "ocr")
 
     async def page(self, document_id: str, number: int) -> PageRow | None:
-        rows = await self._cql.run(
-            "SELECT text, method FROM {ks}.document_pages WHERE document_id = ? AND page = ?",
-            (uuid.UUID(document_id), number),
-        )
-        return PageRow(number, open_text(rows[0].text) or "", rows[0].method or "") if rows else None
+        doc = uuid.UUID(document_id)
+        rows = await self._cql.run("SELECT text, method FROM {ks}.document_pages WHERE document_id = ? AND page = ?", (doc, number))
+        return PageRow(number, open_text(rows[0].text, at=_page_at(doc, number)) or "", rows[0].method or "") if rows else None
 
     async def keyword(self, scopes: Sequence[Scope], query_terms: Sequence[str], k: int) -> list[Hit]:
         """The ``k`` best chunks by BM25 over the union of the scoped documents' ready pages.
@@ -300,7 +298,7 @@ def _posting_terms(row: Any, user_id: str) -> set[str]:
     named them, schemas/cql/0015) from its text, which needs the owner's key."""
     if row.posting_terms is not None:
         return set(row.posting_terms)
-    return set(_blinded(user_id, terms(open_text(row.text) or "")))
+    return set(_blinded(user_id, terms(open_text(row.text, at=_chunk_at("text", row.chunk_id)) or "")))
 _INSERT_POSTING = "INSERT INTO {ks}.document_postings (document_id, term, chunk_id, tf) VALUES (?, ?, ?, ?)"
 _DELETE_POSTING = "DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ? AND chunk_id = ?"
 _ANN = (
@@ -315,16 +313,26 @@ def _hit(scope: Scope, row: Any, score: float) -> Hit:
         document_id=scope.document_id,
         page=row.page,
         ordinal=row.ordinal or 0,
-        text=open_text(row.text) or "",
-        section=open_text(row.section) or "",
+        text=open_text(row.text, at=_chunk_at("text", row.chunk_id)) or "",
+        section=open_text(row.section, at=_chunk_at("section", row.chunk_id)) or "",
         char_start=row.char_start or 0,
         score=float(score),
         filename=scope.filename,
     )
 
 
-def _seal(user_id: str, text: str | None) -> str | None:
-    return seal(user_id, text, deterministic=True)  # a page rewritten after a restart writes the same cells
+def _page_at(document_id: uuid.UUID, page: int) -> str:
+    """Where a page's text is sealed for: its cell and its row (document and page)."""
+    return cell_at("document_pages", "text", f"{document_id}/{page}")
+
+
+def _chunk_at(column: str, chunk_id: uuid.UUID) -> str:
+    return cell_at("document_chunks", column, chunk_id)
+
+
+def _seal(user_id: str, text: str | None, column: str, chunk_id: uuid.UUID) -> str | None:
+    # Deterministic: a page rewritten after a restart writes the same cells.
+    return seal(user_id, text, at=_chunk_at(column, chunk_id), deterministic=True)
 
 
 def _blinded(user_id: str, words: Iterable[str]) -> list[str]:

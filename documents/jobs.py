@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from documents import safety
-from documents.blobs import BlobStore
+from documents.blobs import BlobStore, original_at
 from documents.chunking import chunk_page
 from documents.embedding import Embedder
 from documents.errors import Refused
@@ -107,7 +107,7 @@ class Job:
             await self.index.purge(up.document_id, up.user_id)
             return progress
         try:
-            data = sealing.open_bytes(await asyncio.to_thread(self.blobs.get, up.storage_uri))
+            data = sealing.open_bytes(await asyncio.to_thread(self.blobs.get, up.storage_uri), at=original_at(up.document_id))
         except (FileNotFoundError, ValueError):
             await self._fail(up, Refused("unreadable", "the uploaded original is gone from the blob store"))
             return progress

@@ -112,7 +112,7 @@ def _array(buf: bytes, pos: int, item: Callable[[bytes, int], tuple[T, int]]) ->
             out.append(value)
 
 
-def _citation(buf: bytes, pos: int) -> tuple[Citation, int]:
+def _citation(buf: bytes, pos: int, event_id: str) -> tuple[Citation, int]:
     """One Citation record (only a reply's last chunk has any)."""
     number, pos = _long(buf, pos)
     document_id, pos = _string(buf, pos)
@@ -121,21 +121,24 @@ def _citation(buf: bytes, pos: int) -> tuple[Citation, int]:
     text, pos = _string(buf, pos)
     filename, pos = _string(buf, pos)
     citation = Citation(number=number, document_id=document_id, page=page, chunk_id=chunk_id,
-                        text=_open(text), filename=_open(filename))  # fmt: skip
+                        text=_open(text, "citations.text", event_id),
+                        filename=_open(filename, "citations.filename", event_id))  # fmt: skip
     return citation, pos
 
 
-def _tool_call(buf: bytes, pos: int) -> tuple[ToolCall, int]:
+def _tool_call(buf: bytes, pos: int, event_id: str) -> tuple[ToolCall, int]:
     """One ToolCall record (only a reply's last chunk has any)."""
     call_id, pos = _string(buf, pos)
     name, pos = _string(buf, pos)
     arguments, pos = _string(buf, pos)
-    return ToolCall(id=call_id, name=name, arguments=_open(arguments)), pos
+    return ToolCall(id=call_id, name=name, arguments=_open(arguments, "tool_calls.arguments", event_id)), pos
 
 
-def _open(value: str) -> str:
-    """A sealed field's text (schemas/sealing.py: the codec's way opens the same fields)."""
-    return sealing.open_text(value) or "" if sealing.is_sealed(value) else value
+def _open(value: str, path: str, event_id: str) -> str:
+    """A sealed field's text, opened at its place (schemas/sealing.py: the codec's way opens the same fields)."""
+    if not sealing.is_sealed(value):
+        return value
+    return sealing.open_text(value, at=sealing.field_at("TokenChunk", path, event_id)) or ""
 
 
 def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
@@ -170,10 +173,10 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     if present:
         (retry_after,) = _DOUBLE.unpack_from(buf, pos)
         pos += _DOUBLE.size
-    citations, pos = _array(buf, pos, _citation)
+    citations, pos = _array(buf, pos, lambda b, p: _citation(b, p, event_id))
     citation_status, pos = _string(buf, pos)
     documents_note, pos = _string(buf, pos)
-    tool_calls, pos = _array(buf, pos, _tool_call)
+    tool_calls, pos = _array(buf, pos, lambda b, p: _tool_call(b, p, event_id))
     if pos != len(buf):
         raise codec.Undecodable("TokenChunk body has trailing bytes")
     # Every field set at once, then the type's own checks: what TokenChunk(**fields) does, at half the cost
@@ -181,10 +184,10 @@ def _token_chunk(buf: bytes, wanted: Container[str]) -> TokenChunk:
     chunk = _new(TokenChunk)
     vars(chunk).update(
         event_id=event_id, occurred_at=occurred_at, trace_id=trace_id, conversation_id=conversation_id, user_id=user_id,
-        request_id=request_id, attempt=attempt, seq=seq, text=_open(text), tokens=tokens, offset_chars=offset_chars,
+        request_id=request_id, attempt=attempt, seq=seq, text=_open(text, "text", event_id), tokens=tokens, offset_chars=offset_chars,
         finish_reason=finish_reason, usage=usage, replica=replica, model=model, error_code=error_code,
         error_message=error_message, retry_after=retry_after, citations=citations, citation_status=citation_status,
-        documents_note=_open(documents_note), tool_calls=tool_calls,
+        documents_note=_open(documents_note, "documents_note", event_id), tool_calls=tool_calls,
     )
     chunk.__post_init__()
     return chunk

@@ -19,6 +19,7 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from documents.blobs import original_at
 from documents.errors import Refused
 from documents.sniff import sniff
 from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge, UnsupportedMediaType, Unprocessable
@@ -87,7 +88,7 @@ async def upload(request: Request) -> Response:
     def store() -> tuple[str, str, str]:
         # Up to 25 MB of zip parsing, SHA-256 and AES-GCM: off the loop that feeds every SSE stream.
         media_type = sniff(data, filename, declared_type)
-        uri = svc.documents.blobs.put(document_id, sealing.seal_bytes(user.user_id, data))
+        uri = svc.documents.blobs.put(document_id, sealing.seal_bytes(user.user_id, data, at=original_at(document_id)))
         # Keyed by the owner's key: an unkeyed hash on a forever-kept topic would prove, after an
         # erasure, who uploaded a known file.
         return media_type, uri, sealing.blind(user.user_id, "document-sha256:" + hashlib.sha256(data).hexdigest())

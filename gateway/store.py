@@ -16,7 +16,7 @@ from typing import Any
 from documents.status import PROCESSING, VISIBLE
 from parley.cassandra import AsyncCql
 from schemas import sealing
-from schemas.sealing import open_text
+from schemas.sealing import cell_at, open_text
 from schemas.events import ConversationEvent, DocumentEvent, DocumentUploaded, MemoryUpdated, ToolCall
 from streams import document_status, memory, projection, tree
 from streams.store import by_partition, tool_use
@@ -155,7 +155,7 @@ _DOCUMENT_COLUMNS = (
 
 def _document(r: Any) -> DocumentRow:
     return DocumentRow(
-        str(r.document_id), r.user_id, _str(r.conversation_id), open_text(r.filename) or "", r.media_type or "", r.size_bytes or 0,
+        str(r.document_id), r.user_id, _str(r.conversation_id), open_text(r.filename, at=cell_at("documents", "filename", r.document_id)) or "", r.media_type or "", r.size_bytes or 0,
         r.status, r.pages_ready or 0, r.pages_total or 0, r.ocr_pages or 0, r.chunks or 0, r.error_code,
         r.error_message, r.storage_uri or "", r.created_at,
     )  # fmt: skip
@@ -225,7 +225,7 @@ class Store:
 
     async def memory(self, user_id: str) -> list[dict[str, str]]:
         rows = await self._run("SELECT fact_id, text FROM {ks}.user_memory WHERE user_id = ?", (user_id,))
-        return [{"id": str(r.fact_id), "text": open_text(r.text)} for r in rows]
+        return [{"id": str(r.fact_id), "text": open_text(r.text, at=cell_at("user_memory", "text", r.fact_id))} for r in rows]
 
     async def conversation(self, conversation_id: str) -> ConversationRow | None:
         cid = _uuid(conversation_id)
@@ -239,8 +239,9 @@ class Store:
         if not rows or rows[0].user_id is None or rows[0].deleted_at is not None:  # deleted: gone from every read
             return None
         r = rows[0]
+        title = open_text(r.title, at=cell_at("conversations", "title", r.conversation_id)) or ""
         return ConversationRow(
-            str(r.conversation_id), r.user_id, open_text(r.title) or "", r.model, _str(r.selected_leaf_id), r.created_at, bool(r.archived)
+            str(r.conversation_id), r.user_id, title, r.model, _str(r.selected_leaf_id), r.created_at, bool(r.archived)
         )
 
     async def deleted(self, conversation_id: str) -> bool:
@@ -260,7 +261,12 @@ class Store:
         )
         shown = [r for r in rows if not r.deleted and bool(r.archived) == archived][:limit]
         return [
-            {"id": str(r.conversation_id), "title": open_text(r.title) or "", "created_at": _iso(r.created_at), "archived": archived}
+            {
+                "id": str(r.conversation_id),
+                "title": open_text(r.title, at=cell_at("conversations_by_user", "title", r.conversation_id)) or "",
+                "created_at": _iso(r.created_at),
+                "archived": archived,
+            }
             for r in shown
         ]
 
@@ -335,11 +341,14 @@ def _in_order(messages: list[MessageRow]) -> list[MessageRow]:
 
 
 def _message(r: Any) -> MessageRow:
+    def opened(column: str) -> str | None:
+        return open_text(getattr(r, column), at=cell_at("messages", column, r.message_id))
+
     return MessageRow(
         str(r.message_id),
         _str(r.parent_id),
         r.role,
-        open_text(r.content) or "",
+        opened("content") or "",
         r.model,
         r.status,
         r.finish_reason,
@@ -350,10 +359,10 @@ def _message(r: Any) -> MessageRow:
         r.prompt_tokens,
         r.cached_tokens,
         tuple(r.document_ids or ()),
-        _json(open_text(r.citations)),
-        _json(open_text(r.retrieval)),
+        _json(opened("citations")),
+        _json(opened("retrieval")),
         _json(r.moderation),
-        *tool_use(open_text(r.tool_use)),
+        *tool_use(opened("tool_use")),
     )
 
 

@@ -16,10 +16,15 @@
   ``prefetch`` first, so no loop waits on Cassandra. A key that cannot be read
   raises ``KeyUnavailable``, a ``StoreUnavailable``: retry, it is not bad input.
 
-Sealing is AES-GCM with the owner and key version as associated data. A random
-nonce for events; for projected cells a nonce derived from the text (SIV-style:
-the same text gives the same cell, so replays and write-throughs agree, at the
-cost of showing that two cells of one user hold equal text).
+Sealing is AES-GCM under a sub-key of the data key (HKDF), with the owner, the
+key version and the value's place (``schemas.sealing.field_at``/``cell_at``: the
+field or cell and its row) as associated data, so a value opens only where it
+was sealed for. A random nonce for events; for projected cells a nonce derived
+from the associated data and the text under another sub-key (SIV-style: the
+same text in the same cell gives the same value, so replays and write-throughs
+agree; equal text in two cells, or two rows, does not). Values of the first
+format (``\\x00s1:``: the data key itself, the owner and version as associated
+data, no place) still open.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import os
 import threading
 import time
@@ -40,7 +46,10 @@ from pathlib import Path
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from parley.cassandra import DRIVER_ERRORS
 from parley.errors import StoreUnavailable
@@ -105,18 +114,30 @@ class _Statements:
 @dataclass(frozen=True)
 class DataKey:
     version: int
-    aead: AESGCM
-    nonce_key: bytes  # derives deterministic nonces; never the encryption key itself
-    blind_key: bytes  # keys the search index's terms
+    aead: AESGCM  # seals (and opens) the current format: a sub-key, never the data key itself
+    nonce_key: bytes  # derives deterministic nonces
+    blind_key: bytes  # keys the search index's terms and the ids derived from content
+    legacy: AESGCM  # opens the first format (``\x00s1:``), which sealed under the data key itself
+
+
+def _subkey(raw: bytes, purpose: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"parley " + purpose).derive(raw)
 
 
 def _data_key(version: int, raw: bytes) -> DataKey:
     return DataKey(
         version,
-        AESGCM(raw),
-        hmac.new(raw, b"parley nonce key", hashlib.sha256).digest(),
+        AESGCM(_subkey(raw, b"s2 seal")),
+        _subkey(raw, b"s2 nonce"),
+        # Unchanged since the first format: postings and ids already on disk were keyed with it.
         hmac.new(raw, b"parley blind key", hashlib.sha256).digest(),
+        AESGCM(raw),
     )
+
+
+def _associated(user_id: str, version: int | str, at: str) -> bytes:
+    """The associated data of the current format: owner, key version and place, unambiguously joined."""
+    return b"s2" + json.dumps([user_id, str(version), at]).encode()
 
 
 def _b64(data: bytes) -> str:
@@ -341,16 +362,16 @@ class KeyService:
 
     # -------------------------------------------------- sealing.Keys
 
-    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
+    def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
         if not self.sealing:
             return text
         key = self._key(user_id, create=True)
         if key is None:
             return sealing.ERASED  # the user is erased: nothing of theirs is written any more
-        data = text.encode()
-        nonce = hmac.new(key.nonce_key, data, hashlib.sha256).digest()[:NONCE] if deterministic else os.urandom(NONCE)
-        sealed = key.aead.encrypt(nonce, data, f"{user_id}:{key.version}".encode())
-        return f"{sealing.PREFIX}{user_id}:{key.version}:{_b64(nonce + sealed)}"
+        data, ad = text.encode(), _associated(user_id, key.version, at)
+        # The associated data is JSON (no raw NUL), so ad | NUL | text is unambiguous.
+        nonce = hmac.new(key.nonce_key, ad + b"\x00" + data, hashlib.sha256).digest()[:NONCE] if deterministic else os.urandom(NONCE)
+        return f"{sealing.PREFIX}{user_id}:{key.version}:{_b64(nonce + key.aead.encrypt(nonce, data, ad))}"
 
     def blind(self, user_id: str, term: str) -> str:
         if not self.sealing:
@@ -360,7 +381,7 @@ class KeyService:
             return ""  # erased: nothing of theirs is indexed or found
         return "b:" + hmac.new(key.blind_key, term.encode(), hashlib.sha256).hexdigest()[:32]
 
-    def seal_bytes(self, user_id: str, data: bytes) -> bytes:
+    def seal_bytes(self, user_id: str, data: bytes, *, at: str) -> bytes:
         if not self.sealing:
             return data
         key = self._key(user_id, create=True)
@@ -368,29 +389,41 @@ class KeyService:
             raise ValueError("the user is erased: nothing of theirs is stored")
         nonce = os.urandom(NONCE)
         head = sealing.BYTES_PREFIX + f"{user_id}:{key.version}:".encode()
-        return head + nonce + key.aead.encrypt(nonce, data, f"{user_id}:{key.version}".encode())
+        return head + nonce + key.aead.encrypt(nonce, data, _associated(user_id, key.version, at))
 
-    def open_bytes(self, data: bytes) -> bytes:
+    def open_bytes(self, data: bytes, *, at: str) -> bytes:
+        head = len(sealing.BYTES_PREFIX)  # either format's
         try:
-            user_id, version, _ = data[len(sealing.BYTES_PREFIX) : len(sealing.BYTES_PREFIX) + 200].split(b":", 2)
+            user_id, version, _ = data[head : head + 200].split(b":", 2)
         except ValueError:
             raise ValueError("a sealed file that does not parse") from None
-        body = data[len(sealing.BYTES_PREFIX) + len(user_id) + len(version) + 2 :]
+        body = data[head + len(user_id) + len(version) + 2 :]
         key = self._key(user_id.decode(), create=False)
         if key is None or str(key.version) != version.decode():
             raise ValueError("the file's owner was erased: it can never be opened")
-        return key.aead.decrypt(body[:NONCE], body[NONCE:], user_id + b":" + version)
+        if data.startswith(sealing.LEGACY_BYTES_PREFIX):
+            return _decrypt(key.legacy, body, user_id + b":" + version)
+        return _decrypt(key.aead, body, _associated(user_id.decode(), version.decode(), at))
 
-    def open(self, value: str) -> str:
+    def open(self, value: str, *, at: str) -> str:
         try:
-            user_id, version, body = value[len(sealing.PREFIX) :].split(":", 2)
+            user_id, version, body = value[len(sealing.PREFIX) :].split(":", 2)  # either format's prefix
             raw = _unb64(body)
         except ValueError:
             raise ValueError("a sealed value that does not parse") from None
         key = self._key(user_id, create=False)
         if key is None or str(key.version) != version:
             return sealing.ERASED
-        return key.aead.decrypt(raw[:NONCE], raw[NONCE:], f"{user_id}:{version}".encode()).decode()
+        if value.startswith(sealing.LEGACY_PREFIX):
+            return _decrypt(key.legacy, raw, f"{user_id}:{version}".encode()).decode()
+        return _decrypt(key.aead, raw, _associated(user_id, version, at)).decode()
+
+
+def _decrypt(aead: AESGCM, sealed: bytes, ad: bytes) -> bytes:
+    try:
+        return aead.decrypt(sealed[:NONCE], sealed[NONCE:], ad)
+    except InvalidTag:
+        raise sealing.Unopenable("a sealed value does not open here: sealed for another field or row, or altered") from None
 
 
 def _on_loop() -> bool:

@@ -217,7 +217,10 @@ def _read(data: bytes | None, schemas: SchemaSet) -> tuple[type[Event], dict[str
 
 
 def _event(cls: type[Event], record: dict[str, Any]) -> Event:
-    sealing.open_record(cls, record)
+    try:
+        sealing.open_record(cls, record)
+    except sealing.Unopenable as exc:  # a value moved in from another field or event: bad input
+        raise InvalidEvent(f"{cls.__name__}: {exc}") from exc
     try:
         return from_record(cls, record)
     except (ValueError, TypeError) as exc:

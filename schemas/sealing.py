@@ -2,16 +2,26 @@
 
 A sealed value is a string, so sealing changes no schema::
 
-    \\x00s1:<user_id>:<key version>:<base64url(nonce | AES-GCM ciphertext and tag)>
+    \\x00s2:<user_id>:<key version>:<base64url(nonce | AES-GCM ciphertext and tag)>
 
-It names its owner and key, so any reader can open it without context; the
-gateway refuses NUL in text, so no plaintext a user sends starts that way.
+It names its owner and key; the gateway refuses NUL in text, so no plaintext a
+user sends starts that way. A value is bound to its **place** (``at``): the
+field or cell it was sealed for and the row it belongs to, e.g.
+``MessagePosted.content/<event_id>`` or ``messages.content/<message_id>``
+(``field_at``, ``cell_at``). Its reader names the same place, so a value copied
+into another field, column or row of the same owner does not open
+(``Unopenable``), and equal text in two places seals to unequal values even
+deterministically. Values of the first format (``\\x00s1:``, bound to the owner
+and key version only) are still on topics kept for good: they open wherever
+they are read; nothing new is written in it.
+
 Fields of events that hold content are marked ``sealed`` in ``schemas/events.py``;
-the codec seals them on encode and opens them on decode, so what Kafka keeps
-on disk is ciphertext and every consumer sees the text. Projections seal the
-content columns they write (deterministically: a replay writes the same
-cells) and readers open them. When the owner's key has been destroyed (an
-erasure) a sealed value opens as ``ERASED``.
+the codec seals them on encode and opens them on decode (the place: the event
+type, the field's path and the event id), so what Kafka keeps on disk is
+ciphertext and every consumer sees the text. Projections seal the content
+columns they write (deterministically: a replay writes the same cells) and
+readers open them. When the owner's key has been destroyed (an erasure) a
+sealed value opens as ``ERASED``.
 
 The cryptography lives in ``parley/keys.py`` (the key service, which a process
 installs at start); this module only knows the format and which fields to
@@ -33,9 +43,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, Union
 
-PREFIX = "\x00s1:"
+#: What every value sealed now starts with: bound to owner, key version and place.
+PREFIX = "\x00s2:"
+#: The first format: bound to owner and key version only. Still opened (kept topics hold it), never written.
+LEGACY_PREFIX = "\x00s1:"
 #: The same for a file (an uploaded document's original): ``BYTES_PREFIX<user_id>:<version>:`` then the raw nonce and ciphertext.
-BYTES_PREFIX = b"\x00s1b:"
+BYTES_PREFIX = b"\x00s2b:"
+LEGACY_BYTES_PREFIX = b"\x00s1b:"
 #: What a sealed value reads as once its owner's key is destroyed.
 ERASED = "[erased]"
 
@@ -44,16 +58,21 @@ class SealedWithoutKeys(RuntimeError):
     """A sealed value met a process that installed no key service."""
 
 
-class Keys(Protocol):
-    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str: ...
+class Unopenable(ValueError):
+    """A sealed value whose key exists but that does not open where it is read: it was sealed for another
+    place (moved or copied from another field, column or row) or altered. Bad input, never shown as text."""
 
-    def open(self, value: str) -> str: ...
+
+class Keys(Protocol):
+    def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str: ...
+
+    def open(self, value: str, *, at: str) -> str: ...
 
     def blind(self, user_id: str, term: str) -> str: ...
 
-    def seal_bytes(self, user_id: str, data: bytes) -> bytes: ...
+    def seal_bytes(self, user_id: str, data: bytes, *, at: str) -> bytes: ...
 
-    def open_bytes(self, data: bytes) -> bytes: ...
+    def open_bytes(self, data: bytes, *, at: str) -> bytes: ...
 
     async def prefetch(self, user_ids: Iterable[str], *, create: bool = False) -> None: ...
 
@@ -80,11 +99,23 @@ async def prefetch(user_ids: Iterable[str], *, create: bool = False) -> None:
 
 
 def is_sealed(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(PREFIX)
+    return isinstance(value, str) and (value.startswith(PREFIX) or value.startswith(LEGACY_PREFIX))
+
+
+def cell_at(table: str, column: str, row: object) -> str:
+    """The place of a Cassandra cell: its table and column, and the row's id (a message id, a document id
+    and page…): what its writer seals it for and its reader opens it at."""
+    return f"{table}.{column}/{row}"
+
+
+def field_at(event_type: str, path: str, event_id: str) -> str:
+    """The place of an event's sealed field: the event type, the field's path (``citations.text`` for a
+    nested one) and the event's id."""
+    return f"{event_type}.{path}/{event_id}"
 
 
 def owner_of(value: str) -> str:
-    """The user id a sealed value names."""
+    """The user id a sealed value names (either format: their prefixes are as long)."""
     return value[len(PREFIX) :].split(":", 1)[0]
 
 
@@ -95,12 +126,13 @@ class Sealer:
 
     keys: Keys | None
 
-    def seal(self, user_id: str, text: str | None, *, deterministic: bool = False) -> str | None:
-        """``text`` sealed for ``user_id`` (unchanged when empty, already sealed, or without keys).
-        ``deterministic``: the same text gives the same value (for projected cells, which replays rewrite)."""
+    def seal(self, user_id: str, text: str | None, *, at: str, deterministic: bool = False) -> str | None:
+        """``text`` sealed for ``user_id`` at the place ``at`` (unchanged when empty, already sealed, or
+        without keys). ``deterministic``: the same text at the same place gives the same value (for
+        projected cells, which replays rewrite)."""
         if self.keys is None or not text or is_sealed(text):
             return text
-        return self.keys.seal(user_id, text, deterministic=deterministic)
+        return self.keys.seal(user_id, text, at=at, deterministic=deterministic)
 
     def blind(self, user_id: str, term: str) -> str:
         """A term keyed by the owner's data key (HMAC): equal for equal terms, unreadable without the key
@@ -117,32 +149,33 @@ def sealer() -> Sealer:
     return Sealer(_keys)
 
 
-def seal(user_id: str, text: str | None, *, deterministic: bool = False) -> str | None:
+def seal(user_id: str, text: str | None, *, at: str, deterministic: bool = False) -> str | None:
     """``sealer().seal``: for the I/O edges (codec, stores) that use the installed service directly."""
-    return sealer().seal(user_id, text, deterministic=deterministic)
+    return sealer().seal(user_id, text, at=at, deterministic=deterministic)
 
 
-def open_text(value: str | None) -> str | None:
-    """The text of a possibly sealed value (``ERASED`` when its key is gone)."""
+def open_text(value: str | None, *, at: str) -> str | None:
+    """The text of a possibly sealed value read at the place ``at`` (``ERASED`` when its key is gone;
+    ``Unopenable`` when it was sealed for another place)."""
     if not is_sealed(value):
         return value
     if _keys is None:
         raise SealedWithoutKeys("sealed content, but this process installed no key service (parley.keys.install)")
-    return _keys.open(value)  # type: ignore[arg-type]
+    return _keys.open(value, at=at)  # type: ignore[arg-type]
 
 
-def seal_bytes(user_id: str, data: bytes) -> bytes:
-    """A file's bytes sealed for ``user_id`` (unchanged without a key service)."""
-    return data if _keys is None else _keys.seal_bytes(user_id, data)
+def seal_bytes(user_id: str, data: bytes, *, at: str) -> bytes:
+    """A file's bytes sealed for ``user_id`` at the place ``at`` (unchanged without a key service)."""
+    return data if _keys is None else _keys.seal_bytes(user_id, data, at=at)
 
 
-def open_bytes(data: bytes) -> bytes:
+def open_bytes(data: bytes, *, at: str) -> bytes:
     """A file's bytes, opened if sealed; a file whose owner was erased cannot be opened (ValueError)."""
-    if not data.startswith(BYTES_PREFIX):
+    if not (data.startswith(BYTES_PREFIX) or data.startswith(LEGACY_BYTES_PREFIX)):
         return data
     if _keys is None:
         raise SealedWithoutKeys("a sealed file, but this process installed no key service (parley.keys.install)")
-    return _keys.open_bytes(data)
+    return _keys.open_bytes(data, at=at)
 
 
 def blind(user_id: str, term: str) -> str:
@@ -180,25 +213,27 @@ def holds_sealed(cls: type) -> bool:
     return bool(_plan(cls))
 
 
-def _walk(cls: type, record: dict[str, Any], change: typing.Callable[[str], str]) -> None:
+def _walk(cls: type, record: dict[str, Any], change: typing.Callable[[str, str], str], path: str = "") -> None:
+    """Call ``change(path, value)`` on every sealed value of ``record`` (``path``: the field's, dotted
+    through nested records; list items share their list's) and keep what it returns."""
     for name, kind, nested in _plan(cls):
         value = record.get(name)
         if value is None:
             continue
         if kind == "text":
             if isinstance(value, str) and value:
-                record[name] = change(value)
+                record[name] = change(path + name, value)
         elif kind == "one":
-            _walk(nested, value, change)  # type: ignore[arg-type]
+            _walk(nested, value, change, f"{path}{name}.")  # type: ignore[arg-type]
         else:
             for item in value:
-                _walk(nested, item, change)  # type: ignore[arg-type]
+                _walk(nested, item, change, f"{path}{name}.")  # type: ignore[arg-type]
 
 
 def sealed_values(event: Any) -> list[str]:
     """The values of an event's sealed fields, nested ones included (as decoded: opened)."""
     out: list[str] = []
-    _walk(type(event), dataclasses.asdict(event), lambda v: out.append(v) or v)  # type: ignore[func-returns-value]
+    _walk(type(event), dataclasses.asdict(event), lambda _, v: out.append(v) or v)  # type: ignore[func-returns-value]
     return out
 
 
@@ -206,20 +241,24 @@ def owners(cls: type, record: dict[str, Any]) -> set[str]:
     """The owners named by the sealed values of a decoded, not yet opened, record."""
     found: set[str] = set()
     if _plan(cls):
-        _walk(cls, record, lambda v: found.add(owner_of(v)) or v if is_sealed(v) else v)  # type: ignore[func-returns-value]
+        _walk(cls, record, lambda _, v: found.add(owner_of(v)) or v if is_sealed(v) else v)  # type: ignore[func-returns-value]
     return found
 
 
 def seal_record(cls: type, record: dict[str, Any]) -> None:
-    """Seal, in place, the content of an event's record for the event's ``user_id``."""
+    """Seal, in place, the content of an event's record for the event's ``user_id``, each value at its
+    field's place (``field_at``). A value already sealed is kept as it is: it opens only where it was
+    sealed for, so code copies text between events, never sealed values."""
     keys = _keys
     if keys is None or not _plan(cls):
         return
-    user_id = record["user_id"]
-    _walk(cls, record, lambda text: text if is_sealed(text) else keys.seal(user_id, text))
+    user_id, name, event_id = record["user_id"], cls.__name__, record["event_id"]
+    _walk(cls, record, lambda path, text: text if is_sealed(text) else keys.seal(user_id, text, at=field_at(name, path, event_id)))
 
 
 def open_record(cls: type, record: dict[str, Any]) -> None:
-    """Open, in place, the sealed content of a decoded record."""
+    """Open, in place, the sealed content of a decoded record (``Unopenable``: a value that was sealed
+    for another field or event)."""
     if _plan(cls):
-        _walk(cls, record, lambda value: open_text(value) or "")
+        name, event_id = cls.__name__, record.get("event_id", "")
+        _walk(cls, record, lambda path, value: open_text(value, at=field_at(name, path, event_id)) or "")

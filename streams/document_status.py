@@ -44,7 +44,9 @@ def statements_for(event: ev.Event, sealer: sealing.Sealer) -> list[Statement]:
             _update(
                 event,
                 conversation_id=uuid.UUID(event.conversation_id) if event.conversation_id else None,
-                filename=sealer.seal(event.user_id, event.filename, deterministic=True),
+                filename=sealer.seal(
+                    event.user_id, event.filename, at=sealing.cell_at("documents", "filename", uuid.UUID(event.document_id)), deterministic=True
+                ),
                 media_type=event.media_type,
                 size_bytes=event.size_bytes,
                 sha256=event.sha256,

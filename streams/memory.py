@@ -40,11 +40,13 @@ def writes_for(event: MemoryUpdated, sealer: sealing.Sealer) -> list[Statement]:
     ts = event.occurred_at
     out = [Statement("DELETE FROM {ks}.user_memory USING TIMESTAMP ? WHERE user_id = ?", (ts - 1, event.user_id))]
     for position, f in enumerate(event.facts):
+        fact_id = uuid.UUID(f.fact_id)
+        text = sealer.seal(event.user_id, f.text, at=sealing.cell_at("user_memory", "text", fact_id), deterministic=True)
         out.append(
             Statement(
                 "UPDATE {ks}.user_memory USING TIMESTAMP ? SET fact_id = ?, text = ?, updated_at = ? "
                 "WHERE user_id = ? AND position = ?",
-                (ts, uuid.UUID(f.fact_id), sealer.seal(event.user_id, f.text, deterministic=True), to_time(ts), event.user_id, position),
+                (ts, fact_id, text, to_time(ts), event.user_id, position),
             )
         )
     return out

@@ -366,15 +366,26 @@ SEALED_CELLS = {
     "messages": frozenset({"content", "citations", "retrieval", "tool_use"}),
     "summaries": frozenset({"content"}),
 }
+#: The key column that names a row of each table in its cells' place (``sealing.cell_at``): what every
+#: reader of the row has at hand (never a time, which Cassandra hands back at another precision).
+ROW_IDS = {
+    "conversations": "conversation_id",
+    "conversations_by_user": "conversation_id",
+    "messages": "message_id",
+    "summaries": "summary_id",
+}
 
 
 def sealed(write: Write, user_id: str, sealer: sealing.Sealer) -> Write:
-    """``write`` with its content cells sealed for ``user_id`` (deterministically: a replay, a rebuild
-    and the gateway's write-through write the same cells)."""
+    """``write`` with its content cells sealed for ``user_id``, each bound to its cell and row
+    (deterministically: a replay, a rebuild and the gateway's write-through write the same cells)."""
     columns = SEALED_CELLS.get(write.table)
     if not columns or sealer.keys is None:
         return write
-    cells = tuple((c, sealer.seal(user_id, v, deterministic=True) if c in columns else v) for c, v in write.cells)
+    row = dict(write.key)[ROW_IDS[write.table]]
+    cells = tuple(
+        (c, sealer.seal(user_id, v, at=sealing.cell_at(write.table, c, row), deterministic=True) if c in columns else v) for c, v in write.cells
+    )
     return Write(write.table, write.key, cells, write.timestamp)
 
 

@@ -23,7 +23,7 @@ from parley.cassandra import AsyncCql
 from parley.settings import CassandraSettings
 from schemas.events import DocumentEvent, MemoryUpdated, ToolCall
 from schemas import sealing
-from schemas.sealing import open_text
+from schemas.sealing import cell_at, open_text
 from streams import document_status, memory
 from streams.checkpoint import StoredReply
 from streams.document_search import Status
@@ -99,9 +99,10 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
             continue
         mid = str(r.message_id)
         text = getattr(r, "content", None)  # not selected by a load without text
-        calls, call_id = tool_use(open_text(getattr(r, "tool_use", None)))
+        calls, call_id = tool_use(open_text(getattr(r, "tool_use", None), at=cell_at("messages", "tool_use", r.message_id)))
+        content = open_text(text, at=cell_at("messages", "content", r.message_id)) or ""
         msgs[mid] = Message(
-            mid, _id(r.parent_id), r.role or "", open_text(text) or "", r.status or "", r.finish_reason, from_time(r.created_at),
+            mid, _id(r.parent_id), r.role or "", content, r.status or "", r.finish_reason, from_time(r.created_at),
             tuple(getattr(r, "document_ids", None) or ()), getattr(r, "stream_offset", None), calls, call_id,
         )
         if r.role == "assistant" and r.status in FINAL_STATUSES:
@@ -118,7 +119,7 @@ def state_from_rows(conversation_id: str, conversation: Any | None, messages: It
     return Conversation(
         conversation_id=conversation_id,
         user_id=conversation.user_id or "",
-        title=open_text(conversation.title) or "",
+        title=open_text(conversation.title, at=cell_at("conversations", "title", uuid.UUID(conversation_id))) or "",
         model=conversation.model,
         created_at=from_time(conversation.created_at),
         selected_leaf_id=_id(conversation.selected_leaf_id),
@@ -165,7 +166,8 @@ class Store:
         if not rows:
             return None
         r = rows[0]
-        return StoredReply(content=open_text(r.content) or "", tokens=r.tokens or 0, status=r.status or "")
+        content = open_text(r.content, at=cell_at("messages", "content", uuid.UUID(message_id)))
+        return StoredReply(content=content or "", tokens=r.tokens or 0, status=r.status or "")
 
     async def write(self, writes: list[Write]) -> None:
         """Execute ``writes``: those of one partition as one unlogged batch, the partitions concurrently.
@@ -212,7 +214,13 @@ class Store:
         )
         found = [r[0] for r in rows if r and r[0].status in VISIBLE]
         return {
-            str(r.document_id): Status(str(r.document_id), open_text(r.filename) or "", r.status, r.pages_ready or 0, r.pages_total or 0)
+            str(r.document_id): Status(
+                str(r.document_id),
+                open_text(r.filename, at=cell_at("documents", "filename", r.document_id)) or "",
+                r.status,
+                r.pages_ready or 0,
+                r.pages_total or 0,
+            )
             for r in found
         }
 

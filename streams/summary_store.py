@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from schemas.sealing import open_text
+from schemas.sealing import cell_at, open_text
 from streams.store import Store
 from streams.summary import Summary
 
@@ -32,7 +32,8 @@ def summaries_from_rows(rows: Iterable[Any]) -> list[Summary]:
         if r.through_message_id is None or not ids or r.content is None:
             continue
         covered = tuple(str(m) for m in ids)
-        out.append(Summary(r.summary_id, str(r.through_message_id), covered, open_text(r.content), r.tokens or 0, r.model or ""))
+        content = open_text(r.content, at=cell_at("summaries", "content", r.summary_id))
+        out.append(Summary(r.summary_id, str(r.through_message_id), covered, content, r.tokens or 0, r.model or ""))
     return out
 
 

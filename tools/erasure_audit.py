@@ -42,6 +42,15 @@ def _readable(event: ev.Event) -> int:
     return sum(1 for v in sealing.sealed_values(event) if v and v != sealing.ERASED)
 
 
+def _opens(value: str, at: str) -> bool:
+    """Whether a cell reads as text: plain, or sealed under a key that still exists (one sealed for another
+    place does not open, but its key is alive all the same)."""
+    try:
+        return sealing.open_text(value, at=at) != sealing.ERASED
+    except sealing.Unopenable:
+        return True
+
+
 def erasure_job(session: Session, keyspace: str, user_id: str) -> Progress | None:
     """The user's newest erasure request and how far its job got (streams/erasure.py)."""
     row = session.execute(f"SELECT {COLUMNS} FROM {keyspace}.erasures WHERE user_id = %s LIMIT 1", (user_id,)).one()
@@ -69,12 +78,14 @@ def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keysp
     for row in listed:
         if not row.deleted:
             out.append(Problem("cassandra conversations_by_user", f"conversation {row.conversation_id} is not deleted"))
-        texts = [r.content for r in session.execute(
-            f"SELECT content FROM {keyspace}.messages WHERE conversation_id = %s", (row.conversation_id,)
-        )] + [r.content for r in session.execute(
-            f"SELECT content FROM {keyspace}.summaries WHERE conversation_id = %s", (row.conversation_id,)
-        )]  # fmt: skip
-        readable = [t for t in [row.title, *texts] if t and sealing.open_text(t) != sealing.ERASED]
+        cells = [(row.title, sealing.cell_at("conversations_by_user", "title", row.conversation_id))] + [
+            (r.content, sealing.cell_at("messages", "content", r.message_id)) for r in session.execute(
+                f"SELECT message_id, content FROM {keyspace}.messages WHERE conversation_id = %s", (row.conversation_id,))
+        ] + [
+            (r.content, sealing.cell_at("summaries", "content", r.summary_id)) for r in session.execute(
+                f"SELECT summary_id, content FROM {keyspace}.summaries WHERE conversation_id = %s", (row.conversation_id,))
+        ]  # fmt: skip
+        readable = [t for t, at in cells if t and _opens(t, at)]
         if readable:
             out.append(Problem("cassandra messages", f"conversation {row.conversation_id}: {len(readable)} cells readable"))
     documents = session.execute(f"SELECT document_id, status FROM {keyspace}.documents WHERE user_id = %s", (user_id,)).all()

@@ -50,9 +50,9 @@ async def test_the_materializer_projects_memory_from_the_log(stack) -> None:
         deadline = time.monotonic() + 60
         rows: list = []
         while not rows and time.monotonic() < deadline:
-            rows = session.execute("SELECT text FROM user_memory WHERE user_id = %s", (user_id,)).all()
+            rows = session.execute("SELECT fact_id, text FROM user_memory WHERE user_id = %s", (user_id,)).all()
             await asyncio.sleep(0.3)
-        assert [sealing.open_text(r.text) for r in rows] == ["Remember the log"]
+        assert [sealing.open_text(r.text, at=sealing.cell_at("user_memory", "text", r.fact_id)) for r in rows] == ["Remember the log"]
         assert all(sealing.is_sealed(r.text) for r in rows)  # on disk, ciphertext (DESIGN.md §12)
     finally:
         session.cluster.shutdown()

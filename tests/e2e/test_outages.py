@@ -41,7 +41,7 @@ from schemas import codec
 from schemas.catalog import TOPICS
 from schemas import sealing
 from schemas.events import Event, GenerationCompleted, MessagePosted, UserErased
-from schemas.sealing import open_text
+from schemas.sealing import cell_at, open_text
 from tools import isolated
 from tools.audit_sources import read_log
 from tools.erasure_audit import erasure_job
@@ -409,11 +409,11 @@ async def test_with_cassandra_down_reads_answer_503_replies_still_stream_and_row
                 completed = [e for e in mine if isinstance(e, GenerationCompleted)]
                 assert set(rows) == {e.message_id for e in posted} | {e.request_id for e in completed}
                 for e in posted:
-                    assert (rows[e.message_id].role, open_text(rows[e.message_id].content)) == ("user", e.content)
+                    assert (rows[e.message_id].role, open_text(rows[e.message_id].content, at=cell_at("messages", "content", e.message_id))) == ("user", e.content)
                     assert _str(rows[e.message_id].parent_id) == e.parent_id
                 for e in completed:
                     row = rows[e.request_id]
-                    assert (row.role, open_text(row.content), row.status) == ("assistant", e.content, "complete")
+                    assert (row.role, open_text(row.content, at=cell_at("messages", "content", e.request_id)), row.status) == ("assistant", e.content, "complete")
                     assert _str(row.parent_id) == e.parent_id
         finally:
             session.cluster.shutdown()

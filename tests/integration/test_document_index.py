@@ -197,10 +197,10 @@ class DestroyableKey:
     def blind(self, user_id: str, term: str) -> str:
         return "" if self.destroyed else "b:" + term[::-1]
 
-    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
+    def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
         return text  # what is sealed is not under test here
 
-    def open(self, value: str) -> str:
+    def open(self, value: str, *, at: str) -> str:
         return value
 
     async def prefetch(self, user_ids: object, *, create: bool = False) -> None:

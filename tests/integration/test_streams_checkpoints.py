@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from schemas.sealing import open_text
+from schemas.sealing import cell_at, open_text
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +60,7 @@ class Stack:
     def row(self, cid: str, mid: str) -> Any:
         q = f"SELECT content, status, finish_reason, role, tokens, writetime(content) AS wt FROM {self.cassandra.keyspace}.messages WHERE conversation_id = %s AND message_id = %s"
         row = self.session.execute(q, (uuid.UUID(cid), uuid.UUID(mid))).one()
-        return None if row is None else row._replace(content=open_text(row.content))  # sealed at rest (DESIGN.md §12)
+        return None if row is None else row._replace(content=open_text(row.content, at=cell_at("messages", "content", uuid.UUID(mid))))  # sealed at rest (DESIGN.md §12)
 
     def leaf(self, cid: str) -> str | None:
         q = f"SELECT selected_leaf_id FROM {self.cassandra.keyspace}.conversations WHERE conversation_id = %s"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from schemas.sealing import open_text
+from schemas.sealing import cell_at, open_text
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -270,11 +270,11 @@ def test_materializer_rows_and_replay_into_an_empty_keyspace_rebuilds_them(stack
     cid, events = convs[0]
     g1, g2, g2b = events[2], events[5], events[10]
     conv = session.execute(f"SELECT title, selected_leaf_id, user_id, model FROM {ks}.conversations WHERE conversation_id = %s", (uuid.UUID(cid),)).one()
-    assert (open_text(conv.title), str(conv.selected_leaf_id), conv.user_id, conv.model) == ("final title", g2.request_id, user, "small")
-    listed = [(open_text(r.title), r.conversation_id) for r in session.execute(f"SELECT title, conversation_id FROM {ks}.conversations_by_user WHERE user_id = %s", (user,))]
+    assert (open_text(conv.title, at=cell_at("conversations", "title", uuid.UUID(cid))), str(conv.selected_leaf_id), conv.user_id, conv.model) == ("final title", g2.request_id, user, "small")
+    listed = [(open_text(r.title, at=cell_at("conversations_by_user", "title", r.conversation_id)), r.conversation_id) for r in session.execute(f"SELECT title, conversation_id FROM {ks}.conversations_by_user WHERE user_id = %s", (user,))]
     assert sorted(listed, key=repr) == sorted([("final title", c) for c in mine], key=repr)
     msgs = {
-        str(r.message_id): r._replace(content=open_text(r.content))  # sealed at rest (DESIGN.md §12)
+        str(r.message_id): r._replace(content=open_text(r.content, at=cell_at("messages", "content", r.message_id)))  # sealed at rest (DESIGN.md §12)
         for r in session.execute(f"SELECT * FROM {ks}.messages WHERE conversation_id = %s", (uuid.UUID(cid),))
     }
     assert len(msgs) == 6

@@ -3,6 +3,9 @@
 Each row is rendered canonically (columns sorted by name, values as plain JSON), hashed; a
 table's digest is the hash of its sorted row hashes, so it does not depend on the order the
 database returns rows in. ``diff`` names the first rows that differ, for a readable failure.
+A sealed cell is read as a hash of its text, opened at its place: a cell sealed in the first
+format (before values were bound to their place) and its rebuild in the current one hold the
+same text under different ciphertexts.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+
+from schemas import sealing
+from streams.projection import ROW_IDS, SEALED_CELLS
 
 #: The tables that are a projection of the log (DESIGN.md §6): rebuild writes them, the digest compares them.
 PROJECTED: tuple[str, ...] = ("conversations", "conversations_by_user", "messages", "summaries", "user_memory")
@@ -63,10 +69,27 @@ def diff(a: list[dict[str, Any]], b: list[dict[str, Any]], limit: int = 3) -> li
     return [f"only in the first: {r}" for r in only_a] + [f"only in the second: {r}" for r in only_b]
 
 
+#: The sealed cells of each projected table and the column naming their row (streams/memory.py for memory).
+_SEALED = {t: (columns, ROW_IDS[t]) for t, columns in SEALED_CELLS.items()} | {"user_memory": (frozenset({"text"}), "fact_id")}
+
+
+def opened(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each sealed cell replaced by a hash of its text (opened at the cell's place)."""
+    columns, row_id = _SEALED.get(table, (frozenset(), ""))
+    out = dict(row)
+    for column in columns:
+        value = row.get(column)
+        if sealing.is_sealed(value):
+            text = sealing.open_text(value, at=sealing.cell_at(table, column, row[row_id])) or ""
+            out[column] = "sealed text " + hashlib.sha256(text.encode()).hexdigest()
+    return out
+
+
 def read_rows(session: Any, keyspace: str, table: str) -> list[dict[str, Any]]:
-    """Every row of ``keyspace.table`` as a dict (a full scan: for analysts and tests, not services)."""
+    """Every row of ``keyspace.table`` as a dict, sealed cells as ``opened`` (a full scan: for analysts and
+    tests, not services)."""
     result = session.execute(f"SELECT * FROM {keyspace}.{table}", timeout=120)
-    return [dict(zip(result.column_names, row)) for row in result]
+    return [opened(table, dict(zip(result.column_names, row))) for row in result]
 
 
 def keyspace_digest(session: Any, keyspace: str, tables: tuple[str, ...] = PROJECTED) -> dict[str, TableDigest]:

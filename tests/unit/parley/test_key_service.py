@@ -27,6 +27,8 @@ from tests.fixtures.aws_kms import REGION, kms_server
 
 CID = "00000000-0000-0000-0000-0000000000c1"
 MID = "00000000-0000-0000-0000-0000000000a1"
+#: Where the values of these tests are sealed for (schemas/sealing.py: a field or cell and its row).
+AT = sealing.cell_at("messages", "content", MID)
 
 
 class Rows:
@@ -126,13 +128,13 @@ def _wait(condition: Any) -> None:
 
 def test_many_callers_of_one_user_share_one_read(services: Any, table: Table) -> None:
     writer = services()
-    value = writer.seal("u1", "the text")
+    value = writer.seal("u1", "the text", at=AT)
     reader = services()
     table.reads = 0
     table.gate.clear()
     table.waiting.clear()
     opened: list[str] = []
-    threads = [threading.Thread(target=lambda: opened.append(reader.open(value))) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: opened.append(reader.open(value, at=AT))) for _ in range(8)]
     for t in threads:
         t.start()
 
@@ -153,57 +155,57 @@ def test_many_callers_of_one_user_share_one_read(services: Any, table: Table) ->
 def test_the_cache_is_bounded_and_forgets_the_least_recently_used(services: Any, table: Table) -> None:
     service = services(capacity=2)
     for user in ("u1", "u2", "u3"):
-        service.seal(user, "x")
+        service.seal(user, "x", at=AT)
     table.reads = 0
-    service.seal("u3", "x")
-    service.seal("u2", "x")
+    service.seal("u3", "x", at=AT)
+    service.seal("u2", "x", at=AT)
     assert table.reads == 0  # held
-    service.seal("u1", "x")  # forgotten when u3 came in: read again
+    service.seal("u1", "x", at=AT)  # forgotten when u3 came in: read again
     assert table.reads == 1
 
 
 def test_a_key_in_use_is_read_again_ahead_of_expiry_without_the_caller_waiting(services: Any, table: Table, clock: Clock) -> None:
     service = services(cache_s=60.0)
-    value = service.seal("u1", "x")
+    value = service.seal("u1", "x", at=AT)
     table.reads = 0
     clock.now += 40  # past half the bound
     table.gate.clear()
-    assert service.open(value) == "x"  # served from the cache while the read waits on the gate
+    assert service.open(value, at=AT) == "x"  # served from the cache while the read waits on the gate
     _wait(table.waiting.is_set)
     table.gate.set()
     _wait(lambda: not service._flights)
     clock.now += 40  # 80 s after the first read, 40 after the second: still held
-    assert service.open(value) == "x"
+    assert service.open(value, at=AT) == "x"
     assert table.reads == 1
 
 
 def test_an_erasure_reaches_a_process_within_its_cache_bound(services: Any, clock: Clock) -> None:
     writer, other = services(cache_s=60.0), services(cache_s=60.0)
-    value = writer.seal("u1", "x")
-    assert other.open(value) == "x"
+    value = writer.seal("u1", "x", at=AT)
+    assert other.open(value, at=AT) == "x"
     writer.erase("u1")
-    assert writer.open(value) == sealing.ERASED  # at once where it was erased
+    assert writer.open(value, at=AT) == sealing.ERASED  # at once where it was erased
     clock.now += 61
-    assert other.open(value) == sealing.ERASED  # elsewhere once the bound has passed
-    assert other.seal("u1", "after") == sealing.ERASED
+    assert other.open(value, at=AT) == sealing.ERASED  # elsewhere once the bound has passed
+    assert other.seal("u1", "after", at=AT) == sealing.ERASED
 
 
 def test_an_erasure_wins_over_a_read_that_was_in_flight(services: Any, table: Table) -> None:
     service = services()
-    value = services().seal("u1", "x")
+    value = services().seal("u1", "x", at=AT)
     table.gate.clear()
     table.waiting.clear()
-    reading = threading.Thread(target=lambda: service.open(value))
+    reading = threading.Thread(target=lambda: service.open(value, at=AT))
     reading.start()
     table.waiting.wait(10)
     service.erase("u1")
     table.gate.set()
     reading.join(10)
-    assert service.open(value) == sealing.ERASED
+    assert service.open(value, at=AT) == sealing.ERASED
 
 
 def test_key_rows_are_read_and_written_at_local_quorum(services: Any, table: Table) -> None:
-    services().seal("u1", "x")
+    services().seal("u1", "x", at=AT)
     assert table.prepared and all(s.consistency_level == ConsistencyLevel.LOCAL_QUORUM for s in table.prepared)
     (create,) = [s for s in table.prepared if "IF NOT EXISTS" in s.cql]
     assert create.serial_consistency_level == ConsistencyLevel.LOCAL_SERIAL
@@ -213,11 +215,11 @@ def test_with_the_store_down_a_missing_key_is_a_transient_error_and_a_held_one_g
     services: Any, table: Table, clock: Clock
 ) -> None:
     writer = services(cache_s=60.0)
-    value = writer.seal("u1", "x")
+    value = writer.seal("u1", "x", at=AT)
     table.down = True
     fresh = services()
     with pytest.raises(KeyUnavailable) as raised:
-        fresh.open(value)
+        fresh.open(value, at=AT)
     assert isinstance(raised.value, StoreUnavailable) and isinstance(raised.value, Unavailable)
     assert not isinstance(raised.value, codec.CodecError)  # not bad input: nothing is dead-lettered for it
     try:
@@ -239,7 +241,7 @@ def test_with_the_store_down_a_missing_key_is_a_transient_error_and_a_held_one_g
         sealing.install(None)
     table.down = False
     clock.now += 3  # past RETRY_S: asked again, and answered
-    assert fresh.open(value) == "x"
+    assert fresh.open(value, at=AT) == "x"
 
 
 def test_after_a_failed_read_the_store_is_not_asked_again_at_once(services: Any, table: Table, clock: Clock) -> None:
@@ -247,32 +249,32 @@ def test_after_a_failed_read_the_store_is_not_asked_again_at_once(services: Any,
     service = services()
     table.down = True
     with pytest.raises(KeyUnavailable):
-        service.seal("u1", "x")
+        service.seal("u1", "x", at=AT)
     calls = []
     table.execute = lambda *a: calls.append(a)  # type: ignore[method-assign,assignment]
     with pytest.raises(KeyUnavailable):
-        service.seal("u1", "x")
+        service.seal("u1", "x", at=AT)
     assert calls == []
 
 
 def test_the_mark_wins_over_a_key_made_in_a_race_with_the_erasure(services: Any, table: Table, kms: LocalKms) -> None:
     service = services()
-    value = service.seal("u1", "x")
+    value = service.seal("u1", "x", at=AT)
     table.rows["u1"][0] = type(table.rows["u1"][1])(version=0, wrapped=None, kek_id=ERASED_MARK)  # both rows
-    assert services().open(value) == sealing.ERASED
+    assert services().open(value, at=AT) == sealing.ERASED
 
 
 def test_on_an_event_loop_an_expired_key_serves_while_it_is_read_again(services: Any, table: Table, clock: Clock) -> None:
     """A synchronous call on a loop never waits for a key it holds: it is read again in the background
     (the erasure bound grows by that one read); off a loop the caller waits for the read."""
     service = services(cache_s=60.0)
-    value = service.seal("u1", "x")
+    value = service.seal("u1", "x", at=AT)
     clock.now += 61
     table.gate.clear()
     table.waiting.clear()
 
     async def on_loop() -> str:
-        return service.open(value)
+        return service.open(value, at=AT)
 
     assert asyncio.run(on_loop()) == "x"  # served with the gate still shut
     _wait(table.waiting.is_set)
@@ -281,7 +283,7 @@ def test_on_an_event_loop_an_expired_key_serves_while_it_is_read_again(services:
     table.gate.set()
     _wait(lambda: not service._flights)
     clock.now += 61
-    assert service.open(value) == sealing.ERASED  # off a loop: waits for the read, which finds the mark
+    assert service.open(value, at=AT) == sealing.ERASED  # off a loop: waits for the read, which finds the mark
 
 
 def test_the_loop_goes_on_while_a_decode_waits_for_its_key(services: Any, table: Table) -> None:
@@ -325,15 +327,15 @@ def test_a_kms_outage_is_transient_and_a_refusal_is_never_taken_for_an_erasure(t
         with kms_server() as aws:
             kms = AwsKms(aws.create_key(), region=REGION, endpoint_url=aws.endpoint_url)
             holder = service(kms)
-            value = holder.seal("u1", "the text")
+            value = holder.seal("u1", "the text", at=AT)
             copied = table.rows["u1"][1]
             table.rows["u2"] = {1: SimpleNamespace(version=1, wrapped=copied.wrapped, kek_id=copied.kek_id)}  # u1's key as u2's
             with pytest.raises(WrappedKeyRefused):
-                service(kms).seal("u2", "text")
+                service(kms).seal("u2", "text", at=AT)
         with pytest.raises(KeyUnavailable):  # the KMS is gone
-            service(kms).open(value)
+            service(kms).open(value, at=AT)
         clock.now += 61
-        assert holder.open(value) == "the text"
+        assert holder.open(value, at=AT) == "the text"
     finally:
         for s in made:
             s.close()

@@ -39,16 +39,20 @@ MID = "00000000-0000-0000-0000-0000000000a1"
 
 
 class Reversible:
-    """Seals by base64 of the reversed text: what it seals is unreadable in the bytes, and opens again."""
+    """Seals by base64 of the place and the reversed text: what it seals is unreadable in the bytes, and
+    opens again only at the place it was sealed for (as parley/keys.py's associated data)."""
 
     def __init__(self) -> None:
         self.prefetched: list[tuple[list[str], bool]] = []
 
-    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
-        return f"{sealing.PREFIX}{user_id}:1:" + base64.b64encode(text[::-1].encode()).decode()
+    def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
+        return f"{sealing.PREFIX}{user_id}:1:" + base64.b64encode(f"{at}\x00{text[::-1]}".encode()).decode()
 
-    def open(self, value: str) -> str:
-        return base64.b64decode(value.rsplit(":", 1)[1]).decode()[::-1]
+    def open(self, value: str, *, at: str) -> str:
+        sealed_at, text = base64.b64decode(value.rsplit(":", 1)[1]).decode().split("\x00", 1)
+        if sealed_at != at:
+            raise sealing.Unopenable(f"sealed for {sealed_at}, opened at {at}")
+        return text[::-1]
 
     def blind(self, user_id: str, term: str) -> str:
         return "b:" + term[::-1]
@@ -133,10 +137,10 @@ def test_a_projected_cell_is_sealed_deterministically(keys: Reversible) -> None:
     from streams.projection import sealed
     from streams.projection import Write
 
-    write = Write("messages", (("conversation_id", CID),), (("content", "text"), ("role", "user")), 1)
+    write = Write("messages", (("conversation_id", CID), ("message_id", MID)), (("content", "text"), ("role", "user")), 1)
     out = sealed(write, "u1", sealing.sealer())
     assert dict(out.cells)["role"] == "user" and sealing.is_sealed(dict(out.cells)["content"])
-    assert sealing.open_text(dict(out.cells)["content"]) == "text"
+    assert sealing.open_text(dict(out.cells)["content"], at=sealing.cell_at("messages", "content", MID)) == "text"
 
 
 async def test_the_async_codec_asks_for_the_keys_it_needs_before_the_synchronous_step(keys: Reversible) -> None:
@@ -146,9 +150,10 @@ async def test_the_async_codec_asks_for_the_keys_it_needs_before_the_synchronous
     event = MessagePosted(conversation_id=CID, user_id="u1", message_id=MID, content="hello", client_message_id="c")
     data = await codec.encode_async(event)
     assert keys.prefetched == [(["u1"], True)]
+    quoted = keys.seal("u3", "quoted", at=sealing.field_at("GenerationCompleted", "content", MID))
     other = GenerationCompleted(
-        conversation_id=CID, user_id="u2", request_id=MID, parent_id=MID, finish_reason="stop", content=keys.seal("u3", "quoted")
-    )  # a value sealed under another owner (as a copied one would be)
+        event_id=MID, conversation_id=CID, user_id="u2", request_id=MID, parent_id=MID, finish_reason="stop", content=quoted
+    )  # a value sealed under another owner, for this very field
     keys.prefetched.clear()
     assert await codec.decode_async(data) == event
     assert await codec.decode_async(codec.encode(other)) == replace(other, content="quoted")
@@ -180,3 +185,63 @@ def test_ids_derived_from_content_are_keyed_by_the_owners_key(keys: Reversible) 
     assert fact("u1", "I live in Lisbon", sealing.sealer()).fact_id != mine[0] and message_keys("u1", history) != mine[1]
     sealing.install(OtherKey())  # another key: other ids
     assert fact("u1", "I live in Lisbon", sealing.sealer()).fact_id != mine[0] and message_keys("u1", history) != mine[1]
+
+
+class _Row:
+    """A row as the driver hands it back: the written key and cells as attributes, None for the rest."""
+
+    def __init__(self, **cells: object) -> None:
+        vars(self).update(cells)
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+def test_every_reader_opens_a_cell_at_the_place_its_writer_sealed_it_for(keys: Reversible) -> None:
+    """The stand-in refuses a value opened at another place than it was sealed for, as AES-GCM does: so
+    each writer of a sealed cell (the projection, checkpoints, memory, document statuses) and each reader of
+    it (the gateway's store, the processors' store, summaries) name the same cell and row."""
+    import uuid
+
+    from gateway.store import _document, _message
+    from schemas.events import ConversationCreated, ConversationRenamed, DocumentUploaded, SummaryWritten
+    from streams import document_status, memory, tree
+    from streams.projection import writes_for
+    from streams.store import state_from_rows
+    from streams.summary_store import summaries_from_rows
+
+    sealer = sealing.sealer()
+    events = [
+        ConversationCreated(conversation_id=CID, user_id="u1", title="first title", model="small"),
+        MessagePosted(conversation_id=CID, user_id="u1", message_id=MID, content="the question", client_message_id="c"),
+        ConversationRenamed(conversation_id=CID, user_id="u1", title="a title"),
+        SummaryWritten(
+            conversation_id=CID, user_id="u1", summary_id="s1", through_message_id=MID, covered_message_ids=[MID], content="a summary"
+        ),
+    ]
+    rows: dict[tuple[str, tuple[object, ...]], dict[str, object]] = {}
+    state = tree.empty(CID)
+    for event in events:
+        for write in writes_for(state, event, sealer):
+            rows.setdefault((write.table, tuple(v for _, v in write.key)), dict(write.key)).update(write.cells)
+        state = tree.apply(state, event)
+    (conversation,) = [_Row(**r) for (t, _), r in rows.items() if t == "conversations"]
+    (message,) = [_Row(**r) for (t, _), r in rows.items() if t == "messages"]
+    (summary,) = [_Row(**r) for (t, _), r in rows.items() if t == "summaries"]
+    assert sealing.is_sealed(message.content) and sealing.is_sealed(conversation.title)  # type: ignore[attr-defined]
+    loaded = state_from_rows(CID, conversation, [message])
+    assert (loaded.title, loaded.messages[MID].content) == ("a title", "the question")
+    assert _message(message).content == "the question"
+    assert [s.content for s in summaries_from_rows([summary])] == ["a summary"]
+
+    upload = DocumentUploaded(document_id=MID, user_id="u1", filename="report.pdf", media_type="application/pdf", size_bytes=1,
+                              sha256="", storage_uri="file:///x")  # fmt: skip
+    (status,) = document_status.statements_for(upload, sealer)
+    cells = dict(zip(status.cql.split("SET ")[1].split(" WHERE")[0].replace(" = ?", "").split(", "), status.values[1:]))
+    assert _document(_Row(**cells, document_id=uuid.UUID(MID), user_id="u1")).filename == "report.pdf"
+
+    facts = memory.writes_for(MemoryUpdated(user_id="u1", facts=[memory.fact("u1", "I live in Lisbon", sealer)]), sealer)
+    _, fact_id, text, *_ = facts[1].values
+    assert sealing.open_text(text, at=sealing.cell_at("user_memory", "text", fact_id)) == "I live in Lisbon"
+    with pytest.raises(sealing.Unopenable):  # the same text, read as another cell: refused
+        sealing.open_text(message.content, at=sealing.cell_at("messages", "content", uuid.uuid4()))  # type: ignore[attr-defined]

@@ -34,15 +34,15 @@ class OneKey:
     def __init__(self) -> None:
         self._aead = AESGCM(AESGCM.generate_key(bit_length=256))
 
-    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
+    def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
         nonce = os.urandom(12)
-        body = base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, text.encode(), None)).decode().rstrip("=")
+        body = base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, text.encode(), at.encode())).decode().rstrip("=")
         return f"{sealing.PREFIX}{user_id}:1:{body}"
 
-    def open(self, value: str) -> str:
+    def open(self, value: str, *, at: str) -> str:
         body = value.rsplit(":", 1)[1]
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        return self._aead.decrypt(raw[:12], raw[12:], None).decode()
+        return self._aead.decrypt(raw[:12], raw[12:], at.encode()).decode()
 
     async def prefetch(self, user_ids: object, *, create: bool = False) -> None:
         return None

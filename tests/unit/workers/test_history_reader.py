@@ -115,10 +115,10 @@ class Recording:
     def __init__(self) -> None:
         self.opened: list[str] = []
 
-    def seal(self, user_id: str, text: str, *, deterministic: bool = False) -> str:
+    def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
         return f"{sealing.PREFIX}{user_id}:1:" + base64.b64encode(text.encode()).decode()
 
-    def open(self, value: str) -> str:
+    def open(self, value: str, *, at: str) -> str:
         self.opened.append(sealing.owner_of(value))
         return base64.b64decode(value.rsplit(":", 1)[1]).decode()
 
