@@ -241,7 +241,10 @@ def dead_letter_for(
     error: Exception,
     consumer: str,
 ) -> DeadLetter:
-    """The DLQ record for a bad input. The error text never includes the payload."""
+    """The DLQ record for a bad input. A record that names its owner (``codec.owner``) gets only the
+    error's class in the clear and its words in ``detail``, sealed under the owner's key (they may quote
+    the record: an erasure shreds them); one that does not parse that far gets the codec's words about
+    its bytes, which never quote the payload."""
     error_type = {
         codec.NotSingleObject: "undecodable",
         codec.Undecodable: "undecodable",
@@ -249,15 +252,18 @@ def dead_letter_for(
         codec.InvalidEvent: "invalid",
         EventTooLarge: "oversize",
     }.get(type(error), "invalid")
+    owner = codec.owner(value)
     return DeadLetter(
         source_topic=topic,
         source_partition=partition,
         source_offset=offset,
         consumer=consumer,
         error_type=error_type,
-        error=str(error)[:1000],
+        error=type(error).__name__ if owner else str(error)[:1000],
         raw_key=key,
         raw_value=value,
+        user_id=owner,
+        detail=str(error)[:1000] if owner else "",
     )
 
 
@@ -308,9 +314,10 @@ class EventConsumer:
             if (msg.topic(), msg.partition()) in behind:
                 continue
             try:
-                out.append(self._decode(msg))
-            except codec.CodecError as exc:
-                self._dead_letter(msg, exc)
+                try:
+                    out.append(self._decode(msg))
+                except codec.CodecError as exc:
+                    self._dead_letter(msg, exc)  # seals the letter's detail: its owner's key may not answer either
             except Unavailable as exc:  # KeyUnavailable: a good record, its key unread while Cassandra is away
                 behind.add((msg.topic(), msg.partition()))
                 read_again(self._consumer, msg, exc, self.group)

@@ -194,6 +194,23 @@ async def encode_async(event: Event, schemas: SchemaSet | None = None) -> bytes:
     return encode(event, schemas)
 
 
+def unopened(data: bytes | None, schemas: SchemaSet | None = None) -> tuple[type[Event], dict[str, Any]]:
+    """The event type and record of ``data``, its sealed values left sealed (``CodecError`` when it does
+    not parse): for looking at bad input a DLQ keeps without trusting it further."""
+    return _read(data, schemas or default_schemas())
+
+
+def owner(data: bytes | None, schemas: SchemaSet | None = None) -> str:
+    """The ``user_id`` a record names, read without opening anything; '' when it has none or does not
+    parse that far (bad input a DLQ keeps: whose it is decides whose key seals what is said about it)."""
+    try:
+        _, record = unopened(data, schemas)
+    except CodecError:
+        return ""
+    user_id = record.get("user_id")
+    return user_id if isinstance(user_id, str) else ""
+
+
 def _read(data: bytes | None, schemas: SchemaSet) -> tuple[type[Event], dict[str, Any]]:
     """The event type and its record, resolved to the current schema and still sealed."""
     if data is None or len(data) < HEADER_LEN or data[:2] != MAGIC:

@@ -684,7 +684,10 @@ class UserErased(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class DeadLetter(Event):
-    """An event a processor could not decode or validate. any processor → operators. Keyed like the original."""
+    """An event a processor could not decode or validate. any processor → operators. Keyed like the original.
+
+    What an error says about a record that names its owner is sealed under the owner's key (``detail``), so
+    an erasure shreds it with the rest; ``error`` then holds only the error's class."""
 
     key_field: ClassVar[str] = "raw_key"
 
@@ -693,9 +696,13 @@ class DeadLetter(Event):
     source_offset: int = doc("Its offset")
     consumer: str = doc("Consumer group or processor that rejected it", default="")
     error_type: str = doc("Class of the error: undecodable, unknown_schema, invalid, oversize…")
-    error: str = doc("What was wrong (never the payload)")
+    error: str = doc(
+        "What was wrong, never the payload: the error's class when the record names its owner, else the codec's words about bytes it could not read"
+    )
     raw_key: bytes | None = doc("Original key bytes", default=None)
-    raw_value: bytes | None = doc("Original value bytes", default=None)
+    raw_value: bytes | None = doc("Original value bytes (their content fields sealed, as the topic holds them)", default=None)
+    user_id: str = doc("The bad record's owner when it parses far enough to name one, else ''", default="")
+    detail: str = doc("The error's own words, when the record names its owner ('' otherwise)", default="", sealed=True)
 
     @property
     def key(self) -> bytes:

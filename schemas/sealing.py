@@ -245,6 +245,15 @@ def owners(cls: type, record: dict[str, Any]) -> set[str]:
     return found
 
 
+def unsealed(cls: type, record: dict[str, Any]) -> int:
+    """How many content fields of a decoded, not yet opened, record hold text in the clear (written with
+    sealing off, or by a process without keys)."""
+    found: list[str] = []
+    if _plan(cls):
+        _walk(cls, record, lambda _, v: v if is_sealed(v) else found.append(v) or v)  # type: ignore[func-returns-value]
+    return len(found)
+
+
 def seal_record(cls: type, record: dict[str, Any]) -> None:
     """Seal, in place, the content of an event's record for the event's ``user_id``, each value at its
     field's place (``field_at``). A value already sealed is kept as it is: it opens only where it was

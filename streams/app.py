@@ -173,9 +173,10 @@ async def dead_letter(
         consumer=consumer,
     )
     if gave_up or not isinstance(error, (codec.CodecError, ValueError)):
-        # Not the codec's or a core's word on bad input: its text may quote what was being handled.
+        # Not the codec's or a core's word on bad input: its text may quote what was being handled, so it
+        # is kept only sealed under the record's owner (``detail``), never in the clear.
         letter = dataclasses.replace(letter, error_type="handler_error", error=type(error).__name__)
-    await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, codec.encode(letter), None, None, None)
+    await app.producer.send_and_wait(dlq_name(msg.topic), letter.key, await codec.encode_async(letter), None, None, None)
     DEAD_LETTERS.labels(msg.topic, consumer).inc()
     log.warning(
         "dead-lettered a record",

@@ -6,6 +6,9 @@ Two kinds of proof, each able to fail:
   key is destroyed (only the erasure's mark is left in ``data_keys``), their rows are gone from every read path (conversations deleted
   and blanked, documents deleted, no memory, every API key revoked), and no event of theirs
   on any topic holding content opens to readable text: every sealed field reads "[erased]".
+  That includes the dead letters of their records (``*.dlq``, kept 30 days): the error's words
+  sealed in ``detail``, and the original record's content fields; a letter written before
+  errors were sealed (its text in the clear, no owner named) is found by its record's owner.
 - **A canary** (``scan_canaries``): the bytes of everything under the data dir (Kafka's log
   segments decompressed, Cassandra's SSTables after a flush and its commit log, archives,
   replay outputs; ``tools/erasure_scan.py``) are searched for the text.
@@ -20,7 +23,7 @@ from pathlib import Path
 from cassandra.cluster import Session
 
 from parley.settings import KafkaSettings
-from schemas import catalog, sealing
+from schemas import catalog, codec, sealing
 from schemas import events as ev
 from streams.erasure import Progress
 from streams.erasure_rows import COLUMNS, progress_of
@@ -34,12 +37,27 @@ class Problem:
 
 
 def content_topics() -> list[str]:
-    """Every topic whose events hold sealed fields (the DLQs hold raw bytes: they are scanned, not decoded)."""
-    return [t.name for t in catalog.TOPICS.values() if not t.name.endswith(".dlq") and any(sealing.holds_sealed(e) for e in t.events)]
+    """Every topic whose events hold sealed fields (the DLQs among them: a dead letter's ``detail``)."""
+    return [t.name for t in catalog.TOPICS.values() if any(sealing.holds_sealed(e) for e in t.events)]
 
 
 def _readable(event: ev.Event) -> int:
     return sum(1 for v in sealing.sealed_values(event) if v and v != sealing.ERASED)
+
+
+def dead_letter_problems(letter: ev.DeadLetter, user_id: str) -> int:
+    """How much of what ``letter`` keeps about ``user_id``'s record still reads as text: its detail, its
+    error text when it predates sealed details (no owner named, yet the record is the user's), and the
+    original record's content fields written in the clear (sealed ones go with the key, checked apart)."""
+    owner = letter.user_id or codec.owner(letter.raw_value)
+    if owner != user_id:
+        return 0
+    found = _readable(letter) + (1 if not letter.user_id and letter.error else 0)
+    try:
+        cls, record = codec.unopened(letter.raw_value)
+    except codec.CodecError:
+        return found
+    return found + sealing.unsealed(cls, record)
 
 
 def _opens(value: str, at: str) -> bool:
@@ -102,6 +120,11 @@ def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keysp
             out.append(Problem("cassandra api_keys", "an API key of the user still works"))
     for topic in content_topics():
         events, _ = read_log(kafka, topic)
+        if topic.endswith(".dlq"):
+            readable = sum(dead_letter_problems(e, user_id) for e in events if isinstance(e, ev.DeadLetter))
+            if readable:
+                out.append(Problem(f"kafka {topic}", f"{readable} texts about the user's records in dead letters are readable"))
+            continue
         readable = sum(_readable(e) for e in events if getattr(e, "user_id", None) == user_id)
         if readable:
             out.append(Problem(f"kafka {topic}", f"{readable} content fields of the user's events are readable"))

@@ -40,15 +40,19 @@ MID = "00000000-0000-0000-0000-0000000000a1"
 
 class Reversible:
     """Seals by base64 of the place and the reversed text: what it seals is unreadable in the bytes, and
-    opens again only at the place it was sealed for (as parley/keys.py's associated data)."""
+    opens again only at the place it was sealed for (as parley/keys.py's associated data), until its
+    owner is put in ``erased``."""
 
     def __init__(self) -> None:
         self.prefetched: list[tuple[list[str], bool]] = []
+        self.erased: set[str] = set()
 
     def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
         return f"{sealing.PREFIX}{user_id}:1:" + base64.b64encode(f"{at}\x00{text[::-1]}".encode()).decode()
 
     def open(self, value: str, *, at: str) -> str:
+        if sealing.owner_of(value) in self.erased:
+            return sealing.ERASED
         sealed_at, text = base64.b64decode(value.rsplit(":", 1)[1]).decode().split("\x00", 1)
         if sealed_at != at:
             raise sealing.Unopenable(f"sealed for {sealed_at}, opened at {at}")
