@@ -100,8 +100,13 @@ def replay_cmd(
     grace_s: float = typer.Option(600.0, "--grace", help="Seconds read after --until (completions follow requests)"),
     archive: str = ARCHIVE_OPT,
     stats: Path = typer.Option(None, "--stats", help="Also write what was read from where (JSON)"),
+    plain: bool = typer.Option(
+        False, "--plain", help="Write the texts in the clear (for another tool): no erasure reaches the file, delete it yourself"
+    ),
 ) -> None:
-    """Reconstruct every turn of a time range from the log (and the archive), without joining any consumer group."""
+    """Reconstruct every turn of a time range from the log (and the archive), without joining any consumer group.
+    The file's texts are sealed under each turn's user (they read [erased] once the user is erased) unless --plain."""
+    from schemas import sealing
     from tools.analysts import replay
 
     _install_keys()
@@ -109,7 +114,7 @@ def replay_cmd(
     try:
         with _progress("replay") as (on_plan, on_batch):
             result = replay.replay(from_env(KafkaSettings), query, location=_location(archive), on_batch=on_batch, on_plan=on_plan)
-        replay.write([t.to_record() for t in result.turns], output)
+        replay.write([t.to_record() for t in result.turns], output, sealing.UNSEALED if plain else None)
     except errors.ParleyError as exc:
         _fail(exc)
     if stats is not None:
@@ -118,6 +123,8 @@ def replay_cmd(
         f"{len(result.turns)} turns → {output}  ({result.stats.records} records read, {result.decoded} decoded, "
         f"{result.skipped} skipped undecoded, {result.undecodable} undecodable)"
     )
+    if plain:
+        err.print(f"[yellow]{output} holds its users' text in the clear: delete it when one of them is erased[/]")
 
 
 @app.command("report")
@@ -131,7 +138,7 @@ def report_cmd(
 
     try:
         table = report.load_prices(prices)
-        r = report.compute(replay.load(replay_file), table)
+        r = report.compute(replay.load(replay_file, texts=False), table)  # figures only: no text is opened
     except errors.ParleyError as exc:
         _fail(exc)
     drawn = charts.draw(r, out_dir)
@@ -151,6 +158,7 @@ def counterfactual_cmd(
     """Re-run the router's pool policy with other settings over the logged requests; compare mix, escalations, cost."""
     from tools.analysts import counterfactual, replay, report
 
+    _install_keys()  # the prompts are routed again: their texts are opened
     try:
         overrides = counterfactual.parse_overrides(set_, config)
         baseline = counterfactual.settings_with({})

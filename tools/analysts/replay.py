@@ -11,6 +11,13 @@ decoded once, into the plain dicts Avro reads (``records.Decoder``): the fold re
 fields of each and never needs the event objects. An InferenceRequested is read only as far
 as its attempt (``HEADS``), and whole only for a turn that was never routed; so a record
 corrupt past that point counts as decoded unless its turn needs it.
+
+The file ``write`` makes holds each turn's text (the user message, the prompt's messages,
+the reply) sealed under the turn's owner, deterministically (the same log gives the same
+file, byte for byte) and bound to its turn and field (``CONTENT``); ``load`` opens it. So a
+replay file kept anywhere reads ``[erased]`` once its user is erased, as the log does. A
+plain file (``write(…, sealing.UNSEALED)``, ``parley replay --plain``) is the analyst's to
+delete: no erasure reaches it.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
-from schemas import codec
+from schemas import codec, sealing
 from schemas.catalog import TOPICS
 from tools.analysts import records, timeline, turns
 from tools.analysts.location import Location
@@ -188,8 +195,43 @@ def _arrow_schema() -> Any:
 _JSON = json.JSONEncoder(ensure_ascii=False)
 
 
-def write(records: list[dict[str, Any]], path: Path) -> None:
-    """Turn records to ``path``: Parquet when it ends in .parquet, else JSON lines (one turn a line)."""
+#: The text fields of a turn record: sealed in a replay file, each at ``replay.<field>/<request_id>``
+#: (a prompt's messages at ``replay.prompt/<request_id>/<index>``).
+CONTENT = ("user_message", "content")
+
+
+def _texts(record: dict[str, Any], change: Callable[[str, str], str | None]) -> dict[str, Any]:
+    """``record`` with each text changed by ``change(text, place)``: its content fields and prompt messages."""
+    rid = record["request_id"]
+    out = dict(record)
+    for name in CONTENT:
+        if out.get(name):
+            out[name] = change(out[name], sealing.cell_at("replay", name, rid))
+    if out.get("prompt"):
+        out["prompt"] = [
+            {**m, "content": change(m["content"], sealing.cell_at("replay", "prompt", f"{rid}/{i}"))} if m.get("content") else m
+            for i, m in enumerate(out["prompt"])
+        ]
+    return out
+
+
+def sealed(record: dict[str, Any], sealer: sealing.Sealer) -> dict[str, Any]:
+    """A turn record with its texts sealed for its user (deterministically: a replay writes the same file)."""
+    user = record["user_id"]
+    return _texts(record, lambda text, at: sealer.seal(user, text, at=at, deterministic=True))
+
+
+def opened(record: dict[str, Any]) -> dict[str, Any]:
+    """A turn record read back: its sealed texts opened (``[erased]`` once its user is erased)."""
+    return _texts(record, lambda text, at: sealing.open_text(text, at=at))
+
+
+def write(records: list[dict[str, Any]], path: Path, sealer: sealing.Sealer | None = None) -> None:
+    """Turn records to ``path``: Parquet when it ends in .parquet, else JSON lines (one turn a line). Their
+    texts are sealed with ``sealer`` (default: the process's key service; ``sealing.UNSEALED``: plain)."""
+    sealer = sealing.sealer() if sealer is None else sealer
+    if sealer.keys is not None:
+        records = [sealed(r, sealer) for r in records]
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".parquet":
         import pyarrow as pa
@@ -202,11 +244,14 @@ def write(records: list[dict[str, Any]], path: Path) -> None:
         f.writelines(encode(r) + "\n" for r in records)
 
 
-def load(path: Path) -> list[dict[str, Any]]:
-    """Turn records from a file ``write`` made."""
+def load(path: Path, *, texts: bool = True) -> list[dict[str, Any]]:
+    """Turn records from a file ``write`` made, their texts opened (``texts=False``: left as the file has
+    them, for a reader of figures only, which needs no key service)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()  # type: ignore[no-any-return]
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        rows = pq.read_table(path).to_pylist()
+    else:
+        with path.open(encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    return [opened(r) for r in rows] if texts else rows

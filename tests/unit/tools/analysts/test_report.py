@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from parley.errors import ConfigError
+from schemas import sealing
+from tests.unit.schemas.test_sealing import Reversible, keys  # noqa: F401 (the fixture)
 from tools.analysts import charts, replay, report, sample, turns
 
 
@@ -65,6 +67,35 @@ def test_replay_files_round_trip(records: list[dict], tmp_path: Path, suffix: st
     path = tmp_path / f"turns{suffix}"
     replay.write(records, path)
     assert replay.load(path) == records
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_replay_file_holds_its_texts_sealed_and_they_read_erased_after_an_erasure(
+    records: list[dict], tmp_path: Path, suffix: str, keys: Reversible
+) -> None:
+    """The file is kept wherever an analyst puts it, out of every store an erasure purges: its texts are
+    sealed under each turn's user, so the shred reaches it as it reaches the log (review H8.6)."""
+    texts = [t for r in records for t in (r["user_message"], r["content"], *(m["content"] for m in r["prompt"])) if t]
+    canary = next(t for t in texts if len(t) > 8)
+    path = tmp_path / f"turns{suffix}"
+    replay.write(records, path)
+    again = tmp_path / f"again{suffix}"
+    replay.write(records, again)
+    assert path.read_bytes() == again.read_bytes()  # the same turns, the same file
+    if suffix == ".jsonl":
+        assert canary not in path.read_text()
+    assert replay.load(path) == records
+    assert report.compute(replay.load(path, texts=False), report.DEFAULT_PRICES) == report.compute(records, report.DEFAULT_PRICES)
+    erased = records[0]["user_id"]
+    keys.erased.add(erased)
+    for r in replay.load(path):
+        if r["user_id"] == erased:
+            assert {r["user_message"], r["content"], *(m["content"] for m in r["prompt"])} <= {sealing.ERASED, "", None}
+        else:
+            assert r == next(x for x in records if x["request_id"] == r["request_id"])
+    plain = tmp_path / "plain.jsonl"
+    replay.write(records, plain, sealing.UNSEALED)  # parley replay --plain: the analyst's to delete
+    assert canary in plain.read_text()
 
 
 def test_a_price_table_is_read_and_a_bad_one_names_the_problem(tmp_path: Path) -> None:
