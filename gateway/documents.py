@@ -89,9 +89,7 @@ async def upload(request: Request) -> Response:
         # Up to 25 MB of zip parsing, SHA-256 and AES-GCM: off the loop that feeds every SSE stream.
         media_type = sniff(data, filename, declared_type)
         uri = svc.documents.blobs.put(document_id, sealing.seal_bytes(user.user_id, data, at=original_at(document_id)))
-        # Keyed by the owner's key: an unkeyed hash on a forever-kept topic would prove, after an
-        # erasure, who uploaded a known file.
-        return media_type, uri, sealing.blind(user.user_id, "document-sha256:" + hashlib.sha256(data).hexdigest())
+        return media_type, uri, content_hash(user.user_id, data, sealing.sealer())
 
     try:
         media_type, uri, sha256 = await asyncio.to_thread(store)
@@ -111,6 +109,12 @@ async def upload(request: Request) -> Response:
     await svc.append(event)
     await svc.write_document(event)
     return JSONResponse(DocumentRow.uploaded(event).public(), status_code=202)
+
+
+def content_hash(user_id: str, data: bytes, sealer: sealing.Sealer) -> str:
+    """``DocumentUploaded.sha256``: the file's SHA-256 keyed by the owner's key (``Sealer.blind``). An
+    unkeyed hash on a topic kept for good would prove, after an erasure, who uploaded a known file."""
+    return sealer.blind(user_id, "document-sha256:" + hashlib.sha256(data).hexdigest())
 
 
 async def list_documents(request: Request) -> Response:

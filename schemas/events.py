@@ -573,7 +573,7 @@ class DocumentUploaded(DocumentEvent):
     filename: str = doc("Name as uploaded", sealed=True)
     media_type: str = doc("MIME type")
     size_bytes: int = doc("Size")
-    sha256: str = doc("Content hash")
+    sha256: str = doc("The file's SHA-256 keyed by the owner's data key (an HMAC): it confirms no guess once the key is destroyed")
     storage_uri: str = doc("Where the original lies")
 
 
@@ -625,7 +625,7 @@ class DocumentDeleted(DocumentEvent):
 class MemoryFact:
     """One thing the user asked Parley to remember."""
 
-    fact_id: str = doc("uuid5 of the user and the text: the same fact keeps its id")
+    fact_id: str = doc("uuid5 of the user and the text keyed by their data key (an HMAC): the same fact keeps its id")
     text: str = doc("The fact (never logged)", sealed=True)
 
 

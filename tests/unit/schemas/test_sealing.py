@@ -177,18 +177,29 @@ class OtherKey(Reversible):
 
 
 def test_ids_derived_from_content_are_keyed_by_the_owners_key(keys: Reversible) -> None:
-    """Memory fact ids, OpenAI message keys: kept for good (user.memory, chat.events), so a guess of the
-    text plus the user id must not reproduce them once the key is gone (review H8)."""
+    """Memory fact ids, OpenAI message keys, a document's content hash: kept for good (user.memory,
+    chat.events, docs.events), so a guess of the text plus the user id must not reproduce them once the
+    key is gone (review H8)."""
+    import hashlib
+
+    from gateway.documents import content_hash
     from gateway.openai_request import ChatMessage, message_keys
     from streams.memory import fact
 
     history = (ChatMessage("user", "I live in Lisbon"),)
-    mine = (fact("u1", "I live in Lisbon", sealing.sealer()).fact_id, message_keys("u1", history))
-    assert mine == (fact("u1", "I live in Lisbon", sealing.sealer()).fact_id, message_keys("u1", history))  # stable under one key
+    pdf = b"%PDF-1.7 a known file"
+
+    def derived() -> tuple[str, list[str], str]:
+        sealer = sealing.sealer()
+        return fact("u1", "I live in Lisbon", sealer).fact_id, message_keys("u1", history), content_hash("u1", pdf, sealer)
+
+    mine = derived()
+    assert mine == derived()  # stable under one key
+    assert hashlib.sha256(pdf).hexdigest() not in mine[2]
     sealing.install(None)  # what a guesser without the key computes
-    assert fact("u1", "I live in Lisbon", sealing.sealer()).fact_id != mine[0] and message_keys("u1", history) != mine[1]
+    assert all(a != b for a, b in zip(derived(), mine))
     sealing.install(OtherKey())  # another key: other ids
-    assert fact("u1", "I live in Lisbon", sealing.sealer()).fact_id != mine[0] and message_keys("u1", history) != mine[1]
+    assert all(a != b for a, b in zip(derived(), mine))
 
 
 class _Row:
