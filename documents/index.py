@@ -33,7 +33,7 @@ from cassandra import ConsistencyLevel
 from documents.hits import ChunkLike, Hit, PageRow, Scope
 from documents.terms import terms
 from parley.cassandra import AsyncCql
-from schemas.sealing import blind, cell_at, open_text, seal
+from schemas.sealing import ERASED, blind, cell_at, open_text, seal
 
 #: BM25's parameters (the usual ones: Lucene's, bm25s's defaults).
 K1 = 1.2
@@ -115,7 +115,7 @@ class DocumentIndex:
             if row.page != number:
                 continue
             kept = new.get(row.chunk_id, Counter())
-            had = _posting_terms(row, user_id)
+            had = _posting_terms(row, user_id) or set()  # unknown only once the owner is erased: no rewrite then
             deletes += [(_DELETE_POSTING, (doc, term, row.chunk_id)) for term in had - kept.keys()]
             if row.chunk_id not in new:
                 deletes.append(("DELETE FROM {ks}.document_chunks WHERE document_id = ? AND chunk_id = ?",
@@ -130,14 +130,20 @@ class DocumentIndex:
         fails part-way can simply be run again. The status rows (``documents``,
         ``documents_by_conversation``) are not the index's: the materializer folds them.
         Each chunk row names its postings' (blinded) terms, so a purge after the owner's key
-        was destroyed (an erasure) still finds them all."""
+        was destroyed (an erasure) still finds them all. A row written before rows named them
+        (schemas/cql/0015) whose text no longer opens leaves its terms unknown: then the
+        document's postings are found by a scan of the table (``POSTINGS_SCAN``), slow but
+        rare (only such documents purged after their owner's erasure)."""
         doc = uuid.UUID(document_id)
         await self._cql.run_batch([
             ("DELETE FROM {ks}.document_pages WHERE document_id = ?", (doc,)),
             ("DELETE FROM {ks}.document_page_stats WHERE document_id = ?", (doc,)),
         ])
         rows = await self._cql.run("SELECT chunk_id, text, posting_terms FROM {ks}.document_chunks WHERE document_id = ?", (doc,))
-        postings = {term for row in rows for term in _posting_terms(row, user_id)}
+        named = [_posting_terms(row, user_id) for row in rows]
+        postings = {term for terms_of in named if terms_of is not None for term in terms_of}
+        if any(terms_of is None for terms_of in named):
+            postings |= {row.term for row in await self._cql.run(POSTINGS_SCAN, (doc,))}
         await _bounded(
             self._cql.run("DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ?", (doc, term))
             for term in sorted(postings)
@@ -293,12 +299,20 @@ _INSERT_CHUNK_VECTOR = (
 )
 
 
-def _posting_terms(row: Any, user_id: str) -> set[str]:
+def _posting_terms(row: Any, user_id: str) -> set[str] | None:
     """The terms a chunk row has postings under: as the row names them, or (a row written before it
-    named them, schemas/cql/0015) from its text, which needs the owner's key."""
+    named them, schemas/cql/0015) from its text, which needs the owner's key; None when that key is
+    destroyed (the text reads ``[erased]``)."""
     if row.posting_terms is not None:
         return set(row.posting_terms)
-    return set(_blinded(user_id, terms(open_text(row.text, at=_chunk_at("text", row.chunk_id)) or "")))
+    text = open_text(row.text, at=_chunk_at("text", row.chunk_id)) or ""
+    return None if text == ERASED else set(_blinded(user_id, terms(text)))
+
+
+#: Every posting of one document, whatever its term: the table is partitioned by (document, term), so
+#: this reads every partition (ALLOW FILTERING). For a purge whose terms cannot be known any more, and
+#: for ``parley audit erasure``'s proof that none is left.
+POSTINGS_SCAN = "SELECT term FROM {ks}.document_postings WHERE document_id = ? ALLOW FILTERING"
 _INSERT_POSTING = "INSERT INTO {ks}.document_postings (document_id, term, chunk_id, tf) VALUES (?, ?, ?, ?)"
 _DELETE_POSTING = "DELETE FROM {ks}.document_postings WHERE document_id = ? AND term = ? AND chunk_id = ?"
 _ANN = (

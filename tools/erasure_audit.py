@@ -9,6 +9,8 @@ Two kinds of proof, each able to fail:
   That includes the dead letters of their records (``*.dlq``, kept 30 days): the error's words
   sealed in ``detail``, and the original record's content fields; a letter written before
   errors were sealed (its text in the clear, no owner named) is found by its record's owner.
+  Their documents' postings are looked for by a scan of ``document_postings`` per document
+  (the table is partitioned by document and term): cheap on a dev box, a full read in production.
 - **A canary** (``scan_canaries``): the bytes of everything under the data dir (Kafka's log
   segments decompressed, Cassandra's SSTables after a flush and its commit log, archives,
   replay outputs; ``tools/erasure_scan.py``) are searched for the text.
@@ -22,12 +24,17 @@ from pathlib import Path
 
 from cassandra.cluster import Session
 
+from documents.index import POSTINGS_SCAN
 from parley.settings import KafkaSettings
 from schemas import catalog, codec, sealing
 from schemas import events as ev
 from streams.erasure import Progress
 from streams.erasure_rows import COLUMNS, progress_of
 from tools.audit_sources import read_log
+
+
+#: How long the scan for one erased document's postings may take (it reads every partition of the table).
+POSTINGS_SCAN_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -108,10 +115,14 @@ def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keysp
             out.append(Problem("cassandra messages", f"conversation {row.conversation_id}: {len(readable)} cells readable"))
     documents = session.execute(f"SELECT document_id, status FROM {keyspace}.documents WHERE user_id = %s", (user_id,)).all()
     out += [Problem("cassandra documents", f"document {d.document_id} is {d.status}") for d in documents if d.status != "deleted"]
-    for d in documents:  # the index: pages and chunks (text sealed, but embeddings are not) purged
+    postings = session.prepare(POSTINGS_SCAN.format(ks=keyspace)) if documents else None
+    for d in documents:  # the index: pages, chunks (text sealed, but embeddings are not) and postings purged
         for table in ("document_pages", "document_chunks"):
             if session.execute(f"SELECT document_id FROM {keyspace}.{table} WHERE document_id = %s LIMIT 1", (d.document_id,)).one():
                 out.append(Problem(f"cassandra {table}", f"document {d.document_id} still has rows"))
+        # Postings are partitioned by (document, term): finding a document's is a scan of the table.
+        if session.execute(postings, (d.document_id,), timeout=POSTINGS_SCAN_S).one():
+            out.append(Problem("cassandra document_postings", f"document {d.document_id} still has postings"))
     if session.execute(f"SELECT position FROM {keyspace}.user_memory WHERE user_id = %s", (user_id,)).all():
         out.append(Problem("cassandra user_memory", "memory facts remain"))
     for key in session.execute(f"SELECT key_hash FROM {keyspace}.keys_by_user WHERE user_id = %s", (user_id,)):

@@ -11,6 +11,7 @@ from documents.chunking import Chunk
 from documents.index import DocumentIndex, PageRow, Scope
 from documents.terms import terms
 from parley.cassandra import AsyncCql
+from schemas import sealing
 
 pytestmark = pytest.mark.integration
 
@@ -188,8 +189,9 @@ async def test_purge_removes_every_row(index) -> None:
 
 
 class DestroyableKey:
-    """A stand-in key service whose key can be destroyed: terms are keyed while it lives; afterwards no
-    term can be keyed again (the real service's ``blind`` answers "" for an erased user)."""
+    """A stand-in key service whose key can be destroyed: terms are keyed and text opens while it lives;
+    afterwards no term can be keyed again and sealed text reads "[erased]" (as the real service answers
+    for an erased user). Sealing is a marked copy: what is sealed is not under test here."""
 
     def __init__(self) -> None:
         self.destroyed = False
@@ -198,20 +200,20 @@ class DestroyableKey:
         return "" if self.destroyed else "b:" + term[::-1]
 
     def seal(self, user_id: str, text: str, *, at: str, deterministic: bool = False) -> str:
-        return text  # what is sealed is not under test here
+        return f"{sealing.PREFIX}{user_id}:1:{text}"
 
     def open(self, value: str, *, at: str) -> str:
-        return value
+        return sealing.ERASED if self.destroyed else value.split(":", 3)[3]
 
     async def prefetch(self, user_ids: object, *, create: bool = False) -> None:
         return None
 
 
-async def test_a_purge_after_the_owners_key_is_destroyed_still_removes_every_posting(index) -> None:
+@pytest.mark.parametrize("named", [True, False], ids=["rows-name-their-terms", "rows-from-before-0015"])
+async def test_a_purge_after_the_owners_key_is_destroyed_still_removes_every_posting(index, named: bool) -> None:
     """An erasure deletes the user's documents and destroys their key; the document worker purges later,
-    when no term can be keyed again: the chunk rows say which postings there are."""
-    from schemas import sealing
-
+    when no term can be keyed again: the chunk rows say which postings there are, and for rows written
+    before they said it (their text now "[erased]") the postings are found by a scan (review M7)."""
     idx, cql = index
     doc = str(uuid.uuid4())
     key, held = DestroyableKey(), sealing.installed()  # the session's key service, put back after
@@ -219,6 +221,10 @@ async def test_a_purge_after_the_owners_key_is_destroyed_still_removes_every_pos
     try:
         await write(idx, doc)
         assert (await rows(cql, doc))["document_postings"]
+        if not named:
+            for row in await cql.run("SELECT chunk_id FROM {ks}.document_chunks WHERE document_id = ?", (uuid.UUID(doc),)):
+                await cql.run("UPDATE {ks}.document_chunks SET posting_terms = null WHERE document_id = ? AND chunk_id = ?",
+                              (uuid.UUID(doc), row.chunk_id))  # fmt: skip
         key.destroyed = True
         await idx.purge(doc, OWNER)
         assert all(not found for found in (await rows(cql, doc)).values())
