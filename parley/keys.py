@@ -83,6 +83,12 @@ class KeySettings:
     cache_s: float = env(
         "PARLEY_KEYS_CACHE_S", 60.0, "Seconds an unwrapped data key is kept: the bound on an erasure reaching every process"
     )
+    seal_format: int = env(
+        "PARLEY_SEAL_FORMAT",
+        2,
+        "Format of what is sealed: 2 binds each value to its place; 1 (the first format) only while a rolling "
+        "upgrade still runs processes that read only format 1 (docs/operations.md)",
+    )
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,7 @@ class DataKey:
     nonce_key: bytes  # derives deterministic nonces
     blind_key: bytes  # keys the search index's terms and the ids derived from content
     legacy: AESGCM  # opens the first format (``\x00s1:``), which sealed under the data key itself
+    legacy_nonce_key: bytes  # the first format's deterministic nonces (PARLEY_SEAL_FORMAT=1)
 
 
 def _subkey(raw: bytes, purpose: bytes) -> bytes:
@@ -132,6 +139,7 @@ def _data_key(version: int, raw: bytes) -> DataKey:
         # Unchanged since the first format: postings and ids already on disk were keyed with it.
         hmac.new(raw, b"parley blind key", hashlib.sha256).digest(),
         AESGCM(raw),
+        hmac.new(raw, b"parley nonce key", hashlib.sha256).digest(),
     )
 
 
@@ -196,6 +204,7 @@ class KeyService:
         cache_s: float = 60.0,
         capacity: int = 100_000,
         seal: bool = True,
+        seal_format: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._connect = (lambda: session) if isinstance(session, Session) else session
@@ -203,6 +212,9 @@ class KeyService:
         self._kms = kms
         self._cache_s = cache_s
         self.sealing = seal
+        if seal_format not in (1, 2):
+            raise ValueError(f"PARLEY_SEAL_FORMAT={seal_format}: set 2 (values bound to their place) or 1 (during an upgrade from it)")
+        self._format = seal_format
         self._clock = clock
         self._lock = threading.Lock()  # guards the cache and the flights; never held across I/O
         self._cache: LRU[str, _Held] = LRU(capacity)
@@ -368,7 +380,12 @@ class KeyService:
         key = self._key(user_id, create=True)
         if key is None:
             return sealing.ERASED  # the user is erased: nothing of theirs is written any more
-        data, ad = text.encode(), _associated(user_id, key.version, at)
+        data = text.encode()
+        if self._format == 1:
+            nonce = hmac.new(key.legacy_nonce_key, data, hashlib.sha256).digest()[:NONCE] if deterministic else os.urandom(NONCE)
+            sealed = key.legacy.encrypt(nonce, data, f"{user_id}:{key.version}".encode())
+            return f"{sealing.LEGACY_PREFIX}{user_id}:{key.version}:{_b64(nonce + sealed)}"
+        ad = _associated(user_id, key.version, at)
         # The associated data is JSON (no raw NUL), so ad | NUL | text is unambiguous.
         nonce = hmac.new(key.nonce_key, ad + b"\x00" + data, hashlib.sha256).digest()[:NONCE] if deterministic else os.urandom(NONCE)
         return f"{sealing.PREFIX}{user_id}:{key.version}:{_b64(nonce + key.aead.encrypt(nonce, data, ad))}"
@@ -388,6 +405,9 @@ class KeyService:
         if key is None:
             raise ValueError("the user is erased: nothing of theirs is stored")
         nonce = os.urandom(NONCE)
+        if self._format == 1:
+            owner = f"{user_id}:{key.version}".encode()
+            return sealing.LEGACY_BYTES_PREFIX + owner + b":" + nonce + key.legacy.encrypt(nonce, data, owner)
         head = sealing.BYTES_PREFIX + f"{user_id}:{key.version}:".encode()
         return head + nonce + key.aead.encrypt(nonce, data, _associated(user_id, key.version, at))
 
@@ -466,6 +486,7 @@ def install_from_env(session: Session | None = None) -> KeyService:
         settings.keyspace or cassandra.keyspace,
         cache_s=settings.cache_s,
         seal=settings.encryption,
+        seal_format=settings.seal_format,
     )
     sealing.install(service)
     return service

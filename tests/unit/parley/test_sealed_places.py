@@ -154,3 +154,27 @@ def test_the_audit_takes_a_first_format_cell_for_the_text_it_holds(service: KeyS
         assert [(d.column, d.key[1][-1]) for d in audit(log, tables).differing] == [("content", posted.message_id)]
     finally:
         sealing.install(None)
+
+
+def test_during_an_upgrade_format_1_is_written_as_the_release_before_wrote_it(table: Table, kms: LocalKms) -> None:
+    """PARLEY_SEAL_FORMAT=1 while processes that read only the first format still run (a rolling upgrade):
+    the cells a replay rewrites are the very bytes that release wrote, and every process of this one opens
+    them; then format 2 everywhere."""
+    import hashlib
+    import hmac
+
+    old, new = (KeyService(lambda: table, kms, "ks", seal_format=f) for f in (1, 2))  # type: ignore[arg-type]
+    try:
+        at = sealing.cell_at("messages", "content", M1)
+        value = old.seal("u1", "the text", at=at, deterministic=True)
+        raw = _raw_key(table, kms, "u1")
+        nonce = hmac.new(hmac.new(raw, b"parley nonce key", hashlib.sha256).digest(), b"the text", hashlib.sha256).digest()[:12]
+        body = base64.urlsafe_b64encode(nonce + AESGCM(raw).encrypt(nonce, b"the text", b"u1:1")).decode().rstrip("=")
+        assert value == f"{sealing.LEGACY_PREFIX}u1:1:{body}"
+        assert new.open(value, at=at) == old.open(new.seal("u1", "the text", at=at), at=at) == "the text"
+        assert new.open_bytes(old.seal_bytes("u1", b"%PDF", at=original_at(M1)), at=original_at(M1)) == b"%PDF"
+        with pytest.raises(ValueError, match="PARLEY_SEAL_FORMAT"):
+            KeyService(lambda: table, kms, "ks", seal_format=3)  # type: ignore[arg-type]
+    finally:
+        old.close()
+        new.close()
