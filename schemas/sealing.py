@@ -17,8 +17,9 @@ they are read; nothing new is written in it.
 
 Fields of events that hold content are marked ``sealed`` in ``schemas/events.py``;
 the codec seals them on encode and opens them on decode (the place: the event
-type, the field's path and the event id), so what Kafka keeps on disk is
-ciphertext and every consumer sees the text. Projections seal the content
+type, the field's path and the event id; so a sealed field is never renamed or
+moved, or its values already on the log would not open), so what Kafka keeps
+on disk is ciphertext and every consumer sees the text. Projections seal the content
 columns they write (deterministically: a replay writes the same cells) and
 readers open them. When the owner's key has been destroyed (an erasure) a
 sealed value opens as ``ERASED``.
