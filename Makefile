@@ -18,7 +18,7 @@ UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
 WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q
 
-.PHONY: install infra setup run test test-unit test-tools bench stop clean
+.PHONY: install infra setup run test test-unit test-tools bench bench-tools stop clean
 
 install: $(STAMP)
 
@@ -67,11 +67,19 @@ test-tools: install
 test-unit: install
 	$(PYTEST) -n 2 tests/unit
 
-bench: setup
+bench: setup bench-tools
 	$(BIN)/python -m bench
+
+# GuideLLM (bench/guidellm.py) in an environment of its own: it needs click >= 8.4, which faust's CLI refuses.
+bench-tools: .venv-bench/.installed-stamp
+
+.venv-bench/.installed-stamp: bench/guidellm.txt $(STAMP)
+	$(BIN)/uv venv --quiet --allow-existing --python $(BIN)/python .venv-bench
+	$(BIN)/uv pip install --quiet --python .venv-bench/bin/python -r bench/guidellm.txt
+	@touch $@
 
 stop:
 	@test -x $(BIN)/parley && $(BIN)/parley infra down || echo "nothing to stop (no .venv)"
 
 clean: stop
-	rm -rf .data .tools $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf .data .tools $(VENV) .venv-bench *.egg-info .pytest_cache .hypothesis

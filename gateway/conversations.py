@@ -207,7 +207,11 @@ async def post_message(request: Request) -> Response:
     user_message_id = ids.user_message_id(conversation.id, client_message_id)
     reply_id = ids.reply_id(conversation.id, client_message_id)
     existing = next((m for m in messages if m.id == reply_id), None)
-    if existing is not None:  # a retried POST: the same reply, not a second one
+    if existing is not None:  # a retried POST: the same reply, not a second one, read whole (the tree has no text)
+        try:
+            existing = await svc.store.message(conversation.id, reply_id) or existing
+        except Unavailable:
+            pass  # Cassandra is down: the tree row, as the rows from gateway/recent.py have always been
         return await turns.resume(svc, conversation.id, user.user_id, user_message_id, existing, None)
     await svc.quotas.check(user, reply_id)  # 429 before anything is appended (gateway/quotas.py)
 

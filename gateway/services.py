@@ -134,10 +134,11 @@ class Services:
         return conversation
 
     async def for_posting(self, user: Principal, conversation_id: str) -> tuple[ConversationRow, list[MessageRow]]:
-        """The user's conversation and its messages, read at once (two Cassandra reads in parallel: this is on
-        every turn's way to its first token); 404 before anything of a conversation not theirs is used."""
+        """The user's conversation and its tree (messages without their text), read at once (two Cassandra reads
+        in parallel: this is on every turn's way to its first token, so nothing is opened that grows with the
+        conversation's text); 404 before anything of a conversation not theirs is used."""
         owned, listed = await asyncio.gather(
-            self.owned(user, conversation_id, cached_ok=True), self.store.messages(conversation_id), return_exceptions=True
+            self.owned(user, conversation_id, cached_ok=True), self.store.tree(conversation_id), return_exceptions=True
         )
         if isinstance(owned, BaseException):
             raise owned

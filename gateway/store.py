@@ -289,6 +289,25 @@ class Store:
         out = [_message(r) for r in rows if r.role is not None]  # a row only touched by a later update has no role yet
         return _in_order(out)
 
+    _TREE_COLUMNS = "message_id, parent_id, role, model, status, finish_reason, tokens, attempt, stream_offset, created_at"
+
+    async def tree(self, conversation_id: str) -> list[MessageRow]:
+        """Every message's place in the tree and its state, oldest first, with no content read or opened
+        (``content`` is empty): what posting a message needs, at a cost that does not grow with the text."""
+        cid = _uuid(conversation_id)
+        if cid is None:
+            return []
+        rows = await self._run(f"SELECT {self._TREE_COLUMNS} FROM {{ks}}.messages WHERE conversation_id = ?", (cid,))
+        out = [
+            MessageRow(
+                str(r.message_id), _str(r.parent_id), r.role, "", r.model, r.status, r.finish_reason, r.tokens, r.attempt,
+                r.stream_offset, r.created_at,
+            )
+            for r in rows
+            if r.role is not None
+        ]
+        return _in_order(out)
+
     async def reply_statuses(self, conversation_id: str) -> dict[str, str | None]:
         """Reply id → its status, for every assistant message of the conversation: no content read or opened
         (a delete asks this to cancel the replies still being written)."""
@@ -328,14 +347,22 @@ class Store:
 
 
 def _in_order(messages: list[MessageRow]) -> list[MessageRow]:
-    """Oldest first; a reply and its question share a millisecond, so depth breaks the tie."""
+    """Oldest first; a reply and its question share a millisecond, so depth breaks the tie. Each depth is
+    counted once (a long conversation is one long branch: walking it from every message was quadratic)."""
     parents = {m.id: m.parent_id for m in messages}
+    depths: dict[str, int] = {}
 
-    def depth(mid: str | None) -> int:
-        d = 0
-        while mid is not None and mid in parents and d <= len(parents):
-            mid, d = parents[mid], d + 1
-        return d
+    def depth(mid: str) -> int:
+        path: list[str] = []
+        at: str | None = mid
+        while at is not None and at in parents and at not in depths and len(path) <= len(parents):
+            path.append(at)
+            at = parents[at]
+        d = depths.get(at, -1) if at is not None else -1  # a root's parent (None, or not in the list): -1
+        for walked in reversed(path):
+            d += 1
+            depths[walked] = d
+        return depths.get(mid, d)
 
     return sorted(messages, key=lambda m: (m.created_at or datetime.min, depth(m.id), m.id))
 
