@@ -189,5 +189,8 @@ class Decoder:
             raise codec.Undecodable(f"{name} body has trailing bytes")
         if rule is not None:
             rule(record)
-        sealing.open_record(ev.EVENT_TYPES[name], record)  # an erased user's content reads "[erased]"
+        try:
+            sealing.open_record(ev.EVENT_TYPES[name], record)  # an erased user's content reads "[erased]"
+        except sealing.Unopenable as exc:  # a value moved in from another field or event: bad input, as the codec says
+            raise codec.InvalidEvent(f"{name}: {exc}") from exc
         return record  # type: ignore[no-any-return]

@@ -260,3 +260,19 @@ def test_every_reader_opens_a_cell_at_the_place_its_writer_sealed_it_for(keys: R
     assert sealing.open_text(text, at=sealing.cell_at("user_memory", "text", fact_id)) == "I live in Lisbon"
     with pytest.raises(sealing.Unopenable):  # the same text, read as another cell: refused
         sealing.open_text(message.content, at=sealing.cell_at("messages", "content", uuid.uuid4()))  # type: ignore[attr-defined]
+
+
+def test_every_decoder_refuses_a_value_sealed_for_another_event(keys: Reversible) -> None:
+    """The codec, the gateway's chunk reader and the analysts' decoder name the same place for a sealed
+    field, so each refuses a value lifted from another event as bad input (never its text, never a crash)."""
+    other = "00000000-0000-0000-0000-0000000000e9"
+    lifted = keys.seal("u1", "said elsewhere", at=sealing.field_at("TokenChunk", "text", other))
+    forged = codec.encode(TokenChunk(conversation_id=CID, user_id="u1", request_id=MID, seq=0, text=lifted))
+    with pytest.raises(codec.InvalidEvent):
+        codec.decode(forged)
+    with pytest.raises(codec.InvalidEvent):
+        chunk_reader.read(forged, {MID})
+    with pytest.raises(codec.InvalidEvent):
+        Decoder(["TokenChunk"])(forged)
+    genuine = codec.encode(TokenChunk(event_id=other, conversation_id=CID, user_id="u1", request_id=MID, seq=0, text=lifted))
+    assert chunk_reader.read(genuine, {MID}).text == codec.decode(genuine).text == "said elsewhere"  # type: ignore[union-attr]
