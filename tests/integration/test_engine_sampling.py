@@ -79,8 +79,11 @@ async def test_frequency_and_presence_penalties_change_a_repetitive_reply(smol_e
 
 
 async def test_unimplemented_params_are_refused_by_name(smol_engine: str) -> None:
-    message = "sampling param 'json_schema' is not supported by Parley's CPU engine (structured output needs SGLang)"
-    body = {"text": STORY, "sampling_params": {"max_new_tokens": 4, "json_schema": '{"type": "object"}'}}
+    message = (
+        "sampling param 'structural_tag' is not supported by Parley's CPU engine "
+        "(structural tags need SGLang; json_schema, regex and ebnf are supported)"
+    )
+    body = {"text": STORY, "sampling_params": {"max_new_tokens": 4, "structural_tag": '{"structures": []}'}}
     resp = httpx.post(smol_engine + "/generate", json=body)
     assert (resp.status_code, resp.json()) == (400, {"error": {"message": message}})
     n = httpx.post(smol_engine + "/generate", json={"text": STORY, "sampling_params": {"n": 2}})
@@ -90,11 +93,11 @@ async def test_unimplemented_params_are_refused_by_name(smol_engine: str) -> Non
     assert httpx.post(smol_engine + "/generate", json={"text": STORY, "sampling_params": neutral}, timeout=60).status_code == 200
     info = httpx.get(smol_engine + "/get_server_info").json()["parley_sampling_params"]
     assert "sampling_seed" in info["applied"] and info["accepted_without_effect"] == []
-    assert "json_schema" in info["refused_unless_neutral"]
+    assert "structural_tag" in info["refused_unless_neutral"] and "json_schema" in info["applied"]
 
 
 async def test_a_streamed_refusal_reaches_the_worker_client_as_rejected(smol_engine: str) -> None:
-    # The worker's client cannot send json_schema; a range error streams back the same way.
+    # A range error streams back to the worker's client as a refusal.
     client = SGLangClient(smol_engine)
     try:
         with pytest.raises(EngineRejected, match="top_p must be in"):
