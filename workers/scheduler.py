@@ -359,10 +359,11 @@ class Scheduler:
         req = job.routed.request
         asked = req.sampling
         tools = offered(req.tools)
+        max_new_tokens = max(1, req.max_tokens - job.resume_tokens)  # the cap is on the whole reply
         request = GenerateRequest(
             rid=job.rid,
             text=self._template.render_prompt(req.messages, req.resume_text, tools),
-            max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
+            max_new_tokens=max_new_tokens,
             temperature=self._settings.temperature if asked.temperature is None else asked.temperature,
             top_p=1.0 if asked.top_p is None else asked.top_p,
             stop=(*self._template.stop, *asked.stop),
@@ -370,6 +371,13 @@ class Scheduler:
             presence_penalty=asked.presence_penalty or 0.0,
             frequency_penalty=asked.frequency_penalty or 0.0,
             json_schema=asked.json_schema,
+            top_k=asked.top_k,
+            min_p=asked.min_p,
+            repetition_penalty=asked.repetition_penalty,
+            ignore_eos=asked.ignore_eos,
+            stop_token_ids=tuple(asked.stop_token_ids),
+            # The floor is on the whole reply, as the cap is; never past what is left of the cap.
+            min_new_tokens=min(max(0, (asked.min_tokens or 0) - job.resume_tokens), max_new_tokens),
             priority=priority.of_turn(req),
             skip_special_tokens=tools is None or not self._template.special_tool_markers,
         )

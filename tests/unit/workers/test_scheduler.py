@@ -496,6 +496,22 @@ async def test_the_turns_sampling_reaches_the_engine_and_the_pool_default_fills_
     assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, CHATML.stop)
 
 
+async def test_the_sampling_extensions_reach_the_engine_with_min_tokens_held_to_the_cap() -> None:
+    h = Harness()
+    extensions = Sampling(top_k=40, min_p=0.05, repetition_penalty=1.1, ignore_eos=True, stop_token_ids=[2, 7], min_tokens=8)
+    asked = routed("x1", "[[tokens:2]]")
+    h.scheduler.accept(replace(asked, request=replace(asked.request, sampling=extensions, max_tokens=20)), partition=0, offset=0)
+    greedy = routed("x2", "[[tokens:2]]")
+    capped = replace(greedy.request, sampling=Sampling(min_tokens=50), max_tokens=6)
+    h.scheduler.accept(replace(greedy, request=capped), partition=0, offset=1)
+    await until(lambda: len(h.finished) == 2)
+    first, second = h.engine.requests
+    assert (first.top_k, first.min_p, first.repetition_penalty, first.ignore_eos) == (40, 0.05, 1.1, True)
+    assert (first.stop_token_ids, first.min_new_tokens, first.max_new_tokens) == ((2, 7), 8, 20)
+    assert (second.min_new_tokens, second.max_new_tokens) == (6, 6)  # never past the cap the engine gets
+    assert (second.top_k, second.min_p, second.repetition_penalty, second.ignore_eos, second.stop_token_ids) == (None, None, None, False, ())
+
+
 class Speaking(ScriptedEngine):
     """An engine whose model writes ``pieces``, whatever the prompt (a model calling a tool, say)."""
 
