@@ -15,12 +15,14 @@ import pytest
 import torch
 
 from parley.settings import from_env
+from schemas.events import ToolFunction, Tools
 from workers.engine import grammar, protocol
 from workers.engine.batcher import TorchBackend
 from workers.engine.protocol import Grammar, InvalidRequest, Progress, Sampling
 from workers.engine.settings import EngineSettings
 from workers.engine.synthetic import SyntheticBackend
 from workers.engine.torch_model import adjust_logits
+from workers.tool_calls import JSON_CALLS, forced_schema
 
 WEATHER = {
     "type": "object",
@@ -48,17 +50,9 @@ PERSON = {
     "required": ["name", "age", "address", "tags", "active"],
     "additionalProperties": False,
 }
-#: What the forced tool choice sends (workers/tool_calls.py forced_schema): an array of calls.
-CALLS = {
-    "type": "array",
-    "minItems": 1,
-    "maxItems": 1,
-    "items": {
-        "type": "object",
-        "properties": {"name": {"type": "string", "enum": ["get_weather"]}, "parameters": WEATHER},
-        "required": ["name", "parameters"],
-    },
-}
+#: What a forced tool choice (the function named) sends the engine: an array of calls (workers/tool_calls.py).
+FORCED = Tools(functions=[ToolFunction(name="get_weather", parameters=json.dumps(WEATHER))], choice="function", function="get_weather", parallel=False)
+CALLS = json.loads(forced_schema(FORCED) or "")
 
 
 def engine_settings(backend: str, **kw: object) -> EngineSettings:
@@ -177,6 +171,10 @@ async def test_smollm2_writes_json_valid_against_the_schema(smollm2: TorchBacken
     jsonschema.validate(json.loads(done.text), schema)
     # It ends where the JSON does: on its last token, not at the length cap.
     assert done.finish_reason == protocol.finish_stop_token(done.output_ids[-1]) and done.completion_tokens < 200, done
+    if schema is CALLS:  # the worker reads the call, its arguments valid against the function's schema
+        [call] = JSON_CALLS.parse(done.text) or []
+        assert call.name == "get_weather"
+        jsonschema.validate(json.loads(call.arguments), WEATHER)
 
 
 # ------------------------------------------------------------ the synthetic backend: a sentence of the grammar
