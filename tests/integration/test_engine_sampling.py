@@ -1,6 +1,6 @@
 """SGLang's per-request sampling params on the CPU engine's default model (SmolLM2-135M-Instruct), as a real
 process over HTTP: sampling_seed reproduces a sampled reply alone or batched, penalties change what is
-generated, and what the engine does not implement is refused by name.
+generated, a json_schema constrains the reply, and what the engine does not implement is refused by name.
 
 Batching is proven from the engine's own counters, never from timing.
 """
@@ -102,6 +102,27 @@ async def test_a_streamed_refusal_reaches_the_worker_client_as_rejected(smol_eng
     try:
         with pytest.raises(EngineRejected, match="top_p must be in"):
             async for _ in client.generate(GenerateRequest(rid="smol-bad-top-p", text=STORY, max_new_tokens=4, top_p=0.0)):
+                pass
+    finally:
+        await client.close()
+
+
+async def test_the_workers_json_schema_streams_back_valid_json_and_a_bad_one_is_refused(smol_engine: str) -> None:
+    """Over HTTP, as the worker sends it: the streamed reply is JSON valid against the schema, ended by the grammar."""
+    import json
+
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 30}, "warm": {"type": "boolean"}},
+              "required": ["colour", "warm"], "additionalProperties": False}  # fmt: skip
+    client = SGLangClient(smol_engine)
+    try:
+        request = GenerateRequest(rid="smol-json", text=STORY, max_new_tokens=80, temperature=0.0, json_schema=json.dumps(schema))
+        deltas = [d async for d in client.generate(request)]
+        jsonschema.validate(json.loads("".join(d.text for d in deltas)), schema)
+        assert deltas[-1].finish_reason == "stop" and deltas[-1].completion_tokens < 80
+        with pytest.raises(EngineRejected, match="Invalid grammar request: json_schema"):
+            async for _ in client.generate(GenerateRequest(rid="smol-bad-json", text=STORY, max_new_tokens=4, json_schema="{nope")):
                 pass
     finally:
         await client.close()
