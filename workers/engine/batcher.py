@@ -123,6 +123,11 @@ class TorchBackend:
         protocol.check_context(len(ids), self.context_length)
         protocol.check_logit_bias(request.sampling, self._model.vocab_size)
         grammar = request.sampling.grammar
+        if grammar is not None and self._model.grammar_vocab is None:
+            raise protocol.InvalidRequest(
+                f"sampling param {grammar.kind!r} is not supported by Parley's CPU engine for this model "
+                "(llguidance could not read its tokenizer: see the engine's log)"
+            )
         constraint = None if grammar is None else Constraint(grammar, self._model.grammar_vocab)
         with self._live_lock:
             if request.rid in self._live:

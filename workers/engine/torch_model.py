@@ -15,6 +15,7 @@ away) between steps: continuous batching.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from workers.engine.protocol import Sampling
 from workers.engine.settings import EngineSettings
 from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class LoadedModel:
@@ -36,7 +38,8 @@ class LoadedModel:
     pad_id: int
     name: str
     untrained: bool
-    #: The tokenizer as llguidance sees it, for requests with a grammar (grammar.py); made once per load.
+    #: The tokenizer as llguidance sees it, for requests with a grammar (grammar.py); made once per load (None: it
+    #: could not be read, and a grammar is refused).
     grammar_vocab: Any = None
 
     @property
@@ -100,7 +103,11 @@ def _local_model(path: Path, name: str) -> LoadedModel:
     eos = getattr(model.generation_config, "eos_token_id", None)
     if eos is not None:
         hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
-    vocab = grammar.hf_tokenizer(hf_tok.hf, hf_tok.eos_ids)
+    try:
+        vocab = grammar.hf_tokenizer(hf_tok.hf, hf_tok.eos_ids)
+    except Exception as exc:  # a slow (non-Rust) tokenizer, say: the model still serves, without grammars
+        log.warning("llguidance cannot read this tokenizer; requests with a grammar will be refused", extra={"error": str(exc)})
+        vocab = None
     return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, name, untrained=False, grammar_vocab=vocab)
 
 

@@ -138,6 +138,20 @@ async def test_a_bad_grammar_is_refused_at_submit_as_a_400(random_engine: TorchB
         random_engine.submit(gen)
 
 
+async def test_a_model_whose_tokenizer_llguidance_cannot_read_refuses_grammars_by_name() -> None:
+    backend = TorchBackend(engine_settings("random", max_batch=1))
+    await backend.start()
+    try:
+        backend._model = replace(backend._model, grammar_vocab=None)  # type: ignore[arg-type]  # as _local_model leaves it
+        gen = protocol.parse_generate({"text": "x", "sampling_params": {"regex": "a+"}})
+        with pytest.raises(InvalidRequest, match="sampling param 'regex' is not supported by Parley's CPU engine for this model"):
+            backend.submit(gen)
+        plain = await run(backend, "plain", "x", max_new_tokens=2, ignore_eos=True)  # the model still serves
+        assert plain.completion_tokens == 2
+    finally:
+        await backend.stop()
+
+
 # ------------------------------------------------------------ the packaged SmolLM2: valid JSON, greedy or sampled
 
 
