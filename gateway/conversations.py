@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse, Response
 from gateway import replies, turns
 from gateway.errors import NotFound, Unprocessable
 from gateway.openai_request import MAX_TOKENS
-from gateway.sampling import RANGES, parse_sampling
+from gateway.sampling import FIELDS as SAMPLING_FIELDS
+from gateway.sampling import check_min_tokens, parse_sampling
 from gateway.services import services, trace_id
 from gateway.models import chosen_model
 from gateway.validation import MISSING, client_key, json_body, only, string, uuid_string
@@ -40,7 +41,6 @@ ID_MAX = 200  # client ids, model names
 TITLE_MAX = 200
 #: What a posted message may carry; anything else is refused by name.
 POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens", "document_ids"})
-SAMPLING_FIELDS = frozenset({*RANGES, "seed", "stop"})
 
 
 async def create_conversation(request: Request) -> Response:
@@ -273,7 +273,8 @@ async def turn_documents(svc: Any, user_id: str, named: list[str], attached: lis
 
 def turn_options(body: dict[str, Any]) -> tuple[Sampling, int | None]:
     """``sampling`` (an object of ``temperature``, ``top_p``, ``seed``, ``stop``, ``presence_penalty``,
-    ``frequency_penalty``) and ``max_tokens``, checked; 422 naming the field."""
+    ``frequency_penalty``, ``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``stop_token_ids``,
+    ``min_tokens``) and ``max_tokens``, checked; 422 naming the field."""
     raw = body.get("sampling")
     if raw is None:
         raw = {}
@@ -288,6 +289,7 @@ def turn_options(body: dict[str, Any]) -> tuple[Sampling, int | None]:
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS):
         raise Unprocessable(f"`max_tokens` must be an integer from 1 to {MAX_TOKENS}")
+    check_min_tokens(sampling, max_tokens, lambda message, field: Unprocessable(message), prefix="sampling.")
     return sampling, max_tokens
 
 

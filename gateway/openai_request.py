@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 from gateway.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from gateway.openai_tools import parse_tool_calls, parse_tools, same_calls, tool_call_id
-from gateway.sampling import json_schema_of, parse_sampling
+from gateway.sampling import FIELDS as SAMPLING_FIELDS
+from gateway.sampling import check_min_tokens, json_schema_of, parse_sampling
 from parley import ids
 from schemas import sealing
 from schemas.events import Sampling, ToolCall, Tools
@@ -27,11 +28,11 @@ MAX_TOKENS = 1_000_000
 NAME_MAX = 200  # model names, the ``user`` field
 #: Stored statuses of a reply whose text is final.
 SETTLED = frozenset({"complete", "cancelled"})
-#: Fields read into the turn (everything else is refused by name, unless it holds its neutral value below).
+#: Fields read into the turn (everything else is refused by name, unless it holds its neutral value below):
+#: OpenAI's, and the sampling extensions SGLang's and vLLM's servers take (gateway/sampling.py FIELDS).
 TAKEN = frozenset({
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "user", "n",
-    "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "response_format",
-    "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "tools", "tool_choice", "parallel_tool_calls", *SAMPLING_FIELDS,
 })  # fmt: skip
 #: Fields Parley does not implement, and the values that ask for nothing (clients send defaults).
 NEUTRAL: dict[str, tuple[Any, ...]] = {
@@ -177,6 +178,7 @@ def parse_request(body: Mapping[str, Any], max_chars: int) -> ChatRequest:
         if value is not None and not 1 <= value <= MAX_TOKENS:
             raise invalid(f"`{name}` must be between 1 and {MAX_TOKENS}", name)
         max_tokens = max_tokens if value is None else value
+    check_min_tokens(sampling, max_tokens, refuse)
     end_user = _optional(body, "user", str) or ""
     if len(end_user) > NAME_MAX:
         raise invalid(f"`user` is longer than {NAME_MAX} characters", "user")

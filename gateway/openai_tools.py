@@ -16,6 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError
 
 from schemas.events import ToolCall, ToolFunction, Tools
+from workers.tool_calls import forced_schema
 
 #: OpenAI's limits: 128 functions, names of 64 letters, digits, _ and -.
 MAX_TOOLS = 128
@@ -70,7 +71,8 @@ def _function(value: Any, i: int, refuse: Refuse) -> ToolFunction:
         raise refuse(f"`{param}.function.description` must be text of at most {DESCRIPTION_CHARS} characters", f"{param}.function.description")
     if function.get("strict"):
         raise refuse(
-            f"`{param}.function.strict` is not supported yet: arguments are not constrained to the schema",
+            f"`{param}.function.strict` is not supported: arguments are constrained to the schema only under a "
+            "forced `tool_choice` (required, or the function named)",
             f"{param}.function.strict",
             code="unsupported_parameter",
         )
@@ -127,7 +129,12 @@ def parse_tools(body: Mapping[str, Any], refuse: Refuse) -> Tools | None:
         if choice not in (None, "auto", "none"):
             raise refuse("`tool_choice` asks for a tool call but `tools` lists none", "tool_choice")
         return None
-    return Tools(functions=functions, choice=choice or "auto", function=named, parallel=parallel is not False)
+    tools = Tools(functions=functions, choice=choice or "auto", function=named, parallel=parallel is not False)
+    try:
+        forced_schema(tools)  # a forced choice's constraint: one schema of every function it may call
+    except ValueError as exc:
+        raise refuse(f"`tools` cannot be forced together: {exc}", "tools") from None
+    return tools
 
 
 def parse_tool_calls(value: Any, param: str, refuse: Refuse) -> tuple[ToolCall, ...]:

@@ -102,6 +102,16 @@ class Sampling:
     json_schema: str | None = doc(
         "A JSON Schema the reply must match (SGLang's structured output; OpenAI's response_format)", default=None
     )
+    top_k: int | None = doc("Sample only among the k most likely tokens (>= 1; SGLang's and vLLM's top_k)", default=None)
+    min_p: float | None = doc("Drop tokens less likely than min_p times the most likely one, [0, 1]", default=None)
+    repetition_penalty: float | None = doc(
+        "Divides the logits of tokens already generated, (0, 2]; 1 = none (SGLang's and vLLM's)", default=None
+    )
+    ignore_eos: bool = doc("Keep generating past the model's end token, to the token cap (benchmarks)", default=False)
+    stop_token_ids: list[int] = doc("Token ids that end the reply like the model's end token", default_factory=list)
+    min_tokens: int | None = doc(
+        "The end token and stop_token_ids are held back until this many tokens (SGLang's min_new_tokens)", default=None
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

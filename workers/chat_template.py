@@ -27,7 +27,8 @@ for each result), Llama-3.1 its own (``Environment: ipython``, the functions
 in the first user message, results as ``ipython`` turns), DeepSeek-V3 SGLang's
 tool template's (a ``## Tools`` system section, results in
 ``<｜tool▁outputs▁begin｜>``). A tool choice of ``required`` or a named
-function is forced by opening the reply with the call's markup (``prefill``).
+function is not written into the prompt: the worker constrains the reply to
+a JSON array of calls (workers/tool_calls.py ``forced_schema``).
 
 The engine's prefix cache (SGLang's radix cache) only helps when a follow-up
 turn's prompt starts with the exact bytes of the previous one. So rendering is
@@ -118,21 +119,8 @@ class ChatTemplate:
         """The whole prompt, ending where the assistant's reply begins.
 
         ``resume_text`` is reply text an earlier attempt already streamed; the model continues after it.
-        ``tools`` are the functions offered (none, when their choice is ``none``); a forced choice opens the
-        reply with ``prefill(tools)``.
+        ``tools`` are the functions offered (none, when their choice is ``none``).
         """
-        raise NotImplementedError
-
-    def prefill(self, tools: Tools | None) -> str:
-        """What the reply opens with when ``tools`` force a call: the format's markup up to the name (required)
-        or up to the arguments (a named function); '' when the model chooses."""
-        tools = offered(tools)
-        if tools is None or tools.choice == "auto":
-            return ""
-        name = tools.function if tools.choice == "function" else ""
-        return self._prefill(name)
-
-    def _prefill(self, name: str) -> str:
         raise NotImplementedError
 
 
@@ -167,10 +155,7 @@ class ChatML(ChatTemplate):
             listed = self.TOOLS.format(tools="\n".join(tool_json(offer)))
             head = f"{self.START}system\n{system}{listed}{self.END}\n"
         body = "".join(self.render_message(m) for m in messages)
-        return f"{head}{body}{self.START}assistant\n{self.prefill(tools)}{neutralise(resume_text)}"
-
-    def _prefill(self, name: str) -> str:
-        return f'<tool_call>\n{{"name": "{name}", "arguments": ' if name else '<tool_call>\n{"name": "'
+        return f"{head}{body}{self.START}assistant\n{neutralise(resume_text)}"
 
 
 class Llama3(ChatTemplate):
@@ -215,10 +200,7 @@ class Llama3(ChatTemplate):
             functions = "".join(f"{t}\n\n" for t in tool_json(offer, indent=4))
             text = _checked(messages[first_user]).strip()
             rendered[first_user] = f"{self.header('user')}{self.TOOLS}{functions}{text}{self.EOT}"
-        return f"{block}{''.join(rendered)}{self.header('assistant')}{self.prefill(tools)}{neutralise(resume_text)}"
-
-    def _prefill(self, name: str) -> str:
-        return f'{{"name": "{name}", "parameters": ' if name else '{"name": "'
+        return f"{block}{''.join(rendered)}{self.header('assistant')}{neutralise(resume_text)}"
 
 
 class DeepSeek(ChatTemplate):
@@ -252,7 +234,7 @@ class DeepSeek(ChatTemplate):
         turns = "".join(self.render_message(m) for m in messages if m.role != "system")
         last = next((m.role for m in reversed(messages) if m.role != "system"), None)
         opening = "" if last in ("user", "tool") else self.ASSISTANT
-        return f"{system}{turns}{opening}{self.prefill(tools)}{neutralise(resume_text)}"
+        return f"{system}{turns}{opening}{neutralise(resume_text)}"
 
     def _tools(self, tools: Tools) -> str:
         fmt = DEEPSEEK_V3
@@ -262,11 +244,6 @@ class DeepSeek(ChatTemplate):
         )
         example = f"{fmt.BEGIN}{fmt.CALL}function{fmt.SEP}tool_call_name\n```json\ntool_call_arguments\n```{fmt.CALL_END}{fmt.END}"
         return f"## Tools\nYou have access to the following tools:\n\n{listed}IMPORTANT: ALWAYS adhere to this exact format for tool use:\n{example}"
-
-    def _prefill(self, name: str) -> str:
-        fmt = DEEPSEEK_V3
-        opened = f"{fmt.BEGIN}{fmt.CALL}function{fmt.SEP}"
-        return f"{opened}{name}\n```json\n" if name else opened
 
 
 CHATML, LLAMA3, DEEPSEEK = ChatML(), Llama3(), DeepSeek()

@@ -40,6 +40,12 @@ class GenerateRequest:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     json_schema: str | None = None  # structured output: the reply must match this JSON Schema
+    top_k: int | None = None  # sample among the k most likely tokens (None: no cut)
+    min_p: float | None = None  # drop tokens below min_p x the most likely one's probability
+    repetition_penalty: float | None = None  # SGLang's: logits of generated tokens divided by it (1: none)
+    ignore_eos: bool = False  # generate past the end token, to max_new_tokens (benchmarks)
+    stop_token_ids: tuple[int, ...] = ()  # token ids that end the reply like the end token
+    min_new_tokens: int = 0  # the end token and stop_token_ids are held back until this many tokens
     priority: int | None = None  # SGLang's request priority (higher first under --enable-priority-scheduling)
     skip_special_tokens: bool = True  # False: special tokens stay in the text (a tool-call format made of them)
 

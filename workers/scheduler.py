@@ -26,10 +26,10 @@ from parley.errors import Fenced, Unavailable
 from parley.logs import trace_context
 from parley.retry import retrying
 from schemas.endings import ENGINE_UNAVAILABLE, WORKER_ERROR
-from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, WorkerHeartbeat
+from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, Tools, WorkerHeartbeat
 from workers import priority
 from workers.chat_template import CHATML, ChatTemplate, offered
-from workers.tool_calls import CallStream
+from workers.tool_calls import JSON_CALLS, CallStream, forced_schema
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.engine_health import EngineHealth
@@ -359,17 +359,26 @@ class Scheduler:
         req = job.routed.request
         asked = req.sampling
         tools = offered(req.tools)
+        max_new_tokens = max(1, req.max_tokens - job.resume_tokens)  # the cap is on the whole reply
+        forced = _forced(tools)  # a required or named tool choice: the reply is constrained to calls
         request = GenerateRequest(
             rid=job.rid,
             text=self._template.render_prompt(req.messages, req.resume_text, tools),
-            max_new_tokens=max(1, req.max_tokens - job.resume_tokens),  # the cap is on the whole reply
+            max_new_tokens=max_new_tokens,
             temperature=self._settings.temperature if asked.temperature is None else asked.temperature,
             top_p=1.0 if asked.top_p is None else asked.top_p,
             stop=(*self._template.stop, *asked.stop),
             seed=asked.seed,
             presence_penalty=asked.presence_penalty or 0.0,
             frequency_penalty=asked.frequency_penalty or 0.0,
-            json_schema=asked.json_schema,
+            json_schema=forced or asked.json_schema,  # the calls' schema wins, as in SGLang's OpenAI server
+            top_k=asked.top_k,
+            min_p=asked.min_p,
+            repetition_penalty=asked.repetition_penalty,
+            ignore_eos=asked.ignore_eos,
+            stop_token_ids=tuple(asked.stop_token_ids),
+            # The floor is on the whole reply, as the cap is; never past what is left of the cap.
+            min_new_tokens=min(max(0, (asked.min_tokens or 0) - job.resume_tokens), max_new_tokens),
             priority=priority.of_turn(req),
             skip_special_tokens=tools is None or not self._template.special_tool_markers,
         )
@@ -380,10 +389,10 @@ class Scheduler:
 
         queue_ms = self._queue_ms(job)
         calls = None
-        if tools is not None:  # the model's calls are parsed out of its text in its family's format
+        if tools is not None:  # the model's calls are parsed out of its text: its family's format, or forced JSON
             names = [f.name for f in tools.functions]
-            prefill = self._template.prefill(tools)
-            calls = CallStream(self._template.tool_format, names, parallel=tools.parallel, prefill=prefill)
+            fmt = JSON_CALLS if forced else self._template.tool_format
+            calls = CallStream(fmt, names, parallel=tools.parallel)
         room = REPLY_MAX_BYTES - len(req.resume_text.encode())  # the cap is on the whole reply, as for tokens
         generation = Generation(self._engine, request, coalescer, emit, self._clock, max_text_bytes=room, calls=calls)
         self._live[job].generation = generation
@@ -455,3 +464,15 @@ class Scheduler:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _forced(tools: Tools | None) -> str | None:
+    """The JSON Schema a forced tool choice constrains the reply to (None: the model chooses). The gateway refuses
+    functions whose definitions clash; a record from before it did is served as if the model chose."""
+    if tools is None:
+        return None
+    try:
+        return forced_schema(tools)
+    except ValueError:
+        log.warning("a forced tool choice's functions cannot be combined into one schema; the model chooses")
+        return None

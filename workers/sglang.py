@@ -228,6 +228,18 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
         sampling["frequency_penalty"] = request.frequency_penalty
     if request.json_schema is not None:
         sampling["json_schema"] = request.json_schema
+    if request.top_k is not None:
+        sampling["top_k"] = request.top_k
+    if request.min_p is not None:
+        sampling["min_p"] = request.min_p
+    if request.repetition_penalty is not None:
+        sampling["repetition_penalty"] = request.repetition_penalty
+    if request.ignore_eos:
+        sampling["ignore_eos"] = True
+    if request.stop_token_ids:
+        sampling["stop_token_ids"] = list(request.stop_token_ids)
+    if request.min_new_tokens:
+        sampling["min_new_tokens"] = request.min_new_tokens
     if not request.skip_special_tokens:
         sampling["skip_special_tokens"] = False
     body = {"text": request.text, "sampling_params": sampling, "stream": True, "rid": request.rid}

@@ -28,6 +28,17 @@ Apache-2.0); this is Parley's own, smaller reading of them. Markup that does not
 parse whole (bad JSON, no name, a function the request did not offer) is text:
 the reply is never lost to a parser, and never crashes one.
 
+A forced tool choice (``required``, or a named function) is not left to the
+model: the worker sends the engine ``forced_schema(tools)`` as its
+``json_schema``, the one SGLang's OpenAI server sends for the same choice
+(``get_json_schema_constraint`` in sglang/srt/function_call/utils.py), and the
+constrained reply is a JSON array of calls in every family::
+
+      [{"name": "get_weather", "parameters": {"city": "Paris"}}]
+
+read by ``JSON_CALLS``; each call's ``parameters`` are valid against its
+function's schema, whatever the model.
+
 ``CallStream`` splits a streaming reply: text before the first call's markup
 streams as content; from the markup on, text is held, and parsed when the reply
 ends.
@@ -40,6 +51,9 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from schemas.events import Tools
 
 #: Characters of held markup past which a reply is no longer read as calls (a runaway "call").
 MAX_MARKUP_CHARS = 256_000
@@ -84,10 +98,12 @@ class Format:
     name: str = ""
     #: Strings that open the calls in a reply.
     openers: tuple[str, ...] = ()
+    #: What calls may open a reply with, bare (no opener, nothing before it): "{" (Llama-3's JSON), "[" (an array).
+    bare_start: str = ""
 
     def opens_bare(self, text: str) -> bool:
         """Whether a reply whose text so far is ``text`` (nothing shown yet) opens with calls without an opener."""
-        return False
+        return bool(self.bare_start) and text.lstrip().startswith(self.bare_start)
 
     def parse(self, markup: str) -> list[Call] | None:
         """The calls in ``markup`` (the reply from its first opener on); None when it is not calls."""
@@ -127,9 +143,7 @@ class Llama3Json(Format):
     name = "llama3"
     TAG = "<|python_tag|>"
     openers = (TAG,)
-
-    def opens_bare(self, text: str) -> bool:
-        return text.lstrip().startswith("{")
+    bare_start = "{"
 
     def parse(self, markup: str) -> list[Call] | None:
         text = markup.strip()
@@ -180,8 +194,63 @@ class DeepSeekV3(Format):
         return f"{self.BEGIN}{inner}{self.END}"
 
 
-HERMES, LLAMA3_JSON, DEEPSEEK_V3 = Hermes(), Llama3Json(), DeepSeekV3()
+class JsonCalls(Format):
+    """A forced tool choice's reply, whatever the family: the JSON array ``forced_schema`` constrains it to."""
+
+    name = "json_calls"
+    bare_start = "["
+
+    def parse(self, markup: str) -> list[Call] | None:
+        try:
+            value = json.loads(markup)
+        except ValueError:
+            return None
+        calls = [_named(item, ("parameters",)) for item in value] if isinstance(value, list) else []
+        return None if not calls or None in calls else calls  # type: ignore[return-value]
+
+    def render(self, calls: Sequence[Call]) -> str:
+        return json.dumps([{"name": c.name, "parameters": json.loads(c.arguments)} for c in calls], ensure_ascii=False)
+
+
+HERMES, LLAMA3_JSON, DEEPSEEK_V3, JSON_CALLS = Hermes(), Llama3Json(), DeepSeekV3(), JsonCalls()
 FORMATS: dict[str, Format] = {f.name: f for f in (HERMES, LLAMA3_JSON, DEEPSEEK_V3)}
+#: Where a schema keeps the definitions its ``$ref``s point to (2020-12's, draft-07's).
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def forced_schema(tools: Tools) -> str | None:
+    """The JSON Schema a forced tool choice constrains the reply to, as SGLang builds it for its own OpenAI server:
+    an array of at least one ``{"name", "parameters"}`` (at most one when ``parallel`` is off), each naming an
+    offered function (the named one only) with parameters valid against its schema. None when the model chooses.
+
+    Each function's ``$defs`` (and ``definitions``) move to the array's root, where its ``#/$defs/…`` references
+    now resolve; two functions defining one name differently raise ValueError (the gateway refuses the request)."""
+    if tools.choice not in ("required", "function") or not tools.functions:
+        return None
+    items: list[dict[str, Any]] = []
+    hoisted: dict[str, dict[str, Any]] = {}
+    for f in tools.functions:
+        if tools.choice == "function" and f.name != tools.function:
+            continue
+        parameters = json.loads(f.parameters) if f.parameters else {"type": "object", "properties": {}}
+        for key in _DEFINITIONS:
+            if isinstance(parameters, dict) and isinstance(parameters.get(key), dict):
+                for name, definition in parameters.pop(key).items():
+                    if hoisted.setdefault(key, {}).setdefault(name, definition) != definition:
+                        raise ValueError(f"two functions define {key} {name!r} differently")
+        items.append({
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": [f.name]}, "parameters": parameters},
+            "required": ["name", "parameters"],
+            "additionalProperties": False,
+        })  # fmt: skip
+    if not items:
+        raise ValueError(f"tool_choice names {tools.function!r}, which is not among the functions")
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": items[0] if len(items) == 1 else {"anyOf": items}}
+    if not tools.parallel:
+        schema["maxItems"] = 1
+    schema.update(hoisted)
+    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
 
 
 def offered(calls: Iterable[Call], names: Iterable[str], parallel: bool = True) -> list[Call] | None:
@@ -199,16 +268,15 @@ class CallStream:
 
     ``feed`` returns the content that may be shown now; text that may begin an opener is held until it is
     known not to. ``finish`` returns the rest of the content and the calls: markup that does not parse, or
-    names a function not in ``names``, comes back as content. ``prefill`` is markup the prompt already
-    wrote for the model (a forced tool choice): the reply continues it.
+    names a function not in ``names``, comes back as content.
     """
 
-    def __init__(self, fmt: Format, names: Iterable[str], *, parallel: bool = True, prefill: str = "") -> None:
+    def __init__(self, fmt: Format, names: Iterable[str], *, parallel: bool = True) -> None:
         self._fmt = fmt
         self._names = tuple(names)
         self._parallel = parallel
         self._pending = ""  # content held while it may be the start of an opener
-        self._markup: str | None = prefill or None  # from the first opener on
+        self._markup: str | None = None  # from the first opener on
         self._shown = False  # some content went out (a bare-JSON opener counts only at the reply's start)
 
     def feed(self, text: str) -> str:
@@ -220,7 +288,7 @@ class CallStream:
         if not self._shown and self._fmt.opens_bare(text):
             self._markup = text
             return ""
-        if not self._shown and not text.strip() and self._fmt.opens_bare("{"):
+        if not self._shown and not text.strip() and self._fmt.bare_start:
             self._pending = text  # leading whitespace: a bare call may still follow
             return ""
         at = min((i for i in (text.find(o) for o in self._fmt.openers) if i >= 0), default=-1)

@@ -4,13 +4,16 @@ The official ``openai`` SDK, sync and async, streaming and ``with_raw_response``
 and LangChain's ``ChatOpenAI``: they list the models, read replies in readable
 English, and get what OpenAI-compatible servers give — ``temperature=0`` with a
 ``seed`` answers the same twice, ``temperature=1`` samples anew on every call
-(no ``Idempotency-Key``), an option Parley does not take is a 400 naming it.
+(no ``Idempotency-Key``), an option Parley does not take is a 400 naming it, and
+structured output and a forced tool call come back valid against their schemas.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
+import jsonschema
 import openai
 import pytest
 from langchain_openai import ChatOpenAI
@@ -23,6 +26,25 @@ MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: The CPU engine's default backend (SmolLM2); short replies keep each call to a second or two on two cores.
 REAL_ENV = {"PARLEY_CONTEXT_MAX_TOKENS": "24"}
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = {
+    "type": "object",
+    "properties": {"title": {"type": "string", "maxLength": 60}, "mood": {"enum": ["calm", "stormy"]}, "keeper_age": {"type": "integer"}},
+    "required": ["title", "mood", "keeper_age"],
+    "additionalProperties": False,
+}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +111,20 @@ async def test_the_async_client_samples_as_asked(real) -> None:
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model="auto", messages=story, temperature=3)
         assert isinstance(bad.value.body, dict) and bad.value.body["param"] == "temperature"
-        # Structured output travels to the engine as SGLang's json_schema; the CPU engine has none and says so.
-        with pytest.raises(openai.BadRequestError) as structured:
-            await client.chat.completions.create(model="auto", messages=story, response_format={"type": "json_object"})
-        assert "json_schema" in structured.value.message
+        # Structured output travels to the engine as SGLang's json_schema, and the CPU engine constrains SmolLM2 to it.
+        shape = {"name": "story", "schema": STORY}
+        shaped = await client.chat.completions.create(
+            model="auto", messages=story, max_tokens=150, temperature=0, response_format={"type": "json_schema", "json_schema": shape}
+        )
+        jsonschema.validate(json.loads(shaped.choices[0].message.content or ""), STORY)
+        # A named tool choice: SmolLM2's call of it, its arguments valid against the function's schema.
+        forced = await client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "What is the weather in Paris?"}], max_tokens=100,
+            tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )  # fmt: skip
+        [call] = forced.choices[0].message.tool_calls or []
+        assert forced.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
     finally:
         await client.close()
 

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import httpx
+import jsonschema
 import openai
 import pytest
 
@@ -359,6 +360,63 @@ def test_a_tool_choice_naming_no_offered_function_is_refused_and_appends_nothing
     )
     assert asyncio.run(_conversations(stack, key)) == []
     client.close()
+
+
+# ------------------------------------------------------------------ constrained output and benchmark extensions
+
+PLACE = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "country": {"enum": ["FR", "DE", "JP"]}, "sights": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+    "required": ["city", "country", "sights"],
+}  # fmt: skip
+
+
+def test_response_format_and_a_forced_tool_call_are_valid_against_their_schemas(stack) -> None:
+    """The engine constrains the reply: a response_format's JSON validates, and a named tool choice always comes back
+    as a call of that function whose arguments validate (the synthetic engine draws them from the grammar)."""
+    key = stack.new_key("plus")
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
+    question = [{"role": "user", "content": "Name a city and what to see there."}]
+    shaped = client.chat.completions.create(
+        model="auto", messages=question, max_tokens=400,
+        response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE}},
+    )  # fmt: skip
+    assert shaped.choices[0].finish_reason == "stop", shaped
+    jsonschema.validate(json.loads(shaped.choices[0].message.content or ""), PLACE)
+
+    forced = client.chat.completions.create(
+        model="auto", messages=[{"role": "user", "content": "Weather in Paris?"}], max_tokens=400,
+        tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )  # fmt: skip
+    choice = forced.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice
+    [call] = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+    client.close()
+
+
+async def test_benchmark_clients_sampling_extensions_travel_to_the_engine(stack) -> None:
+    """What GuideLLM and vLLM/SGLang clients send beside OpenAI's fields (the SDK's extra_body) is taken and rides
+    on the turn; a value out of range is a 400 naming it."""
+    key = stack.new_key("plus")
+    client = _client(stack, key)
+    extensions = {"ignore_eos": True, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "stop_token_ids": [2], "min_tokens": 4}
+    try:
+        reply = await client.chat.completions.create(
+            model="small", messages=[{"role": "user", "content": "Count."}], max_tokens=12, extra_body=extensions
+        )
+        assert reply.usage is not None and reply.usage.completion_tokens == 12  # ignore_eos: to the cap
+        rid = reply.id.removeprefix("chatcmpl-")
+        (asked,) = events_of(stack.kafka, "chat.inference", InferenceRequested, rid, lambda es: len(es) >= 1)
+        carried = asked.sampling
+        assert (carried.ignore_eos, carried.top_k, carried.min_p, carried.repetition_penalty) == (True, 20, 0.05, 1.1)
+        assert (carried.stop_token_ids, carried.min_tokens) == ([2], 4)
+        with pytest.raises(openai.BadRequestError) as bad:
+            await client.chat.completions.create(model="small", messages=[{"role": "user", "content": "Hi"}], extra_body={"top_k": -5})
+        assert isinstance(bad.value.body, dict) and bad.value.body["param"] == "top_k"
+    finally:
+        await client.close()
 
 
 def test_langchain_bind_tools_runs_a_tool_loop(stack) -> None:

@@ -1,6 +1,6 @@
 """SGLang's per-request sampling params on the CPU engine's default model (SmolLM2-135M-Instruct), as a real
 process over HTTP: sampling_seed reproduces a sampled reply alone or batched, penalties change what is
-generated, and what the engine does not implement is refused by name.
+generated, a json_schema constrains the reply, and what the engine does not implement is refused by name.
 
 Batching is proven from the engine's own counters, never from timing.
 """
@@ -79,8 +79,11 @@ async def test_frequency_and_presence_penalties_change_a_repetitive_reply(smol_e
 
 
 async def test_unimplemented_params_are_refused_by_name(smol_engine: str) -> None:
-    message = "sampling param 'json_schema' is not supported by Parley's CPU engine (structured output needs SGLang)"
-    body = {"text": STORY, "sampling_params": {"max_new_tokens": 4, "json_schema": '{"type": "object"}'}}
+    message = (
+        "sampling param 'structural_tag' is not supported by Parley's CPU engine "
+        "(structural tags need SGLang; json_schema, regex and ebnf are supported)"
+    )
+    body = {"text": STORY, "sampling_params": {"max_new_tokens": 4, "structural_tag": '{"structures": []}'}}
     resp = httpx.post(smol_engine + "/generate", json=body)
     assert (resp.status_code, resp.json()) == (400, {"error": {"message": message}})
     n = httpx.post(smol_engine + "/generate", json={"text": STORY, "sampling_params": {"n": 2}})
@@ -90,15 +93,36 @@ async def test_unimplemented_params_are_refused_by_name(smol_engine: str) -> Non
     assert httpx.post(smol_engine + "/generate", json={"text": STORY, "sampling_params": neutral}, timeout=60).status_code == 200
     info = httpx.get(smol_engine + "/get_server_info").json()["parley_sampling_params"]
     assert "sampling_seed" in info["applied"] and info["accepted_without_effect"] == []
-    assert "json_schema" in info["refused_unless_neutral"]
+    assert "structural_tag" in info["refused_unless_neutral"] and "json_schema" in info["applied"]
 
 
 async def test_a_streamed_refusal_reaches_the_worker_client_as_rejected(smol_engine: str) -> None:
-    # The worker's client cannot send json_schema; a range error streams back the same way.
+    # A range error streams back to the worker's client as a refusal.
     client = SGLangClient(smol_engine)
     try:
         with pytest.raises(EngineRejected, match="top_p must be in"):
             async for _ in client.generate(GenerateRequest(rid="smol-bad-top-p", text=STORY, max_new_tokens=4, top_p=0.0)):
+                pass
+    finally:
+        await client.close()
+
+
+async def test_the_workers_json_schema_streams_back_valid_json_and_a_bad_one_is_refused(smol_engine: str) -> None:
+    """Over HTTP, as the worker sends it: the streamed reply is JSON valid against the schema, ended by the grammar."""
+    import json
+
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 30}, "warm": {"type": "boolean"}},
+              "required": ["colour", "warm"], "additionalProperties": False}  # fmt: skip
+    client = SGLangClient(smol_engine)
+    try:
+        request = GenerateRequest(rid="smol-json", text=STORY, max_new_tokens=80, temperature=0.0, json_schema=json.dumps(schema))
+        deltas = [d async for d in client.generate(request)]
+        jsonschema.validate(json.loads("".join(d.text for d in deltas)), schema)
+        assert deltas[-1].finish_reason == "stop" and deltas[-1].completion_tokens < 80
+        with pytest.raises(EngineRejected, match="Invalid grammar request: json_schema"):
+            async for _ in client.generate(GenerateRequest(rid="smol-bad-json", text=STORY, max_new_tokens=4, json_schema="{nope")):
                 pass
     finally:
         await client.close()

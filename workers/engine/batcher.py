@@ -13,7 +13,9 @@ Prefill has priority over decode, as in SGLang's default policy. Counters of
 decode steps and decoded tokens show the batching from outside
 (``/get_server_info`` ``internal_states``).
 
-Each row is sampled with its own params (``torch_model.sample``). A request that
+Each row is sampled with its own params (``torch_model.sample``), a row with a
+grammar (``json_schema``, ``regex``, ``ebnf``) only among the tokens its
+``grammar.Constraint`` allows, which then takes the token sampled. A request that
 sent ``sampling_seed`` draws from a ``torch.Generator`` of its own, seeded with
 it, so the same seed, prompt and params give the same reply alone or batched
 with any others; requests without one share the engine's generator
@@ -36,6 +38,7 @@ import torch
 
 from workers.engine import protocol
 from workers.engine.detokenize import IncrementalText
+from workers.engine.grammar import Constraint
 from workers.engine.protocol import GenerateInput, Progress
 from workers.engine.request import LoadSnapshot, RequestState, Throughput, publish_threadsafe
 from workers.engine.settings import EngineSettings
@@ -51,6 +54,7 @@ class _Seq:
     max_new: int
     text: IncrementalText
     generator: torch.Generator | None = None  # its own when it sent a sampling_seed, else the engine's
+    constraint: Constraint | None = None  # its json_schema / regex / ebnf, advanced on this thread only
     output_ids: list[int] = field(default_factory=list)
     finish: dict[str, Any] | None = None
 
@@ -118,6 +122,13 @@ class TorchBackend:
         ids = self._model.tokenizer.encode(request.text)
         protocol.check_context(len(ids), self.context_length)
         protocol.check_logit_bias(request.sampling, self._model.vocab_size)
+        grammar = request.sampling.grammar
+        if grammar is not None and self._model.grammar_vocab is None:
+            raise protocol.InvalidRequest(
+                f"sampling param {grammar.kind!r} is not supported by Parley's CPU engine for this model "
+                "(llguidance could not read its tokenizer: see the engine's log)"
+            )
+        constraint = None if grammar is None else Constraint(grammar, self._model.grammar_vocab)
         with self._live_lock:
             if request.rid in self._live:
                 raise protocol.InvalidRequest(f"Duplicate request ID: {request.rid}")
@@ -132,7 +143,7 @@ class TorchBackend:
             return tok.decode(xs, sampling.skip_special_tokens, sampling.spaces_between_special_tokens)
 
         text = IncrementalText(decode, sampling.stop, sampling.no_stop_trim)
-        self._inbox.put(("add", _Seq(state, ids, max_new, text, request_generator(sampling.seed))))
+        self._inbox.put(("add", _Seq(state, ids, max_new, text, request_generator(sampling.seed), constraint)))
         return state
 
     def abort(self, rid: str) -> None:
@@ -263,19 +274,28 @@ class TorchBackend:
         params = [s.state.request.sampling for s in seqs]
         generators = [s.generator or self._generator for s in seqs]
         eos = self._model.tokenizer.eos_ids
-        tokens = sample(logits, params, [s.output_ids for s in seqs], generators, eos)
+        width = logits.shape[-1]
+        allowed = [None if s.constraint is None else s.constraint.allowed(width) for s in seqs]
+        tokens = sample(logits, params, [s.output_ids for s in seqs], generators, eos, allowed)
         steps: list[tuple[RequestState, Progress]] = []
         for seq, token, p in zip(seqs, tokens, params):
             seq.output_ids.append(token)
             # As SGLang's Req.check_finished: EOS and stop_token_ids end the reply unless ignore_eos, and
-            # the detokenizer leaves the matched token out of the text unless no_stop_trim.
+            # the detokenizer leaves the matched token out of the text unless no_stop_trim; a grammar that
+            # can take nothing more ends it too (its is_terminated()).
+            refused = seq.constraint is not None and not seq.constraint.advance(token)
+            complete = seq.constraint is not None and seq.constraint.done
             stop_token = not p.ignore_eos and (token in eos or token in p.stop_token_ids)
             at_limit = len(seq.output_ids) >= seq.max_new
             shown = seq.output_ids[:-1] if stop_token and not p.no_stop_trim else seq.output_ids
-            added = seq.text.update(shown, final=stop_token or at_limit)
-            if seq.text.matched is not None:
+            added = seq.text.update(shown, final=stop_token or at_limit or complete or refused)
+            if refused:
+                assert seq.constraint is not None
+                log.error("the grammar refused a token its mask allowed", extra={"rid": seq.state.rid, "error": seq.constraint.error})
+                seq.finish = protocol.finish_abort("The grammar refused the sampled token.", 500, "InternalServerError")
+            elif seq.text.matched is not None:
                 seq.finish = protocol.finish_stop_str(seq.text.matched)
-            elif stop_token:
+            elif stop_token or complete:
                 seq.finish = protocol.finish_stop_token(token)
             elif at_limit:
                 seq.finish = protocol.finish_length(len(seq.output_ids))

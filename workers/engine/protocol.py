@@ -7,8 +7,9 @@ without starting a server:
 * ``parse_generate`` turns a ``/generate`` body into a ``GenerateInput`` or
   raises ``InvalidRequest`` with the message SGLang would give;
 * ``parse_sampling`` reads SGLang's ``sampling_params``: those in ``IMPLEMENTED``
-  are applied (with SGLang's range checks and messages), those in ``UNSUPPORTED``
-  (``n`` > 1, structured output, ``stop_regex``, ``custom_params``,
+  are applied (with SGLang's range checks and messages; ``json_schema``, ``regex``
+  and ``ebnf`` constrain decoding, ``grammar.py``), those in ``UNSUPPORTED``
+  (``n`` > 1, ``structural_tag``, ``stop_regex``, ``custom_params``,
   ``stream_interval``) are refused by name with HTTP 400 unless sent at their
   neutral value; nothing is accepted and then silently ignored (the synthetic
   backend's text is fixed by the prompt: it says which params cannot change
@@ -50,8 +51,11 @@ IMPLEMENTED = frozenset(
         "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
         "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
         "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "sampling_seed",
+        "json_schema", "regex", "ebnf",
     }
 )
+#: SGLang's constrained-decoding params the engine applies (workers/engine/grammar.py); at most one a request.
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")
 
 
 def _absent(value: Any) -> bool:
@@ -62,10 +66,7 @@ def _absent(value: Any) -> bool:
 #: ``json_schema: null``), refused by name with anything else. Never accepted and ignored.
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n": (lambda v: v is None or (type(v) in (int, float) and v == 1), "one reply per request: send the request n times"),
-    "json_schema": (_absent, "structured output needs SGLang"),
-    "regex": (_absent, "structured output needs SGLang"),
-    "ebnf": (_absent, "structured output needs SGLang"),
-    "structural_tag": (_absent, "structured output needs SGLang"),
+    "structural_tag": (_absent, "structural tags need SGLang; json_schema, regex and ebnf are supported"),
     "stop_regex": (lambda v: v is None or v == "" or v == [], "stop strings are supported, stop regexes are not"),
     "custom_params": (lambda v: v is None or v == {}, "custom logit processors need SGLang"),
     "stream_interval": (_absent, "the engine streams after every decode step"),
@@ -98,6 +99,14 @@ class InvalidRequest(ValueError):
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """A request's constraint as it was sent: which of ``GRAMMAR_KINDS``, and its text."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Sampling:
     """One request's sampling params, checked. Defaults are SGLang's constants (``--sampling-defaults
     openai``); its default, ``model``, takes temperature/top_p/top_k/min_p from generation_config.json
@@ -105,7 +114,8 @@ class Sampling:
 
     The torch backends apply them in this order (``torch_model.sample``): repetition_penalty, then
     frequency/presence penalties, then min_new_tokens' end-token mask, then logit_bias, all on the raw
-    logits and over the generated tokens only; then greedy argmax, or temperature, top_k, top_p, min_p
+    logits and over the generated tokens only, then the grammar's mask (as SGLang applies its vocab mask
+    after the penalizers and logit_bias); then greedy argmax, or temperature, top_k, top_p, min_p
     and a draw from the request's own generator when it has a sampling_seed.
     """
 
@@ -126,6 +136,7 @@ class Sampling:
     min_new_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens exist
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
     seed: int | None = None  # sampling_seed: this request draws from its own generator
+    grammar: Grammar | None = None  # json_schema, regex or ebnf: only tokens the grammar allows are sampled
 
     @property
     def greedy(self) -> bool:
@@ -221,6 +232,13 @@ def parse_sampling(raw: Any) -> Sampling:
     if not min_new_tokens <= max_new:
         raise InvalidRequest(f"min_new_tokens must be in [0, max_new_tokens({max_new})], got {min_new_tokens}.")
 
+    grammars = [Grammar(kind, raw[kind]) for kind in GRAMMAR_KINDS if raw.get(kind) is not None]
+    if len(grammars) > 1:
+        raise InvalidRequest("Only one of regex, json_schema, or ebnf can be set.")  # SGLang's words
+    for g in grammars:
+        if not isinstance(g.text, str):
+            raise InvalidRequest(f"sampling param {g.kind!r} must be a string, got {type(g.text).__name__}.")
+
     stop_raw = raw.get("stop") or ()
     stop = (stop_raw,) if isinstance(stop_raw, str) else tuple(stop_raw)
     if not all(isinstance(s, str) for s in stop):
@@ -243,6 +261,7 @@ def parse_sampling(raw: Any) -> Sampling:
         min_new_tokens=min_new_tokens,
         logit_bias=_logit_bias(raw.get("logit_bias")),
         seed=_seed(raw.get("sampling_seed")),
+        grammar=grammars[0] if grammars else None,
     )
 
 

@@ -18,6 +18,11 @@ which is fixed by the prompt by definition. ``/get_server_info`` lists both.
 Two test-only directives in the prompt script the text (below): ``[[insert:N:BASE64]]``
 puts a sentence into the reply, ``[[reply:BASE64]]`` is the whole reply (a tool call
 in the pool's format, say). Only this backend reads them; a real model never does.
+
+A grammar (``json_schema``, ``regex``, ``ebnf``) is honoured, never ignored: the reply is
+the scripted one if the grammar accepts it whole, else a sentence of the grammar that
+``grammar.instance`` draws over bytes in the prompt's seed; either way it ends where the
+grammar does, as the torch backend's does.
 """
 
 from __future__ import annotations
@@ -83,6 +88,22 @@ def scripted_pieces(prompt: str) -> list[str] | None:
     found = _REPLY.findall(prompt)
     text = _decoded(found[-1]) if found else None
     return None if text is None else re.findall(r"\s*\S+|\s+", text)
+
+
+def constrained_pieces(request: GenerateInput) -> list[str]:
+    """The reply to a request with a grammar (json_schema, regex, ebnf): the scripted reply when the grammar
+    accepts it whole, else a sentence of the grammar drawn in the prompt's seed (``grammar.instance``). Raises
+    InvalidRequest for a grammar that cannot be read, as the torch backend does."""
+    from workers.engine import grammar  # llguidance loads only where a grammar is asked for
+
+    constraint = request.sampling.grammar
+    assert constraint is not None
+    found = _REPLY.findall(request.text)
+    scripted = _decoded(found[-1]) if found else None
+    grammar.definition(constraint)  # an unreadable grammar is refused, scripted or not
+    if scripted is None or not grammar.accepts(constraint, scripted):
+        scripted = grammar.instance(constraint, zlib.crc32(request.text.encode("utf-8")))
+    return re.findall(r"\s*\S+|\s+", scripted)
 
 
 def synthetic_pieces(prompt: str, count: int) -> list[str]:
@@ -154,8 +175,9 @@ class SyntheticBackend:
         pieces = self._tok.pieces(request.text)
         protocol.check_context(len(pieces), self.context_length)
         protocol.check_logit_bias(request.sampling, self._tok.vocab_size)
+        script = constrained_pieces(request) if request.sampling.grammar is not None else scripted_pieces(request.text)
         state = RequestState(request, len(pieces), asyncio.get_running_loop())
-        self._tasks[request.rid] = asyncio.create_task(self._run(state, pieces))
+        self._tasks[request.rid] = asyncio.create_task(self._run(state, pieces, script))
         return state
 
     def abort(self, rid: str) -> None:
@@ -179,11 +201,10 @@ class SyntheticBackend:
             internal={"max_running_seen": self._max_running_seen, "prefix_cache_tokens": self._cache.size},
         )
 
-    async def _run(self, state: RequestState, prompt: Sequence[str]) -> None:
+    async def _run(self, state: RequestState, prompt: Sequence[str], script: list[str] | None) -> None:
         rid, sampling = state.rid, state.request.sampling
         # SGLang clamps the reply so prompt + reply fits the context.
         max_new = min(sampling.max_new_tokens, self.context_length - len(prompt) - 1)
-        script = scripted_pieces(state.request.text)
         ends = script is not None and len(script) <= max_new  # the scripted reply ends before the cap
         reply = script[:max_new] if script is not None else synthetic_pieces(state.request.text, max_new)
         max_new = len(reply) if ends else max_new

@@ -65,6 +65,7 @@ class HFTokenizer:
         from transformers import AutoTokenizer
 
         self._tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self.hf = self._tok  # what llguidance reads the vocabulary from (grammar.py)
         self.vocab_size = len(self._tok)
         eos = self._tok.eos_token_id
         self.eos_ids = frozenset() if eos is None else frozenset({int(eos)})

@@ -15,6 +15,7 @@ away) between steps: continuous batching.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ from typing import Any
 
 import torch
 
+from workers.engine import grammar
 from workers.engine.protocol import Sampling
 from workers.engine.settings import EngineSettings
 from workers.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class LoadedModel:
@@ -35,6 +38,9 @@ class LoadedModel:
     pad_id: int
     name: str
     untrained: bool
+    #: The tokenizer as llguidance sees it, for requests with a grammar (grammar.py); made once per load (None: it
+    #: could not be read, and a grammar is refused).
+    grammar_vocab: Any = None
 
     @property
     def vocab_size(self) -> int:
@@ -97,7 +103,12 @@ def _local_model(path: Path, name: str) -> LoadedModel:
     eos = getattr(model.generation_config, "eos_token_id", None)
     if eos is not None:
         hf_tok.add_eos(eos if isinstance(eos, list) else [eos])
-    return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, name, untrained=False)
+    try:
+        vocab = grammar.hf_tokenizer(hf_tok.hf, hf_tok.eos_ids)
+    except Exception as exc:  # a slow (non-Rust) tokenizer, say: the model still serves, without grammars
+        log.warning("llguidance cannot read this tokenizer; requests with a grammar will be refused", extra={"error": str(exc)})
+        vocab = None
+    return LoadedModel(model.eval(), hf_tok, hf_tok.pad_id, name, untrained=False, grammar_vocab=vocab)
 
 
 def _random_model(context_length: int) -> LoadedModel:
@@ -119,7 +130,8 @@ def _random_model(context_length: int) -> LoadedModel:
     )
     config._attn_implementation = "eager"
     model = LlamaForCausalLM(config).eval()
-    return LoadedModel(model, tok, tok.PAD, RANDOM_MODEL_NAME, untrained=True)
+    vocab = grammar.byte_tokenizer([tok.SPECIAL[i].encode() for i in sorted(tok.SPECIAL)], tok.EOS)
+    return LoadedModel(model, tok, tok.PAD, RANDOM_MODEL_NAME, untrained=True, grammar_vocab=vocab)
 
 
 def sample(
@@ -128,14 +140,16 @@ def sample(
     outputs: Sequence[Sequence[int]],
     generators: Sequence[torch.Generator],
     eos_ids: frozenset[int] = frozenset(),
+    allowed: Sequence[torch.Tensor | None] | None = None,
 ) -> list[int]:
     """One token per row of ``logits`` (batch, vocab), each row with its own sampling params, tokens so
     far and generator: a request with a sampling_seed draws only from its own, so what it samples does
     not depend on the requests it is batched with. ``eos_ids``: masked with each row's stop_token_ids
-    until min_new_tokens."""
+    until min_new_tokens. ``allowed``: each row's grammar mask (None: unconstrained)."""
     out: list[int] = []
-    for row, s, generated, generator in zip(logits.float(), params, outputs, generators, strict=True):
-        row = adjust_logits(row, s, generated, eos_ids)
+    masks = allowed if allowed is not None else [None] * len(params)
+    for row, s, generated, generator, mask in zip(logits.float(), params, outputs, generators, masks, strict=True):
+        row = adjust_logits(row, s, generated, eos_ids, mask)
         if s.greedy:
             out.append(int(row.argmax()))
             continue
@@ -155,9 +169,12 @@ def sample(
     return out
 
 
-def adjust_logits(row: torch.Tensor, s: Sampling, generated: Sequence[int], eos_ids: frozenset[int]) -> torch.Tensor:
-    """SGLang's penalizers, min_new_tokens and logit_bias on one row of raw logits (before temperature);
-    the caller's tensor is left alone."""
+def adjust_logits(
+    row: torch.Tensor, s: Sampling, generated: Sequence[int], eos_ids: frozenset[int], allowed: torch.Tensor | None = None
+) -> torch.Tensor:
+    """SGLang's penalizers, min_new_tokens, logit_bias and the grammar's mask on one row of raw logits
+    (before temperature); the caller's tensor is left alone."""
+    raw = row
     row = penalise_repetition(row, generated, s.repetition_penalty)
     if generated and (s.frequency_penalty != 0.0 or s.presence_penalty != 0.0):
         ids, counts = torch.unique(torch.tensor(list(generated), dtype=torch.long), return_counts=True)
@@ -174,6 +191,11 @@ def adjust_logits(row: torch.Tensor, s: Sampling, generated: Sequence[int], eos_
         row = row.clone()
         ids = torch.tensor([i for i, _ in s.logit_bias], dtype=torch.long)
         row[ids] += torch.tensor([b for _, b in s.logit_bias], dtype=row.dtype)
+    if allowed is not None:
+        masked = row.masked_fill(~allowed, float("-inf"))
+        # The grammar wins: where it allows only what min_new_tokens or a -inf bias took away (its end
+        # token, say), those tokens stay possible rather than none at all.
+        row = masked if bool(torch.isfinite(masked).any()) else raw.masked_fill(~allowed, float("-inf"))
     return row
 
 

@@ -50,6 +50,11 @@ CONVERSATION = [
 ]
 
 
+_UNIT = {"type": "object", "properties": {"u": {"$ref": "#/$defs/unit"}}}
+CLASHING = {"type": "function", "function": {"name": "other", "parameters": {**_UNIT, "$defs": {"unit": {"type": "string"}}}}}
+WEATHER_UNIT = {"type": "function", "function": {"name": "get_weather", "parameters": {**_UNIT, "$defs": {"unit": {"type": "integer"}}}}}
+
+
 def body(**extra: Any) -> dict[str, Any]:
     return {"model": "auto", "messages": [{"role": "user", "content": "Hi"}], "tools": [WEATHER], **extra}
 
@@ -104,6 +109,8 @@ def test_a_tool_conversation_is_read_with_its_calls_and_results() -> None:
         ({"parallel_tool_calls": "yes"}, "parallel_tool_calls", "invalid_type"),
         ({"functions": [WEATHER["function"]]}, "functions", "unsupported_parameter"),
         ({"function_call": {"name": "get_weather"}}, "function_call", "unsupported_parameter"),
+        # Forced, the calls are constrained to one schema of both functions: their definitions cannot clash.
+        ({"tools": [WEATHER_UNIT, CLASHING], "tool_choice": "required"}, "tools", "invalid_value"),
     ],
 )
 def test_bad_tools_are_refused_naming_the_parameter(change: dict[str, Any], param: str, code: str) -> None:

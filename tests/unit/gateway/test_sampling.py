@@ -85,3 +85,68 @@ def test_what_parley_does_not_take_is_a_400_naming_it(extra: dict, param: str) -
 def test_the_neutral_values_clients_send_by_default_are_taken() -> None:
     neutral = {"logprobs": False, "tools": [], "tool_choice": "auto", "store": True, "n": 1, "logit_bias": None}
     assert parse_request({**BASE, **neutral}, 1000).sampling == Sampling()
+
+
+# ------------------------------------------------------------------ SGLang's and vLLM's extensions (what benchmarks send)
+
+EXTENSIONS = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "ignore_eos": True, "stop_token_ids": [7, 2, 7], "min_tokens": 8}
+
+
+def test_the_extensions_travel_and_no_cut_is_unset() -> None:
+    assert parse_sampling(EXTENSIONS, Refused) == Sampling(
+        top_k=40, min_p=0.05, repetition_penalty=1.1, ignore_eos=True, stop_token_ids=[2, 7], min_tokens=8
+    )
+    # -1 (SGLang's) and 0 (vLLM's) ask for no top-k cut, as the defaults benchmark clients send; min_tokens 0 is none.
+    assert parse_sampling({"top_k": -1, "min_tokens": 0, "ignore_eos": False}, Refused) == Sampling()
+    assert parse_sampling({"top_k": 0}, Refused) == Sampling()
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"top_k": -2}, "top_k"),
+        ({"top_k": 1.5}, "top_k"),
+        ({"top_k": True}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"repetition_penalty": 2.5}, "repetition_penalty"),
+        ({"ignore_eos": "yes"}, "ignore_eos"),
+        ({"stop_token_ids": 5}, "stop_token_ids"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"stop_token_ids": [True]}, "stop_token_ids"),
+        ({"stop_token_ids": list(range(65))}, "stop_token_ids"),
+        ({"min_tokens": -1}, "min_tokens"),
+    ],
+)
+def test_an_extension_out_of_range_is_refused_naming_its_field(fields: dict, named: str) -> None:
+    with pytest.raises(Refused) as caught:
+        parse_sampling(fields, Refused, prefix="sampling.")
+    assert caught.value.field == f"sampling.{named}" and named in str(caught.value)
+
+
+def test_the_openai_endpoint_takes_the_extensions_at_the_top_level_as_vllm_and_sglang_do() -> None:
+    # The openai SDK's extra_body lands its keys here, beside OpenAI's own.
+    chat = parse_request({**BASE, "max_tokens": 64, **EXTENSIONS}, 1000)
+    assert (chat.sampling.top_k, chat.sampling.ignore_eos, chat.sampling.stop_token_ids, chat.sampling.min_tokens) == (40, True, [2, 7], 8)
+    with pytest.raises(ApiError) as bad:
+        parse_request({**BASE, "repetition_penalty": 3}, 1000)
+    assert (bad.value.status, bad.value.param) == (400, "repetition_penalty")
+    with pytest.raises(ApiError) as over:
+        parse_request({**BASE, "max_tokens": 4, "min_tokens": 5}, 1000)
+    assert (over.value.status, over.value.param) == (400, "min_tokens")
+    # What neither Parley nor the engines honour stays a 400 naming it.
+    with pytest.raises(ApiError) as unknown:
+        parse_request({**BASE, "best_of": 2}, 1000)
+    assert (unknown.value.param, unknown.value.code) == ("best_of", "unsupported_parameter")
+
+
+def test_the_native_sampling_object_takes_them_too() -> None:
+    from gateway.conversations import turn_options
+    from gateway.errors import Unprocessable
+
+    sampling, max_tokens = turn_options({"sampling": EXTENSIONS, "max_tokens": 100})
+    assert (sampling.top_k, sampling.min_tokens, max_tokens) == (40, 8, 100)
+    with pytest.raises(Unprocessable, match="sampling.min_tokens"):
+        turn_options({"sampling": {"min_tokens": 200}, "max_tokens": 100})
+    with pytest.raises(Unprocessable, match="sampling.best_of"):
+        turn_options({"sampling": {"best_of": 2}})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from schemas.endings import FILTERED_NOTICE
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,7 +39,7 @@ from schemas.events import (
 )
 from workers.chat_template import CHATML, DEEPSEEK, LLAMA3, ChatTemplate
 from workers.engine_api import EngineDelta, EngineLoad, GenerateRequest
-from workers.tool_calls import call_id
+from workers.tool_calls import call_id, forced_schema
 from workers.engine_health import PROBE_S
 from workers.scheduler import Scheduler
 from workers.scripted import ScriptedEngine, scripted_reply
@@ -496,6 +497,22 @@ async def test_the_turns_sampling_reaches_the_engine_and_the_pool_default_fills_
     assert (second.temperature, second.seed, second.stop) == (SETTINGS.temperature, None, CHATML.stop)
 
 
+async def test_the_sampling_extensions_reach_the_engine_with_min_tokens_held_to_the_cap() -> None:
+    h = Harness()
+    extensions = Sampling(top_k=40, min_p=0.05, repetition_penalty=1.1, ignore_eos=True, stop_token_ids=[2, 7], min_tokens=8)
+    asked = routed("x1", "[[tokens:2]]")
+    h.scheduler.accept(replace(asked, request=replace(asked.request, sampling=extensions, max_tokens=20)), partition=0, offset=0)
+    greedy = routed("x2", "[[tokens:2]]")
+    capped = replace(greedy.request, sampling=Sampling(min_tokens=50), max_tokens=6)
+    h.scheduler.accept(replace(greedy, request=capped), partition=0, offset=1)
+    await until(lambda: len(h.finished) == 2)
+    first, second = h.engine.requests
+    assert (first.top_k, first.min_p, first.repetition_penalty, first.ignore_eos) == (40, 0.05, 1.1, True)
+    assert (first.stop_token_ids, first.min_new_tokens, first.max_new_tokens) == ((2, 7), 8, 20)
+    assert (second.min_new_tokens, second.max_new_tokens) == (6, 6)  # never past the cap the engine gets
+    assert (second.top_k, second.min_p, second.repetition_penalty, second.ignore_eos, second.stop_token_ids) == (None, None, None, False, ())
+
+
 class Speaking(ScriptedEngine):
     """An engine whose model writes ``pieces``, whatever the prompt (a model calling a tool, say)."""
 
@@ -533,6 +550,28 @@ async def test_a_models_tool_call_is_parsed_out_of_its_stream_and_closes_the_rep
     assert final.tool_calls == [call] and final.finish_reason == "stop"
     completed = h.completed("t1")
     assert (completed.content, completed.tool_calls) == ("Let me look.\n", [call])
+
+
+@pytest.mark.parametrize("template", [CHATML, LLAMA3], ids=lambda t: t.family)
+async def test_a_forced_tool_choice_sends_the_calls_schema_and_reads_the_constrained_array(template: ChatTemplate) -> None:
+    """Whatever the family, the engine is sent SGLang's array-of-calls schema for a named function (overriding a
+    response_format's) and the reply it constrains is read as the call."""
+    weather = Tools(
+        functions=[ToolFunction(name="get_weather", parameters='{"type":"object","properties":{"city":{"type":"string"}}}')],
+        choice="function", function="get_weather",
+    )  # fmt: skip
+    array = ['[{"name": "get_weather", ', '"parameters": {"city": "Paris"}}]']
+    h = Harness(engine=Speaking(array), template=template)
+    asked = routed("f1")
+    request = replace(asked.request, tools=weather, sampling=Sampling(json_schema='{"type":"string"}'))
+    h.scheduler.accept(replace(asked, request=request), partition=0, offset=0)
+    await until(lambda: h.finished == [(0, 0)])
+    (sent,) = h.engine.requests
+    assert sent.json_schema == forced_schema(weather) and json.loads(sent.json_schema)["items"]["properties"]["name"]["enum"] == ["get_weather"]
+    assert sent.text == template.render_prompt(request.messages, tools=weather)  # nothing forced in the prompt
+    *stream, final = h.chunks("f1")
+    assert "".join(c.text for c in stream) == ""
+    assert final.tool_calls == [ToolCall(id=call_id("f1", 0), name="get_weather", arguments='{"city":"Paris"}')]
 
 
 async def test_without_tools_the_text_is_the_models_as_written() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workers.engine import protocol
 from workers.engine_api import EngineRejected, EngineUnavailable, GenerateRequest
 from workers.sglang import (
     DONE,
@@ -159,6 +160,20 @@ def test_payload_is_sglangs_generate_body() -> None:
         "rid": "r-1",
     }
     assert "stop" not in generate_payload(GenerateRequest(rid="r", text="", max_new_tokens=1))["sampling_params"]
+
+
+def test_the_sampling_extensions_are_sent_by_sglangs_names_only_when_set() -> None:
+    req = GenerateRequest(
+        rid="r", text="", max_new_tokens=9, top_k=40, min_p=0.05, repetition_penalty=1.1, ignore_eos=True,
+        stop_token_ids=(2, 7), min_new_tokens=3,
+    )
+    sent = generate_payload(req)["sampling_params"]
+    assert {k: sent[k] for k in ("top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "min_new_tokens")} == {
+        "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "ignore_eos": True, "stop_token_ids": [2, 7], "min_new_tokens": 3,
+    }
+    plain = generate_payload(GenerateRequest(rid="r", text="", max_new_tokens=1))["sampling_params"]
+    assert set(plain) == {"max_new_tokens", "temperature", "top_p"}
+    assert set(sent) <= protocol.SGLANG_SAMPLING_KEYS  # every name is one SGLang's SamplingParams takes
 
 
 # ------------------------------------------------------------ the client over a mock transport

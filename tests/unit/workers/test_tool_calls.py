@@ -10,7 +10,7 @@ import pytest
 
 from schemas.events import PromptMessage, ToolCall, ToolFunction, Tools
 from workers.chat_template import CHATML, DEEPSEEK, LLAMA3
-from workers.tool_calls import DEEPSEEK_V3, HERMES, LLAMA3_JSON, Call, CallStream, Format, call_id
+from workers.tool_calls import DEEPSEEK_V3, HERMES, JSON_CALLS, LLAMA3_JSON, Call, CallStream, Format, call_id, forced_schema
 
 NAMES = ("get_current_weather", "get_weather", "search")
 TOKYO = Call("get_current_weather", '{"location":"Tokyo"}')
@@ -98,10 +98,14 @@ def test_text_that_only_looks_like_an_opener_is_shown_once_it_is_not_one() -> No
     assert llama.feed("Sure: ") == "Sure: " and llama.feed('{"a": 1}') == '{"a": 1}'  # JSON after text is text
 
 
-def test_a_forced_call_continues_the_prefill_and_parallel_false_keeps_the_first() -> None:
-    stream = CallStream(HERMES, NAMES, prefill='<tool_call>\n{"name": "search", "arguments": ')
-    assert stream.feed('{"q": "x"}}\n</tool_call>') == ""
-    assert stream.finish() == ("", [Call("search", '{"q":"x"}')])
+def test_a_forced_choices_json_array_is_read_as_calls_and_parallel_false_keeps_the_first() -> None:
+    stream = CallStream(JSON_CALLS, NAMES)
+    assert stream.feed(" ") == "" and stream.feed('[{"name": "search", ') == ""
+    assert stream.feed('"parameters": {"q": "x"}}, {"name": "get_weather", "parameters": {}}]') == ""
+    assert stream.finish() == ("", [Call("search", '{"q":"x"}'), Call("get_weather", "{}")])
+    cut = CallStream(JSON_CALLS, NAMES)
+    cut.feed('[{"name": "search", "parameters": {"q": "x')  # the length cap cut it: text, never a call
+    assert cut.finish() == ('[{"name": "search", "parameters": {"q": "x', [])
     text = RECORDED[0][1]
     single = CallStream(HERMES, NAMES, parallel=False)
     single.feed(text)
@@ -135,11 +139,44 @@ def test_the_offered_functions_are_listed_and_none_offers_nothing() -> None:
     assert CHATML.render_prompt(HISTORY[:1], tools=none).endswith("<|im_start|>assistant\n")
 
 
-def test_a_forced_choice_opens_the_reply_with_the_calls_markup() -> None:
-    named = Tools(functions=TOOLS.functions, choice="function", function="get_current_weather")
-    assert CHATML.render_prompt(HISTORY[:1], tools=named).endswith('<tool_call>\n{"name": "get_current_weather", "arguments": ')
-    assert LLAMA3.prefill(Tools(functions=TOOLS.functions, choice="required")) == '{"name": "'
-    assert DEEPSEEK.prefill(TOOLS) == ""  # auto: the model chooses
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/unit"}}, "required": ["city"],
+           "$defs": {"unit": {"enum": ["c", "f"]}}}  # fmt: skip
+FUNCTIONS = [
+    ToolFunction(name="get_weather", parameters=json.dumps(WEATHER)),
+    ToolFunction(name="search", parameters=""),
+]
+
+
+def test_a_forced_choice_is_sglangs_json_array_schema_and_its_replies_validate() -> None:
+    import jsonschema
+
+    assert forced_schema(Tools(functions=FUNCTIONS)) is None  # auto: the model chooses
+    named = json.loads(forced_schema(Tools(functions=FUNCTIONS, choice="function", function="get_weather", parallel=False)) or "")
+    assert (named["type"], named["minItems"], named["maxItems"]) == ("array", 1, 1)
+    assert named["items"]["properties"]["name"] == {"type": "string", "enum": ["get_weather"]}
+    assert named["$defs"] == {"unit": {"enum": ["c", "f"]}} and "$defs" not in named["items"]["properties"]["parameters"]
+    jsonschema.validate([{"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}], named)
+    for wrong in ([], [{"name": "search", "parameters": {}}], [{"name": "get_weather", "parameters": {"unit": "k"}}]):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, named)
+    required = json.loads(forced_schema(Tools(functions=FUNCTIONS, choice="required")) or "")
+    assert "maxItems" not in required and len(required["items"]["anyOf"]) == 2
+    jsonschema.validate([{"name": "search", "parameters": {"q": 1}}, {"name": "get_weather", "parameters": {"city": "x"}}], required)
+
+
+def test_functions_whose_definitions_clash_cannot_be_forced_together() -> None:
+    other = {"type": "object", "properties": {"u": {"$ref": "#/$defs/unit"}}, "$defs": {"unit": {"type": "integer"}}}
+    clash = Tools(functions=[*FUNCTIONS, ToolFunction(name="other", parameters=json.dumps(other))], choice="required")
+    with pytest.raises(ValueError, match="'unit' differently"):
+        forced_schema(clash)
+    assert forced_schema(Tools(functions=clash.functions, choice="function", function="other"))  # one alone is fine
+
+
+def test_a_forced_choice_adds_nothing_to_the_prompt() -> None:
+    """The constraint forces the call; the prompt is the one the model chooses from (and its cache prefix)."""
+    for template in (CHATML, LLAMA3, DEEPSEEK):
+        named = Tools(functions=TOOLS.functions, choice="function", function="get_current_weather")
+        assert template.render_prompt(HISTORY[:1], tools=named) == template.render_prompt(HISTORY[:1], tools=TOOLS)
 
 
 def test_client_text_in_tool_definitions_and_results_cannot_open_a_turn() -> None:

@@ -15,7 +15,7 @@ from parley.settings import from_env
 from workers.engine import protocol
 from workers.engine.app import create_app
 from workers.engine.batcher import TorchBackend
-from workers.engine.protocol import InvalidRequest, Progress, Sampling, parse_sampling
+from workers.engine.protocol import Grammar, InvalidRequest, Progress, Sampling, parse_sampling
 from workers.engine.settings import EngineSettings
 from workers.engine.synthetic import NO_EFFECT, SyntheticBackend, synthetic_pieces
 from workers.engine.tokenizer import ByteTokenizer, WordTokenizer
@@ -54,10 +54,7 @@ def test_defaults_clients_send_are_accepted(neutral: dict) -> None:
 @pytest.mark.parametrize(
     ("name", "value", "why"),
     [
-        ("json_schema", '{"type": "object"}', "structured output needs SGLang"),
-        ("regex", "[a-z]+", "structured output needs SGLang"),
-        ("ebnf", 'root ::= "a"', "structured output needs SGLang"),
-        ("structural_tag", "{}", "structured output needs SGLang"),
+        ("structural_tag", "{}", "structural tags need SGLang; json_schema, regex and ebnf are supported"),
         ("n", 2, "one reply per request: send the request n times"),
         ("stop_regex", [r"\d+"], "stop strings are supported, stop regexes are not"),
         ("custom_params", {"k": 1}, "custom logit processors need SGLang"),
@@ -70,10 +67,13 @@ def test_unsupported_params_are_refused_by_name(name: str, value: object, why: s
     assert str(err.value) == f"sampling param {name!r} is not supported by Parley's CPU engine ({why})"
 
 
-def test_the_json_schema_refusal_reads_as_promised() -> None:
-    with pytest.raises(InvalidRequest) as err:
-        parse_sampling({"json_schema": "{}"})
-    assert str(err.value) == "sampling param 'json_schema' is not supported by Parley's CPU engine (structured output needs SGLang)"
+def test_a_grammar_is_read_as_sent_and_only_one_is_taken() -> None:
+    assert parse_sampling({"json_schema": '{"type": "object"}'}).grammar == Grammar("json_schema", '{"type": "object"}')
+    assert parse_sampling({"regex": "[a-z]+", "json_schema": None}).grammar == Grammar("regex", "[a-z]+")
+    with pytest.raises(InvalidRequest, match=r"^Only one of regex, json_schema, or ebnf can be set\.$"):
+        parse_sampling({"regex": "a", "ebnf": 'root ::= "a"'})
+    with pytest.raises(InvalidRequest, match="'json_schema' must be a string"):
+        parse_sampling({"json_schema": {"type": "object"}})
 
 
 @pytest.mark.parametrize(
@@ -302,8 +302,11 @@ def test_server_info_lists_what_the_backend_does_with_each_param() -> None:
 
 
 def test_a_refused_param_is_a_400_or_an_error_event_as_in_sglang() -> None:
-    body = {"text": "x", "sampling_params": {"json_schema": "{}"}}
-    message = "sampling param 'json_schema' is not supported by Parley's CPU engine (structured output needs SGLang)"
+    body = {"text": "x", "sampling_params": {"structural_tag": "{}"}}
+    message = (
+        "sampling param 'structural_tag' is not supported by Parley's CPU engine "
+        "(structural tags need SGLang; json_schema, regex and ebnf are supported)"
+    )
     with TestClient(create_app(synthetic())) as http:
         plain = http.post("/generate", json=body)
         assert (plain.status_code, plain.json()) == (400, {"error": {"message": message}})
