@@ -100,9 +100,11 @@ class Step:
 # ------------------------------------------------------------------ the two paths
 
 
-async def _sse_turn(http: httpx.AsyncClient, cid: str, step: Step, headers: dict[str, str] | None = None) -> None:
-    """One turn through the stack, read as raw Server-Sent Events."""
-    body = {"content": f"Tell me about {uuid.uuid4().hex[:8]} in detail.", "client_message_id": uuid.uuid4().hex}
+async def _sse_turn(
+    http: httpx.AsyncClient, cid: str, step: Step, headers: dict[str, str] | None = None, body: dict[str, object] | None = None
+) -> None:
+    """One turn through the stack, read as raw Server-Sent Events (``body``: the message; a short question if None)."""
+    body = body or {"content": f"Tell me about {uuid.uuid4().hex[:8]} in detail.", "client_message_id": uuid.uuid4().hex}
     began, began_wall = time.perf_counter(), time.time()
     last: float | None = None
     event, reply_id = "", ""
