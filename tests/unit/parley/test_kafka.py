@@ -43,7 +43,9 @@ async def test_failed_deliveries_fail_their_futures_with_a_wakeup_per_burst(monk
     finally:
         producer.close(0)
     assert all(isinstance(o, ProduceFailed) and "timed out" in str(o) for o in outcomes)
-    assert 1 <= len(wakeups) <= 10  # one per record would be 50
+    # One per record would be 50. librdkafka expires them in as many bursts as its timeout scans find them,
+    # which a loaded machine spreads out (13 in one full run on two busy cores): bursts, not records.
+    assert 1 <= len(wakeups) <= 25
 
 
 async def test_a_cancelled_future_is_skipped_and_the_rest_resolve() -> None:
