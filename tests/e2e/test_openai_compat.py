@@ -344,6 +344,28 @@ def test_the_streaming_client_gets_tool_call_deltas_as_openai_streams_them(stack
     client.close()
 
 
+async def test_the_async_client_streams_a_call_and_sends_its_result_back(stack) -> None:
+    """``AsyncOpenAI`` (what async agents use): a streamed call gathered with ``async for``, then the result sent
+    back whole and the answer read whole."""
+    client = _client(stack, stack.new_key("plus"))
+    question = [{"role": "user", "content": "Paris weather, async. " + CALLS_WEATHER}]
+    stream = await client.chat.completions.create(model="auto", messages=question, tools=[WEATHER_TOOL], stream=True)
+    deltas, finish, content = [], None, ""
+    async for chunk in stream:
+        if chunk.choices:
+            deltas += chunk.choices[0].delta.tool_calls or []
+            finish = chunk.choices[0].finish_reason or finish
+            content += chunk.choices[0].delta.content or ""
+    assert finish == "tool_calls" and deltas and deltas[0].id and deltas[0].function is not None
+    arguments = "".join(d.function.arguments or "" for d in deltas if d.function)
+    assert (deltas[0].function.name, json.loads(arguments)) == ("get_weather", {"city": "Paris"})
+    call = {"id": deltas[0].id, "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    history = [*question, {"role": "assistant", "content": content, "tool_calls": [call]}, _tool_result(deltas[0].id)]
+    answer = await client.chat.completions.create(model="auto", messages=history, tools=[WEATHER_TOOL])
+    assert answer.choices[0].finish_reason == "stop" and answer.choices[0].message.content == ANSWER
+    await client.close()
+
+
 def test_a_tool_choice_naming_no_offered_function_is_refused_and_appends_nothing(stack) -> None:
     key = stack.new_key("plus")
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
