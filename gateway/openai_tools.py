@@ -69,17 +69,14 @@ def _function(value: Any, i: int, refuse: Refuse) -> ToolFunction:
     description = "" if description is None else description
     if not isinstance(description, str) or len(description) > DESCRIPTION_CHARS or "\x00" in description:
         raise refuse(f"`{param}.function.description` must be text of at most {DESCRIPTION_CHARS} characters", f"{param}.function.description")
-    if function.get("strict"):
-        raise refuse(
-            f"`{param}.function.strict` is not supported: arguments are constrained to the schema only under a "
-            "forced `tool_choice` (required, or the function named)",
-            f"{param}.function.strict",
-            code="unsupported_parameter",
-        )
+    strict = function.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise refuse(f"`{param}.function.strict` must be a boolean", f"{param}.function.strict", code="invalid_type")
     extra = set(function) - {"name", "description", "parameters", "strict"}
     if extra:
         raise refuse(f"`{param}.function.{sorted(extra)[0]}` is not a field Parley takes", f"{param}.function", code="unsupported_parameter")
-    return ToolFunction(name=name, description=description, parameters=_schema(function.get("parameters"), f"{param}.function.parameters", refuse))
+    parameters = _schema(function.get("parameters"), f"{param}.function.parameters", refuse)
+    return ToolFunction(name=name, description=description, parameters=parameters, strict=bool(strict))
 
 
 def _schema(value: Any, param: str, refuse: Refuse) -> str:

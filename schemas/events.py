@@ -136,6 +136,11 @@ class ToolFunction:
     name: str = doc("The function's name: letters, digits, _ and -, at most 64")
     description: str = doc("What it does, as the client wrote it", default="", sealed=True)
     parameters: str = doc("Its arguments' JSON Schema, as JSON text ('': none)", default="", sealed=True)
+    strict: bool = doc(
+        "OpenAI's strict: a call of it must match ``parameters`` exactly (the engine constrains it, tool_choice auto "
+        "included: workers/tool_calls.py structural_tag)",
+        default=False,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,7 @@ class GenerateRequest:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     json_schema: str | None = None  # structured output: the reply must match this JSON Schema
+    structural_tag: str | None = None  # SGLang's: free text, and each call from its trigger on constrained
     top_k: int | None = None  # sample among the k most likely tokens (None: no cut)
     min_p: float | None = None  # drop tokens below min_p x the most likely one's probability
     repetition_penalty: float | None = None  # SGLang's: logits of generated tokens divided by it (1: none)

@@ -29,7 +29,7 @@ from schemas.endings import ENGINE_UNAVAILABLE, WORKER_ERROR
 from schemas.events import Event, GenerationCompleted, InferenceRouted, TokenChunk, Tools, WorkerHeartbeat
 from workers import priority
 from workers.chat_template import CHATML, ChatTemplate, offered
-from workers.tool_calls import JSON_CALLS, CallStream, forced_schema
+from workers.tool_calls import JSON_CALLS, CallStream, forced_schema, structural_tag
 from workers.coalesce import Coalescer, Piece
 from workers.engine_api import EngineClient, EngineLoad, GenerateRequest
 from workers.engine_health import EngineHealth
@@ -372,6 +372,8 @@ class Scheduler:
             presence_penalty=asked.presence_penalty or 0.0,
             frequency_penalty=asked.frequency_penalty or 0.0,
             json_schema=forced or asked.json_schema,  # the calls' schema wins, as in SGLang's OpenAI server
+            # Strict functions the model may call: each call it opens is held to its schema (not with a json_schema).
+            structural_tag=None if forced or asked.json_schema or tools is None else structural_tag(tools, self._template.tool_format),
             top_k=asked.top_k,
             min_p=asked.min_p,
             repetition_penalty=asked.repetition_penalty,

@@ -228,6 +228,8 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
         sampling["frequency_penalty"] = request.frequency_penalty
     if request.json_schema is not None:
         sampling["json_schema"] = request.json_schema
+    if request.structural_tag is not None:
+        sampling["structural_tag"] = request.structural_tag
     if request.top_k is not None:
         sampling["top_k"] = request.top_k
     if request.min_p is not None:

@@ -113,6 +113,11 @@ class Format:
         """``calls`` as the model writes them (an assistant message of the history)."""
         raise NotImplementedError
 
+    def tag(self, name: str) -> tuple[str, str, str]:
+        """How one call of ``name`` is written, around its arguments: (trigger, begin, end), as SGLang's
+        structural tags take it; the begin starts with the trigger that opens it."""
+        raise NotImplementedError
+
 
 class Hermes(Format):
     name = "hermes"
@@ -137,6 +142,9 @@ class Hermes(Format):
             f'{self.OPEN}\n{{"name": {json.dumps(c.name, ensure_ascii=False)}, "arguments": {c.arguments}}}\n{self.CLOSE}'
             for c in calls
         )
+
+    def tag(self, name: str) -> tuple[str, str, str]:
+        return self.OPEN, f'{self.OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": ', f"}}\n{self.CLOSE}"
 
 
 class Llama3Json(Format):
@@ -168,6 +176,9 @@ class Llama3Json(Format):
     def render(self, calls: Sequence[Call]) -> str:
         return "; ".join(f'{{"name": {json.dumps(c.name, ensure_ascii=False)}, "parameters": {c.arguments}}}' for c in calls)
 
+    def tag(self, name: str) -> tuple[str, str, str]:
+        return '{"name": ', f'{{"name": {json.dumps(name, ensure_ascii=False)}, "parameters": ', "}"
+
 
 class DeepSeekV3(Format):
     name = "deepseek"
@@ -192,6 +203,9 @@ class DeepSeekV3(Format):
     def render(self, calls: Sequence[Call]) -> str:
         inner = "".join(f"{self.CALL}function{self.SEP}{c.name}\n```json\n{c.arguments}\n```{self.CALL_END}" for c in calls)
         return f"{self.BEGIN}{inner}{self.END}"
+
+    def tag(self, name: str) -> tuple[str, str, str]:
+        return self.CALL, f"{self.CALL}function{self.SEP}{name}\n```json\n", f"\n```{self.CALL_END}"
 
 
 class JsonCalls(Format):
@@ -251,6 +265,24 @@ def forced_schema(tools: Tools) -> str | None:
         schema["maxItems"] = 1
     schema.update(hoisted)
     return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+def structural_tag(tools: Tools, fmt: Format) -> str | None:
+    """With ``tool_choice`` auto and a function marked ``strict``: SGLang's ``structural_tag`` for the family's
+    markup (what its OpenAI server sends for strict tools), so the model writes free text, and any call it opens
+    is constrained from its trigger on: a strict function's arguments to its schema, another's to an object.
+    None when nothing is strict, or when a forced choice constrains the whole reply instead (``forced_schema``)."""
+    if tools.choice != "auto" or not any(f.strict for f in tools.functions):
+        return None
+    structures, triggers = [], []
+    for f in tools.functions:
+        trigger, begin, end = fmt.tag(f.name)
+        schema = json.loads(f.parameters) if f.strict and f.parameters else {"type": "object"}
+        structures.append({"begin": begin, "schema": schema, "end": end})
+        if trigger not in triggers:
+            triggers.append(trigger)
+    tag = {"type": "structural_tag", "structures": structures, "triggers": triggers}
+    return json.dumps(tag, ensure_ascii=False, separators=(",", ":"))
 
 
 def offered(calls: Iterable[Call], names: Iterable[str], parallel: bool = True) -> list[Call] | None:

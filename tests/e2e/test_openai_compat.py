@@ -461,3 +461,28 @@ def test_langchain_bind_tools_runs_a_tool_loop(stack) -> None:
     messages += [called, ToolMessage(get_weather.invoke(called.tool_calls[0]["args"]), tool_call_id=called.tool_calls[0]["id"])]
     answered = llm.invoke(messages)
     assert answered.content == ANSWER and not answered.tool_calls
+
+
+async def test_the_openai_agents_sdk_runs_a_strict_function_tool_to_an_answer(stack) -> None:
+    """The Agents SDK, unchanged: its function tools are ``strict`` (the arguments must match the schema), which
+    Parley holds with SGLang's structural tag; the runner calls the tool, sends its result, and ends on the answer."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # its traces would go to OpenAI's servers
+    ran: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        ran.append(city)
+        return '{"temp_c": 21} ' + _scripted(ANSWER)
+
+    client = _client(stack, stack.new_key("plus"))
+    agent = Agent(
+        name="weather", instructions="Answer with the weather tool.", tools=[get_weather],
+        model=OpenAIChatCompletionsModel(model="auto", openai_client=client),
+    )
+    assert get_weather.strict_json_schema  # the SDK's default, which Parley once refused
+    result = await Runner.run(agent, "What is the weather in Paris? " + CALLS_WEATHER, max_turns=4)
+    assert ran == ["Paris"] and result.final_output == ANSWER
+    await client.close()

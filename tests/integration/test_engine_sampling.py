@@ -80,10 +80,10 @@ async def test_frequency_and_presence_penalties_change_a_repetitive_reply(smol_e
 
 async def test_unimplemented_params_are_refused_by_name(smol_engine: str) -> None:
     message = (
-        "sampling param 'structural_tag' is not supported by Parley's CPU engine "
-        "(structural tags need SGLang; json_schema, regex and ebnf are supported)"
+        "sampling param 'stop_regex' is not supported by Parley's CPU engine "
+        "(stop strings are supported, stop regexes are not)"
     )
-    body = {"text": STORY, "sampling_params": {"max_new_tokens": 4, "structural_tag": '{"structures": []}'}}
+    body = {"text": STORY, "sampling_params": {"max_new_tokens": 4, "stop_regex": [r"\d+"]}}
     resp = httpx.post(smol_engine + "/generate", json=body)
     assert (resp.status_code, resp.json()) == (400, {"error": {"message": message}})
     n = httpx.post(smol_engine + "/generate", json={"text": STORY, "sampling_params": {"n": 2}})
@@ -93,7 +93,7 @@ async def test_unimplemented_params_are_refused_by_name(smol_engine: str) -> Non
     assert httpx.post(smol_engine + "/generate", json={"text": STORY, "sampling_params": neutral}, timeout=60).status_code == 200
     info = httpx.get(smol_engine + "/get_server_info").json()["parley_sampling_params"]
     assert "sampling_seed" in info["applied"] and info["accepted_without_effect"] == []
-    assert "structural_tag" in info["refused_unless_neutral"] and "json_schema" in info["applied"]
+    assert "stop_regex" in info["refused_unless_neutral"] and "structural_tag" in info["applied"]
 
 
 async def test_a_streamed_refusal_reaches_the_worker_client_as_rejected(smol_engine: str) -> None:

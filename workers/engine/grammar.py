@@ -56,6 +56,8 @@ def definition(grammar: Grammar) -> str:
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("a JSON Schema is an object or a boolean")
             text = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=JSON_OPTIONS)  # type: ignore[arg-type]
+        elif grammar.kind == "structural_tag":
+            text = _structural_tag(grammar.text)
         else:
             text = llguidance.grammar_from(grammar.kind, grammar.text)  # type: ignore[arg-type]
     except ValueError as exc:
@@ -64,6 +66,28 @@ def definition(grammar: Grammar) -> str:
     if failed:
         raise InvalidRequest(f"Invalid grammar request: {grammar.kind}: {messages[0].strip()}")
     return text
+
+
+def _structural_tag(text: str) -> str:
+    """SGLang's ``structural_tag`` (``{"structures": [{"begin", "schema", "end"}], "triggers": […]}``) as an
+    llguidance grammar: free text, and from each trigger on one of the structures that begin with it, its
+    arguments held to its schema (llguidance's ``StructTag``, lazy triggers). Triggers are text here, never
+    special tokens: the CPU engine's models write their tool markup as text."""
+    value = json.loads(text)
+    structures, triggers = (value.get("structures"), value.get("triggers")) if isinstance(value, dict) else (None, None)
+    if not isinstance(structures, list) or not structures or not isinstance(triggers, list) or not triggers:
+        raise ValueError("a structural tag has a list of structures and a list of triggers")
+    tags = []
+    for structure in structures:
+        begin, schema, end = (structure.get(k) for k in ("begin", "schema", "end")) if isinstance(structure, dict) else (None,) * 3
+        if not isinstance(begin, str) or not isinstance(end, str) or not isinstance(schema, dict):
+            raise ValueError("each structure has a begin and an end (text) and a schema (an object)")
+        trigger = next((t for t in triggers if isinstance(t, str) and t and begin.startswith(t)), None)
+        if trigger is None:
+            raise ValueError("each structure's begin starts with one of the triggers")
+        schema = {**schema, "x-guidance": {**JSON_OPTIONS, **schema.get("x-guidance", {})}}
+        tags.append(llguidance.StructTag(trigger=trigger, begin=begin, grammar=schema, end=end))
+    return llguidance.StructTag.to_grammar(tags, assume_special=False)
 
 
 def hf_tokenizer(hf: Any, eos_ids: Sequence[int]) -> llguidance.LLTokenizer:

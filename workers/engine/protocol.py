@@ -7,9 +7,9 @@ without starting a server:
 * ``parse_generate`` turns a ``/generate`` body into a ``GenerateInput`` or
   raises ``InvalidRequest`` with the message SGLang would give;
 * ``parse_sampling`` reads SGLang's ``sampling_params``: those in ``IMPLEMENTED``
-  are applied (with SGLang's range checks and messages; ``json_schema``, ``regex``
-  and ``ebnf`` constrain decoding, ``grammar.py``), those in ``UNSUPPORTED``
-  (``n`` > 1, ``structural_tag``, ``stop_regex``, ``custom_params``,
+  are applied (with SGLang's range checks and messages; ``json_schema``, ``regex``,
+  ``ebnf`` and ``structural_tag`` constrain decoding, ``grammar.py``), those in ``UNSUPPORTED``
+  (``n`` > 1, ``stop_regex``, ``custom_params``,
   ``stream_interval``) are refused by name with HTTP 400 unless sent at their
   neutral value; nothing is accepted and then silently ignored (the synthetic
   backend's text is fixed by the prompt: it says which params cannot change
@@ -51,11 +51,11 @@ IMPLEMENTED = frozenset(
         "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
         "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
         "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "sampling_seed",
-        "json_schema", "regex", "ebnf",
+        "json_schema", "regex", "ebnf", "structural_tag",
     }
 )
 #: SGLang's constrained-decoding params the engine applies (workers/engine/grammar.py); at most one a request.
-GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 
 def _absent(value: Any) -> bool:
@@ -66,7 +66,6 @@ def _absent(value: Any) -> bool:
 #: ``json_schema: null``), refused by name with anything else. Never accepted and ignored.
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n": (lambda v: v is None or (type(v) in (int, float) and v == 1), "one reply per request: send the request n times"),
-    "structural_tag": (_absent, "structural tags need SGLang; json_schema, regex and ebnf are supported"),
     "stop_regex": (lambda v: v is None or v == "" or v == [], "stop strings are supported, stop regexes are not"),
     "custom_params": (lambda v: v is None or v == {}, "custom logit processors need SGLang"),
     "stream_interval": (_absent, "the engine streams after every decode step"),
@@ -234,6 +233,8 @@ def parse_sampling(raw: Any) -> Sampling:
 
     grammars = [Grammar(kind, raw[kind]) for kind in GRAMMAR_KINDS if raw.get(kind) is not None]
     if len(grammars) > 1:
+        if any(g.kind == "structural_tag" for g in grammars):  # SGLang would take the other and drop the tag
+            raise InvalidRequest("structural_tag cannot be set together with regex, json_schema or ebnf.")
         raise InvalidRequest("Only one of regex, json_schema, or ebnf can be set.")  # SGLang's words
     for g in grammars:
         if not isinstance(g.text, str):

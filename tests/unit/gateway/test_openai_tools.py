@@ -101,7 +101,7 @@ def test_a_tool_conversation_is_read_with_its_calls_and_results() -> None:
         ({"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]}, "tools[0].function.description", "invalid_value"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]}, "tools[0].function.parameters", "invalid_type"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]}, "tools[0].function.parameters", "invalid_value"),
-        ({"tools": [{"type": "function", "function": {"name": "f", "strict": True}}]}, "tools[0].function.strict", "unsupported_parameter"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools[0].function.strict", "invalid_type"),
         ({"tool_choice": {"type": "function", "function": {"name": "absent"}}}, "tool_choice", "invalid_value"),
         ({"tool_choice": "always"}, "tool_choice", "invalid_value"),
         ({"tool_choice": {"type": "function"}}, "tool_choice", "invalid_value"),

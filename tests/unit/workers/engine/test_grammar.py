@@ -22,7 +22,7 @@ from workers.engine.protocol import Grammar, InvalidRequest, Progress, Sampling
 from workers.engine.settings import EngineSettings
 from workers.engine.synthetic import SyntheticBackend
 from workers.engine.torch_model import adjust_logits
-from workers.tool_calls import JSON_CALLS, forced_schema
+from workers.tool_calls import HERMES, JSON_CALLS, forced_schema, structural_tag
 
 WEATHER = {
     "type": "object",
@@ -227,3 +227,41 @@ async def test_synthetic_refuses_a_grammar_it_cannot_read() -> None:
     gen = protocol.parse_generate({"text": "x", "sampling_params": {"regex": "(unclosed"}})
     with pytest.raises(InvalidRequest, match="^Invalid grammar request: regex"):
         synthetic().submit(gen)
+
+
+# ------------------------------------------------------------ structural tags: free text, strict calls
+
+STRICT = Tools(functions=[ToolFunction(name="get_weather", parameters=json.dumps(WEATHER), strict=True), ToolFunction(name="noop")])
+TAG = Grammar("structural_tag", structural_tag(STRICT, HERMES) or "")
+
+
+def test_a_structural_tag_takes_free_text_and_holds_each_call_it_opens_to_its_functions_schema() -> None:
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "days": [1]}}\n</tool_call>'
+    assert grammar.accepts(TAG, "Just words, no call.")
+    assert grammar.accepts(TAG, "Let me look.\n" + call)
+    assert grammar.accepts(TAG, call + "\n" + call.replace("Paris", "Oslo"))  # parallel calls
+    assert not grammar.accepts(TAG, "Let me look.\n" + call.replace(', "days": [1]', ""))  # a required argument missing
+    assert not grammar.accepts(TAG, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')  # not offered
+    # A function that is not strict: its arguments are an object, no more.
+    assert grammar.accepts(TAG, '<tool_call>\n{"name": "noop", "arguments": {"anything": [1, 2]}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("text", ["[]", '{"structures": [], "triggers": ["<x>"]}', '{"structures": [{"begin": "<a>", "schema": {}, "end": ""}], "triggers": ["<b>"]}'])
+def test_a_structural_tag_that_cannot_be_read_is_refused(text: str) -> None:
+    with pytest.raises(InvalidRequest, match="Invalid grammar request: structural_tag"):
+        grammar.definition(Grammar("structural_tag", text))
+
+
+
+async def test_smollm2_writes_the_same_free_text_under_a_structural_tag_when_it_calls_nothing(smollm2: TorchBackend) -> None:
+    """The tag holds only what follows a trigger: a reply that opens no call is the model's own, token for token."""
+    prompt = chatml("What is the weather in Paris for the next 2 days, in celsius?")
+    free = await run(smollm2, "free", prompt, max_new_tokens=40, temperature=0.0)
+    tagged = await run(smollm2, "tagged", prompt, structural_tag=TAG.text, max_new_tokens=40, temperature=0.0)
+    assert "<tool_call>" not in free.text and tagged.output_ids == free.output_ids
+
+
+async def test_synthetic_keeps_a_scripted_call_a_structural_tag_accepts() -> None:
+    call = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "days": [2]}}\n</tool_call>'
+    kept = await run(synthetic(), "s", "q " + scripted(call), structural_tag=TAG.text, max_new_tokens=200)
+    assert kept.text == call

@@ -54,7 +54,6 @@ def test_defaults_clients_send_are_accepted(neutral: dict) -> None:
 @pytest.mark.parametrize(
     ("name", "value", "why"),
     [
-        ("structural_tag", "{}", "structural tags need SGLang; json_schema, regex and ebnf are supported"),
         ("n", 2, "one reply per request: send the request n times"),
         ("stop_regex", [r"\d+"], "stop strings are supported, stop regexes are not"),
         ("custom_params", {"k": 1}, "custom logit processors need SGLang"),
@@ -72,6 +71,8 @@ def test_a_grammar_is_read_as_sent_and_only_one_is_taken() -> None:
     assert parse_sampling({"regex": "[a-z]+", "json_schema": None}).grammar == Grammar("regex", "[a-z]+")
     with pytest.raises(InvalidRequest, match=r"^Only one of regex, json_schema, or ebnf can be set\.$"):
         parse_sampling({"regex": "a", "ebnf": 'root ::= "a"'})
+    with pytest.raises(InvalidRequest, match=r"^structural_tag cannot be set together with regex, json_schema or ebnf\.$"):
+        parse_sampling({"structural_tag": "{}", "json_schema": "{}"})
     with pytest.raises(InvalidRequest, match="'json_schema' must be a string"):
         parse_sampling({"json_schema": {"type": "object"}})
 
@@ -302,10 +303,10 @@ def test_server_info_lists_what_the_backend_does_with_each_param() -> None:
 
 
 def test_a_refused_param_is_a_400_or_an_error_event_as_in_sglang() -> None:
-    body = {"text": "x", "sampling_params": {"structural_tag": "{}"}}
+    body = {"text": "x", "sampling_params": {"stop_regex": [r"\d+"]}}
     message = (
-        "sampling param 'structural_tag' is not supported by Parley's CPU engine "
-        "(structural tags need SGLang; json_schema, regex and ebnf are supported)"
+        "sampling param 'stop_regex' is not supported by Parley's CPU engine "
+        "(stop strings are supported, stop regexes are not)"
     )
     with TestClient(create_app(synthetic())) as http:
         plain = http.post("/generate", json=body)
