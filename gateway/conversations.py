@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -41,6 +42,8 @@ ID_MAX = 200  # client ids, model names
 TITLE_MAX = 200
 #: What a posted message may carry; anything else is refused by name.
 POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens", "document_ids"})
+#: How long a retried POST whose question is stored waits for its reply's row before appending the turn again.
+RETRY_REPLY_WAIT_S = 10.0
 
 
 async def create_conversation(request: Request) -> Response:
@@ -213,6 +216,16 @@ async def post_message(request: Request) -> Response:
         except Unavailable:
             pass  # Cassandra is down: the tree row, as the rows from gateway/recent.py have always been
         return await turns.resume(svc, conversation.id, user.user_id, user_message_id, existing, None)
+    question = next((m for m in messages if m.id == user_message_id), None)
+    if question is not None:
+        # A retried POST whose question is stored and whose reply's row is not yet (the first attempt's gateway
+        # died between its two write-throughs, or the materializer is behind): once the reply's row is there, the
+        # reply resumes from where it began on the log; until then the same events go again, at the question's
+        # own place (never under itself, the branch's end now being the question).
+        stored = await _reply_row(svc, conversation.id, reply_id)
+        if stored is not None:
+            return await turns.resume(svc, conversation.id, user.user_id, user_message_id, stored, None)
+        parent_id = question.parent_id
     await svc.quotas.check(user, reply_id)  # 429 before anything is appended (gateway/quotas.py)
 
     common = {"conversation_id": conversation.id, "user_id": user.user_id, "trace_id": trace_id(request)}
@@ -237,6 +250,20 @@ async def post_message(request: Request) -> Response:
         sampling=sampling,
     )
     return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
+
+
+async def _reply_row(svc: Any, conversation_id: str, reply_id: str) -> Any:
+    """The reply's row, waited for up to RETRY_REPLY_WAIT_S; None if it is not there by then or Cassandra is down."""
+    deadline, pause = time.monotonic() + RETRY_REPLY_WAIT_S, 0.05
+    while True:
+        try:
+            found = await svc.store.message(conversation_id, reply_id)
+        except Unavailable:
+            return None
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def named_documents(svc: Any, named: Any) -> list[str]:

@@ -12,11 +12,13 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from parley import ids
 from parley.consumer import watermarks
+from parley.kafka import EventProducer
 from parley.partitioning import partition_for
 from schemas import codec
 from schemas.catalog import TOPICS
-from schemas.events import InferenceRequested
+from schemas.events import InferenceRequested, MessagePosted
 from tools.client import ApiError, ParleyClient
 
 
@@ -75,6 +77,63 @@ async def test_a_retried_post_yields_one_message_one_reply_and_the_same_stream(s
         assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
     finally:
         await client.close()
+
+
+async def test_a_retried_post_whose_question_landed_alone_keeps_its_place_and_gets_its_reply(stack) -> None:
+    """The first attempt's gateway died after appending the question and before its reply's request (chaos seed
+    42, replicated): the retry, finding the question stored and no reply, waits for the reply's row, then
+    appends the turn again at the question's own place. It once chose the branch's end, the question itself,
+    as the question's parent."""
+    client = stack.client()
+    try:
+        cid = await client.create_conversation()
+        first = await client.send(cid, "Count to three", client_message_id="alone-1")
+        await _settled(client, cid, 1)
+        question = MessagePosted(
+            conversation_id=cid, user_id=stack.user_id, message_id=ids.user_message_id(cid, "alone-2"),
+            parent_id=first.head["reply_id"], client_message_id="alone-2", content="And to four",
+        )
+        producer = EventProducer(stack.kafka)
+        try:
+            producer.produce_sync(question)
+        finally:
+            producer.close()
+        deadline = time.monotonic() + 60
+        while not any(m["id"] == question.message_id for m in (await client.conversation(cid))["messages"]):
+            assert time.monotonic() < deadline, "the materializer never stored the question"
+            await asyncio.sleep(0.2)
+        # Its gateway's write-through had made the question the branch's end (the reply's would have moved it on).
+        await client._json("PUT", f"/v1/conversations/{cid}/leaf", json={"leaf_id": question.message_id})
+        again = await client.send(cid, "And to four", client_message_id="alone-2")
+        assert again.head["user_message_id"] == question.message_id and again.final.event == "done"
+        by_id = {m["id"]: m for m in (await _settled(client, cid, 2))["messages"]}
+        assert by_id[question.message_id]["parent_id"] == first.head["reply_id"]
+        # On the log too: the question again at its place, never under itself.
+        posted = [e for e in _chat_events(stack, cid) if isinstance(e, MessagePosted) and e.message_id == question.message_id]
+        assert len(posted) == 2 and {e.parent_id for e in posted} == {first.head["reply_id"]}, posted
+        assert by_id[again.head["reply_id"]]["parent_id"] == question.message_id
+    finally:
+        await client.close()
+
+
+def _chat_events(stack, conversation_id: str) -> list:
+    """Every event of the conversation on chat.events, in log order (to the partition's end as it is now)."""
+    topic = stack.kafka.topic("chat.events")
+    partition = partition_for(conversation_id, TOPICS["chat.events"].partitions)
+    consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:6]}"})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    end = watermarks(consumer, TopicPartition(topic, partition), 10)[1]
+    out, seen, deadline = [], -1, time.monotonic() + 30
+    while seen < end - 1 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None or msg.error():
+            continue
+        seen = msg.offset()
+        event = codec.decode(msg.value())
+        if getattr(event, "conversation_id", None) == conversation_id:
+            out.append(event)
+    consumer.close()
+    return out
 
 
 def _prompts(stack, conversation_ids: set[str]) -> dict[str, list[InferenceRequested]]:
