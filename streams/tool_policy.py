@@ -50,6 +50,8 @@ import jsonschema
 #: Bounds on what a rule may hold (rules come from files and the admin API).
 PATTERN_CHARS = 500
 RULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+#: How deep a call's arguments may nest before they are refused (schemas, rules and lists are walked recursively).
+ARGUMENTS_DEPTH = 64
 ARGUMENT_PATH = re.compile(r"[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}")
 
 
@@ -110,8 +112,7 @@ class Rule:
             found, value = _at(arguments, path)
             if not found:
                 return False
-            values = value if isinstance(value, list) else [value]
-            hits = [matcher.matches(_text(v)) for v in values]
+            hits = [matcher.matches(_text(v)) for v in _leaves(value)]
             if not hits or not (all(hits) if every else any(hits)):
                 return False
         return True
@@ -239,15 +240,28 @@ def _matcher(spec: Any, layer: Layer, where: str) -> Matcher:
 def _parsed(tool: Tool, arguments: str) -> tuple[dict[str, Any] | None, str]:
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return None, "the arguments are not JSON"
     if not isinstance(value, dict):
         return None, "the arguments are not a JSON object"
+    if _depth(value) > ARGUMENTS_DEPTH:
+        return None, f"the arguments nest deeper than {ARGUMENTS_DEPTH} levels"
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(tool.parameters).iter_errors(value))
     if error is not None:
         place = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         return None, f"the arguments do not match the tool's schema at {place} ({error.validator})"
     return value, ""
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests, counted without recursion (a hostile value may nest to the parser's limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _at(arguments: Mapping[str, Any], path: str) -> tuple[bool, Any]:
@@ -257,6 +271,13 @@ def _at(arguments: Mapping[str, Any], path: str) -> tuple[bool, Any]:
             return False, None
         value = value[part]
     return True, value
+
+
+def _leaves(value: Any) -> list[Any]:
+    """A value's scalars and objects, lists flattened at every depth: ``[["/etc/passwd"]]`` is matched as its path."""
+    if not isinstance(value, list):
+        return [value]
+    return [leaf for item in value for leaf in _leaves(item)]
 
 
 def _text(value: Any) -> str:

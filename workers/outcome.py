@@ -8,6 +8,8 @@ stream end and post its next turn).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, replace
 
 from documents.citations import cite
@@ -85,12 +87,22 @@ def from_engine_finish(reason: str, error: str | None) -> tuple[str, str | None,
     return "failed", ENGINE_PROTOCOL, f"the engine ended the stream with an unknown finish_reason {reason!r}"[:500]
 
 
+#: An engine's grammar error quotes the schema or the tool's parameters, which are the client's (sealed on the
+#: log); the error field is not sealed, so only the grammar's kind is kept.
+_GRAMMAR_ERROR = re.compile(r"Invalid grammar request: (json_schema|regex|ebnf|structural_tag)")
+
+
+def _withheld(message: str) -> str:
+    found = _GRAMMAR_ERROR.search(message)
+    return message if found is None else f"{found.group(0)} (the details quote the request; not kept)"
+
+
 def from_error(exc: BaseException) -> tuple[str, str]:
     """(error_code, error_message) for an exception out of the engine client or the worker itself."""
     if isinstance(exc, EngineUnavailable):
         return ENGINE_UNAVAILABLE, f"the engine is unavailable: {exc}"[:500]
     if isinstance(exc, EngineRejected):
-        return ENGINE_REJECTED, f"the engine refused the request: {exc}"[:500]
+        return ENGINE_REJECTED, f"the engine refused the request: {_withheld(str(exc))}"[:500]
     if isinstance(exc, EngineError):
         return ENGINE_ERROR, f"engine error: {exc}"[:500]
     return WORKER_ERROR, f"the worker failed the generation ({type(exc).__name__})"

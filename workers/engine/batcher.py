@@ -291,7 +291,8 @@ class TorchBackend:
             added = seq.text.update(shown, final=stop_token or at_limit or complete or refused)
             if refused:
                 assert seq.constraint is not None
-                log.error("the grammar refused a token its mask allowed", extra={"rid": seq.state.rid, "error": seq.constraint.error})
+                # Not the matcher's error text: it can quote the reply.
+                log.error("the grammar refused a token its mask allowed", extra={"rid": seq.state.rid})
                 seq.finish = protocol.finish_abort("The grammar refused the sampled token.", 500, "InternalServerError")
             elif seq.text.matched is not None:
                 seq.finish = protocol.finish_stop_str(seq.text.matched)

@@ -60,7 +60,7 @@ def definition(grammar: Grammar) -> str:
             text = _structural_tag(grammar.text)
         else:
             text = llguidance.grammar_from(grammar.kind, grammar.text)  # type: ignore[arg-type]
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise InvalidRequest(f"Invalid grammar request: {grammar.kind} cannot be read: {exc}") from None
     failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
     if failed:
@@ -85,7 +85,7 @@ def _structural_tag(text: str) -> str:
         trigger = next((t for t in triggers if isinstance(t, str) and t and begin.startswith(t)), None)
         if trigger is None:
             raise ValueError("each structure's begin starts with one of the triggers")
-        schema = {**schema, "x-guidance": {**JSON_OPTIONS, **schema.get("x-guidance", {})}}
+        schema = {**schema, "x-guidance": dict(JSON_OPTIONS)}  # Parley's JSON options, whatever the schema says
         tags.append(llguidance.StructTag(trigger=trigger, begin=begin, grammar=schema, end=end))
     return llguidance.StructTag.to_grammar(tags, assume_special=False)
 

@@ -150,7 +150,9 @@ def sample(
     masks = allowed if allowed is not None else [None] * len(params)
     for row, s, generated, generator, mask in zip(logits.float(), params, outputs, generators, masks, strict=True):
         row = adjust_logits(row, s, generated, eos_ids, mask)
-        if s.greedy:
+        # A grammar that allows nothing (a matcher in error): any token, which its grammar then refuses, ending that
+        # reply alone; softmax over nothing but -inf is NaN, and multinomial would fail the whole batch.
+        if s.greedy or not bool(torch.isfinite(row).any()):
             out.append(int(row.argmax()))
             continue
         # SGLang's sampler: temperature, softmax, then top-k, top-p and min-p over the probabilities.

@@ -138,3 +138,15 @@ def test_matchers_exact_prefix_glob_and_operator_regex() -> None:
 def test_a_bad_rule_is_refused_naming_what_is_wrong(entries, layer, message) -> None:
     with pytest.raises(RuleError, match="^.*" + message.replace("(", r"\(").replace(")", r"\)")):
         rules_from(entries, layer)
+
+
+def test_nested_lists_cannot_hide_a_value_from_a_deny_rule_and_deep_arguments_are_denied() -> None:
+    paths = Tool("read", {"type": "object", "properties": {"paths": {"type": "array"}}})
+    deny = operator({"name": "no-etc", "effect": "deny", "tool": "read", "arguments": {"paths": {"prefix": "/etc/"}}})
+    assert call(paths, {"paths": [["/tmp/a", ["/etc/passwd"]]]}, operator=deny).effect is Effect.DENY
+    deep: object = "x"
+    for _ in range(100):
+        deep = [deep]
+    decision = call(paths, {"paths": deep}, operator=deny)
+    assert (decision.effect, decision.rule) == (Effect.DENY, "invalid-arguments") and "64" in decision.reason
+    assert call(paths, "[" * 100_000 + "]" * 100_000).rule == "invalid-arguments"  # past the JSON parser's depth

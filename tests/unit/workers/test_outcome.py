@@ -89,3 +89,9 @@ def test_a_cancel_by_moderation_ends_content_filter_and_drops_the_text() -> None
     assert aborted.as_cancelled("moderation") == Outcome(finish_reason="content_filter", text="")
     done = Outcome(finish_reason="stop", text="all of it")
     assert done.as_cancelled("moderation") is done  # it ended first: moderation withdraws it afterwards
+
+
+def test_an_engines_grammar_error_keeps_its_kind_and_never_the_schema_it_quotes() -> None:
+    code, message = from_error(EngineRejected('Invalid grammar request: json_schema cannot be read: at "secret_field_name"'))
+    assert "json_schema" in message and "secret_field_name" not in message
+    assert "max_new_tokens must be" in from_error(EngineRejected("max_new_tokens must be at least 0, got -1."))[1]

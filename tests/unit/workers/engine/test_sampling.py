@@ -315,3 +315,11 @@ def test_a_refused_param_is_a_400_or_an_error_event_as_in_sglang() -> None:
     assert streamed.status_code == 200  # SGLang validates inside the stream it started
     events = [line[len("data: ") :] for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert [json.loads(events[0]), events[1]] == [{"error": {"message": message}}, "[DONE]"]
+
+
+def test_a_row_whose_grammar_allows_nothing_gets_a_token_without_failing_the_batch() -> None:
+    logits = torch.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    params = [Sampling(temperature=1.0), Sampling(temperature=1.0)]
+    nothing, everything = torch.zeros(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool)
+    tokens = sample(logits, params, [[], []], [torch.Generator().manual_seed(1)] * 2, frozenset(), [nothing, everything])
+    assert len(tokens) == 2 and all(0 <= t < 3 for t in tokens)  # the first row's grammar then refuses its token
