@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cassandra import CoordinationFailure
 from cassandra.cluster import Session
 
 from parley.errors import MigrationError
@@ -24,6 +26,8 @@ _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 #: Seconds a schema statement may take (the driver's default is 10).
 DDL_TIMEOUT_S = 60
+#: Cassandra's RequestFailureReason of a replica that has not applied a table's schema yet.
+_INCOMPATIBLE_SCHEMA = 0x0003
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,23 @@ def _ddl(session: Session, statement: str) -> None:
         raise MigrationError(f"the nodes did not agree on the schema within {DDL_TIMEOUT_S}s after: {statement[:80]}")
 
 
+def _on_new_table(session: Session, statement: str, params: tuple = ()) -> object:
+    """A statement on a table this run may just have made. The driver's agreement check reads the peers'
+    schema versions as gossip reports them and skips nodes it holds down, so a replica can still answer
+    INCOMPATIBLE_SCHEMA (it has not applied the table yet) after agreement was seen: asked again until it
+    has, for at most DDL_TIMEOUT_S. Any other failure is raised at once."""
+    deadline = time.monotonic() + DDL_TIMEOUT_S
+    while True:
+        try:
+            return session.execute(statement, params, timeout=DDL_TIMEOUT_S)
+        except CoordinationFailure as exc:
+            reasons = set((exc.error_code_map or {}).values())
+            if reasons != {_INCOMPATIBLE_SCHEMA} or time.monotonic() >= deadline:
+                raise
+            session.cluster.control_connection.wait_for_schema_agreement(wait_time=5)
+            time.sleep(0.5)
+
+
 def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = CQL_DIR) -> list[Migration]:
     """Apply pending migrations; returns those applied by this call."""
     if not _IDENT.match(keyspace):
@@ -74,7 +95,8 @@ def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = C
     _ddl(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}")
     session.set_keyspace(keyspace)
     _ddl(session, "CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, name text, checksum text, applied_at timestamp)")
-    applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
+    rows = _on_new_table(session, "SELECT version, name, checksum FROM schema_migrations")
+    applied = {row.version: row for row in rows}
     done = []
     for mig in load(cql_dir):
         row = applied.get(mig.version)
@@ -87,7 +109,8 @@ def migrate(session: Session, keyspace: str, replication: str, cql_dir: Path = C
             continue
         for statement in mig.statements:
             _ddl(session, statement)
-        session.execute(
+        _on_new_table(
+            session,
             "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
             (mig.version, mig.name, mig.checksum, datetime.now(timezone.utc)),
         )

@@ -104,6 +104,11 @@ def make_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.Ap
         "broker_commit_every": 100,
         "broker_commit_interval": 1.0,
         "consumer_auto_offset_reset": "earliest",
+        # aiokafka retries a ListOffsets answered NotLeaderForPartition without refreshing its metadata,
+        # so after a broker fails over a consumer asks the old leader until the next refresh (5 min by
+        # default: a replicated chaos run saw the materializer stall that long). 15 s bounds the stall.
+        "consumer_metadata_max_age_ms": 15_000,
+        "producer_metadata_max_age_ms": 15_000,
     }
     config.update(overrides)
     return _App(app_id, **config)

@@ -40,3 +40,10 @@ def test_each_protocol_reaches_aiokafka_as_itself() -> None:
 def test_every_app_carries_the_credentials() -> None:
     app = make_app("probe", KafkaSettings(security_protocol="SASL_SSL", **SCRAM))
     assert app.conf.broker_credentials.username == "parley"
+
+
+def test_every_app_refreshes_its_metadata_within_fifteen_seconds() -> None:
+    """aiokafka's fetcher retries a ListOffsets on a stale leader until the next metadata refresh."""
+    app = make_app("probe", KafkaSettings())
+    assert app.conf.consumer_metadata_max_age_ms == 15_000
+    assert app.conf.producer_metadata_max_age_ms == 15_000
