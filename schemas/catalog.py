@@ -64,6 +64,10 @@ _MAIN: tuple[Topic, ...] = (
             ev.ConversationArchived,
             ev.ConversationDeleted,
             ev.GenerationModerated,
+            ev.ToolCallDecided,
+            ev.ToolCallAnswered,
+            ev.ToolCallStarted,
+            ev.ToolCallFinished,
         ),
         partitions=12,
         retention_ms=FOREVER,
@@ -73,6 +77,8 @@ _MAIN: tuple[Topic, ...] = (
         Topic(f"chat.inference.{pool}", "conversation_id", (ev.InferenceRouted,), partitions=6, retention_ms=DAY_MS)
         for pool in POOLS
     ),
+    # Calls of Parley's tools cleared to run: the executor's queue, partitioned like chat.events.
+    Topic("chat.tools", "conversation_id", (ev.ToolCallCleared,), partitions=12, retention_ms=7 * DAY_MS),
     Topic("chat.tokens", "conversation_id", (ev.TokenChunk,), partitions=12, retention_ms=DAY_MS),
     Topic("chat.control", "conversation_id", (ev.GenerationCancelRequested,), partitions=6, retention_ms=DAY_MS),
     # Every moderation check, for review and evals; a flag also goes to chat.events (GenerationModerated).

@@ -26,6 +26,15 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 #: auto: the model may call a tool; none: it is not offered any; required: it must call one; function: it must
 #: call the one named.
 TOOL_CHOICES = frozenset({"auto", "none", "required", "function"})
+#: Who runs a turn's tools: the client (OpenAI's function calling) or Parley (server-side tools, §13).
+TOOL_RUNNERS = frozenset({"client", "parley"})
+#: The permission broker's answer for a call (streams/tool_policy.py).
+TOOL_DECISIONS = frozenset({"allow", "ask", "deny"})
+#: approve: run it as proposed; edit: run it with the user's arguments; reject: do not run it.
+TOOL_ANSWERS = frozenset({"approve", "edit", "reject"})
+#: How a call ended. ok/error: the tool answered; denied: the broker refused; rejected: the user did;
+#: expired: nobody answered in time; unknown: it was started and nobody can tell whether it took effect.
+TOOL_OUTCOMES = frozenset({"ok", "error", "denied", "rejected", "expired", "unknown"})
 MODERATION_DIRECTIONS = frozenset({"input", "output"})
 #: input: the user's message; window: a stretch of the streaming reply; final: the reply's tail on completion.
 MODERATION_STAGES = frozenset({"input", "window", "final"})
@@ -151,9 +160,16 @@ class Tools:
     choice: str = doc("auto | none (none offered) | required (one must be called) | function (`function` must be)", default="auto")
     function: str = doc("With choice function: the function the model must call", default="")
     parallel: bool = doc("The model may call several at once (OpenAI's parallel_tool_calls)", default=True)
+    runner: str = doc(
+        "client: the client runs the calls (OpenAI's function calling); parley: Parley does, through the "
+        "permission broker and the executor (DESIGN.md §13)",
+        default="client",
+    )
+    round: int = doc("Server-side tools: how many rounds of calls this turn already had (0: none)", default=0)
 
     def __post_init__(self) -> None:
         _check(self.choice, TOOL_CHOICES, "choice")
+        _check(self.runner, TOOL_RUNNERS, "runner")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,6 +333,75 @@ class GenerationModerated(ConversationEvent):
         _check(self.direction, MODERATION_DIRECTIONS, "direction")
         _check(self.stage, MODERATION_STAGES, "stage")
         _check(self.action, MODERATION_ACTIONS, "action")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallDecided(ConversationEvent):
+    """The permission broker judged a call a reply made to one of Parley's tools (DESIGN.md §13). The model
+    never decides: the broker's rules do. broker (streams/tool_broker.py) → materializer of tool calls, gateway."""
+
+    request_id: str = doc("The reply that made the call")
+    call: ToolCall = doc("The call as the model made it")
+    decision: str = doc("allow | ask (a person must answer) | deny")
+    rule: str = doc("What decided: operator:NAME, org:NAME, unknown-tool, invalid-arguments, read-only, mode:…, no-rule")
+    reason: str = doc("Why, in words that never quote an argument's value", default="")
+
+    def __post_init__(self) -> None:
+        _check(self.decision, TOOL_DECISIONS, "decision")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallAnswered(ConversationEvent):
+    """The conversation's owner answered a call the broker asked about. gateway
+    (POST /v1/conversations/{id}/tool-calls/{call_id}) → broker."""
+
+    request_id: str = doc("The reply that made the call")
+    call_id: str = doc("The call answered")
+    answer: str = doc("approve | edit | reject")
+    arguments: str = doc("With edit: the arguments to run it with, as JSON text (the broker judges them again)", default="", sealed=True)
+
+    def __post_init__(self) -> None:
+        _check(self.answer, TOOL_ANSWERS, "answer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallCleared(ConversationEvent):
+    """A call may run: allowed by the broker, or approved by the owner. broker → the tool executor
+    (chat.tools; workers/tool_executor.py), which runs it at most once."""
+
+    request_id: str = doc("The reply that made the call")
+    call: ToolCall = doc("The call to run, with the arguments it runs with")
+    events_offset: int = doc(
+        "Offset of chat.events, in the conversation's partition, at or before the call's ToolCallStarted: where "
+        "a new owner of the call looks for what an earlier one did"
+    )
+    org_id: str = doc("The owner's organisation", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallStarted(ConversationEvent):
+    """The executor is about to call the tool; committed before the call goes out. executor → broker, replay."""
+
+    request_id: str = doc("The reply that made the call")
+    call_id: str = doc("The call: also the idempotency key the tool is sent")
+    name: str = doc("The tool")
+    executor: str = doc("The executor instance that started it", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallFinished(ConversationEvent):
+    """A call ended, whatever the way. executor (ok, error, unknown), broker (denied, rejected, expired) → broker
+    (which continues the turn once every call of the reply has ended), materializer, replay."""
+
+    request_id: str = doc("The reply that made the call")
+    call_id: str = doc("The call")
+    name: str = doc("The tool")
+    outcome: str = doc("ok | error | denied | rejected | expired | unknown")
+    result: str = doc("What the tool returned (untrusted data), or what the model is told instead", default="", sealed=True)
+    error: str = doc("Why it did not succeed, in words that never quote the tool's output", default="")
+
+    def __post_init__(self) -> None:
+        _check(self.outcome, TOOL_OUTCOMES, "outcome")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -738,6 +823,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationArchived,
         ConversationDeleted,
         GenerationModerated,
+        ToolCallDecided,
+        ToolCallAnswered,
+        ToolCallCleared,
+        ToolCallStarted,
+        ToolCallFinished,
         InferenceRequested,
         InferenceRouted,
         TokenChunk,

@@ -21,7 +21,11 @@ from schemas.events import (
     MODERATION_STAGES,
     RETRIEVAL_PATHS,
     ROLES,
+    TOOL_ANSWERS,
     TOOL_CHOICES,
+    TOOL_DECISIONS,
+    TOOL_OUTCOMES,
+    TOOL_RUNNERS,
     GenerationCompleted,
     TokenChunk,
 )
@@ -41,6 +45,10 @@ CONSTRAINED = {
     "verdict": frozenset({"clean", "flagged"}),
     "by": ERASED_BY,
     "choice": TOOL_CHOICES,
+    "runner": TOOL_RUNNERS,
+    "decision": TOOL_DECISIONS,
+    "answer": TOOL_ANSWERS,
+    "outcome": TOOL_OUTCOMES,
 }
 
 

@@ -1,0 +1,165 @@
+"""The tools Parley itself may run, and the operator's rules for them (DESIGN.md §13).
+
+One JSON file, ``PARLEY_TOOLS_FILE``, read by the gateway (what a turn may offer the model), the
+permission broker (the rules) and the executor (how to run each tool); every process reads the same file,
+so they agree. Without the file only the built-in ``fetch_url`` exists, under the default mode::
+
+    {
+      "mode": "rules",                      # rules | ask | allow-all (streams/tool_policy.py)
+      "rules": [{"name": "...", "effect": "allow", "tool": {"exact": "..."}, "arguments": {...}}],
+      "tools": [{"name": "add_expense", "description": "...", "parameters": {...JSON Schema...},
+                 "kind": "http", "url": "https://...", "read_only": false, "idempotent": true}],
+      "fetch": {"allow_networks": ["127.0.0.0/8"]},   # SSRF guard exceptions (none by default)
+      "max_rounds": 4, "approval_timeout_s": 600
+    }
+
+A tool's ``read_only`` and ``idempotent`` are the operator's word, never the tool's: an MCP server's
+annotations are hints (the MCP spec says so). ``idempotent`` means the tool honours the call id sent as its
+idempotency key, so a call repeated with the same id takes effect once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parley.errors import ConfigError
+
+TOOL_KINDS = frozenset({"http", "fetch"})
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MODES = frozenset({"rules", "ask", "allow-all"})
+
+#: The built-in URL reader: read-only, so allowed unless a rule says otherwise; private networks refused.
+FETCH_URL = "fetch_url"
+_FETCH_PARAMETERS = {
+    "type": "object",
+    "properties": {"url": {"type": "string", "maxLength": 2048, "description": "An http or https URL"}},
+    "required": ["url"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    kind: str  # http: POST url with the arguments; fetch: the built-in URL reader
+    url: str = ""
+    read_only: bool = False
+    idempotent: bool = False
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    tools: Mapping[str, ToolSpec]
+    rules: tuple[Mapping[str, Any], ...] = ()  # as written; streams/tool_policy.py rules_from checks them
+    mode: str = "rules"
+    allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    max_rounds: int = 4
+    approval_timeout_s: float = 600.0
+
+    def offered(self, names: list[str]) -> list[ToolSpec]:
+        """The specs of ``names``, in order; an unknown name is refused by name."""
+        unknown = [n for n in names if n not in self.tools]
+        if unknown:
+            raise ConfigError(f"no tool named {unknown[0]!r} is registered")
+        return [self.tools[n] for n in dict.fromkeys(names)]
+
+
+def builtins(fetch_timeout_s: float = 10.0) -> dict[str, ToolSpec]:
+    return {
+        FETCH_URL: ToolSpec(
+            FETCH_URL,
+            "Read a web page or text file at a URL and return its text",
+            _FETCH_PARAMETERS,
+            "fetch",
+            read_only=True,
+            idempotent=True,
+            timeout_s=fetch_timeout_s,
+        )
+    }
+
+
+def load(path: str | Path | None) -> ToolConfig:
+    """The configuration in ``path`` (None or '': the built-ins alone). A bad file is refused whole, naming
+    what is wrong: a half-read tool list would run tools the operator did not mean."""
+    tools = builtins()
+    if not path:
+        return ToolConfig(tools)
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"PARLEY_TOOLS_FILE {path}: {type(exc).__name__}: {exc}") from exc
+    return parse(raw, tools)
+
+
+def parse(raw: Any, tools: dict[str, ToolSpec] | None = None) -> ToolConfig:
+    tools = dict(builtins() if tools is None else tools)
+    if not isinstance(raw, dict):
+        raise ConfigError("the tools file must hold a JSON object")
+    unknown = set(raw) - {"mode", "rules", "tools", "fetch", "max_rounds", "approval_timeout_s"}
+    if unknown:
+        raise ConfigError(f"the tools file has unknown keys: {sorted(unknown)}")
+    for i, entry in enumerate(raw.get("tools", [])):
+        spec = _spec(entry, f"tools[{i}]")
+        if spec.name in tools:
+            raise ConfigError(f"tools[{i}]: {spec.name!r} is registered twice")
+        tools[spec.name] = spec
+    mode = raw.get("mode", "rules")
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
+    rules = raw.get("rules", [])
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise ConfigError("rules must be a list of objects")
+    fetch = raw.get("fetch", {})
+    try:
+        networks = tuple(ipaddress.ip_network(n, strict=False) for n in fetch.get("allow_networks", []))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"fetch.allow_networks: {exc}") from exc
+    max_rounds = raw.get("max_rounds", 4)
+    timeout = raw.get("approval_timeout_s", 600)
+    if not isinstance(max_rounds, int) or not 1 <= max_rounds <= 16:
+        raise ConfigError("max_rounds must be an integer from 1 to 16")
+    if not isinstance(timeout, (int, float)) or not 5 <= timeout <= 7 * 86400:
+        raise ConfigError("approval_timeout_s must be from 5 seconds to 7 days")
+    return ToolConfig(tools, tuple(rules), mode, networks, max_rounds, float(timeout))
+
+
+def _spec(entry: Any, where: str) -> ToolSpec:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be an object")
+    unknown = set(entry) - {"name", "description", "parameters", "kind", "url", "read_only", "idempotent", "timeout_s"}
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys: {sorted(unknown)}")
+    name = entry.get("name", "")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise ConfigError(f"{where}.name must be 1 to 64 letters, digits, _ or -")
+    kind = entry.get("kind", "http")
+    if kind != "http":  # the built-ins are Parley's own; an operator registers HTTP tools
+        raise ConfigError(f"{where}.kind must be 'http', got {kind!r}")
+    url = entry.get("url", "")
+    if not isinstance(url, str) or not re.match(r"https?://", url):
+        raise ConfigError(f"{where}.url must be an http(s) URL")
+    parameters = entry.get("parameters", {"type": "object"})
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise ConfigError(f"{where}.parameters must be a JSON Schema of type object")
+    timeout = entry.get("timeout_s", 30)
+    if not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
+        raise ConfigError(f"{where}.timeout_s must be above 0 and at most 300")
+    return ToolSpec(
+        name,
+        str(entry.get("description", "")),
+        parameters,
+        kind,
+        url,
+        bool(entry.get("read_only", False)),
+        bool(entry.get("idempotent", False)),
+        float(timeout),
+    )
