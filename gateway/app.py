@@ -26,7 +26,9 @@ from starlette.staticfiles import StaticFiles
 from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
-from gateway import admin, conversations, documents, memory, messages, models, moderations, openai_compat, telemetry, usage
+from gateway import (
+    admin, conversations, documents, memory, messages, models, moderations, openai_compat, telemetry, tool_calls, usage,
+)
 from gateway.auth import Authenticator
 from gateway.directory import Directory
 from gateway.errors import ApiError, ServiceUnavailable
@@ -41,12 +43,14 @@ from gateway import client_address, oidc, sessions
 from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
 from gateway.settings import OidcSettings, SessionSettings
-from parley import keys, schema_registry
+from parley import keys, schema_registry, tool_registry
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from schemas import sealing
 from streams.erasure_rows import ErasureRows
+from streams.tool_store import ToolStore
 from streams.router import policy_from
 from streams.settings import RouterSettings
 
@@ -167,6 +171,8 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
+    Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}/tool-calls/{call_id}", tool_calls.answer_tool_call, methods=["POST"]),
     Route("/v1/documents", documents.upload, methods=["POST"]),
     Route("/v1/documents", documents.list_documents, methods=["GET"]),
     Route("/v1/documents/{document_id}", documents.get_document, methods=["GET"]),
@@ -227,6 +233,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
+        svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
+        svc.tool_calls = ToolStore(cql, sealing.sealer())
         svc.erasures = ErasureRows(cassandra, cql)  # requests refuse the user and record the job (gateway/erasure.py)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`

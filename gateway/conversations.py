@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import replies, turns
+from gateway import replies, tool_calls, turns
 from gateway.errors import NotFound, Unprocessable
 from gateway.openai_request import MAX_TOKENS
 from gateway.sampling import FIELDS as SAMPLING_FIELDS
@@ -41,7 +41,9 @@ from streams.projection import from_time
 ID_MAX = 200  # client ids, model names
 TITLE_MAX = 200
 #: What a posted message may carry; anything else is refused by name.
-POST_FIELDS = frozenset({"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens", "document_ids"})
+POST_FIELDS = frozenset(
+    {"content", "client_message_id", "model", "parent_id", "sampling", "max_tokens", "document_ids", "tools"}
+)
 #: How long a retried POST whose question is stored waits for its reply's row before appending the turn again.
 RETRY_REPLY_WAIT_S = 10.0
 
@@ -188,6 +190,7 @@ async def post_message(request: Request) -> Response:
     content = string(body, "content", max_chars=svc.settings.max_message_chars)
     client_message_id = client_key(body, ID_MAX)
     sampling, max_tokens = turn_options(body)
+    tools = tool_calls.offered(svc.tools, body.get("tools"))
     model = chosen_model(request, string(body, "model", max_chars=ID_MAX, required=False))
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).
@@ -248,6 +251,7 @@ async def post_message(request: Request) -> Response:
         org_id=user.org_id,
         max_tokens=max_tokens,
         sampling=sampling,
+        tools=tools,
     )
     return await turns.start_reply(svc, [posted, requested], requested, user_message_id)
 

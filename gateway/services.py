@@ -50,6 +50,8 @@ class Services:
     directory: Any = None  # gateway.directory.Directory: organisations, users, keys
     keys: Any = None  # parley.keys.KeyService: seals and opens content
     erasures: Any = None  # streams.erasure_rows.ErasureRows: erasure requests and their progress
+    tools: Any = None  # parley.tool_registry.ToolConfig: the tools a turn may offer (PARLEY_TOOLS_FILE)
+    tool_calls: Any = None  # streams.tool_store.ToolStore: the broker's record of each call, read here
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

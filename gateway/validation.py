@@ -86,6 +86,8 @@ def uuid_string(value: Any, name: str) -> str:
 
 #: How every reply id ends its derivation (parley/ids.py): a client key ending so would name another key's reply.
 RESERVED_KEY_SUFFIX = ":reply"
+#: The broker's keys for the tool messages and continuations it appends (streams/tool_broker.py).
+RESERVED_KEY_PREFIX = "tool:"
 
 
 def client_key(body: dict[str, Any], max_chars: int) -> str:
@@ -94,4 +96,6 @@ def client_key(body: dict[str, Any], max_chars: int) -> str:
     value: str = string(body, "client_message_id", max_chars=max_chars)
     if value.endswith(RESERVED_KEY_SUFFIX):
         raise Unprocessable(f"`client_message_id` must not end with `{RESERVED_KEY_SUFFIX}`", code="reserved_key")
+    if value.startswith(RESERVED_KEY_PREFIX):
+        raise Unprocessable(f"`client_message_id` must not start with `{RESERVED_KEY_PREFIX}`", code="reserved_key")
     return value

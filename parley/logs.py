@@ -51,5 +51,7 @@ def setup_logging(service: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(from_env(TelemetrySettings).log_level.upper())
-    for noisy in ("cassandra", "aiokafka", "faust", "mode", "httpx"):
+    # Libraries that log request URLs or payloads (httpx, httpcore: a fetched page's address; mcp, httpx2: a
+    # tool call's arguments and result at DEBUG) stay at WARNING whatever the level: never a user's content.
+    for noisy in ("cassandra", "aiokafka", "faust", "mode", "httpx", "httpcore", "mcp", "httpx2"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

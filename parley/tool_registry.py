@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.errors import ConfigError
+from parley.settings import env
 
 TOOL_KINDS = frozenset({"http", "fetch"})
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -162,4 +163,18 @@ def _spec(entry: Any, where: str) -> ToolSpec:
         bool(entry.get("read_only", False)),
         bool(entry.get("idempotent", False)),
         float(timeout),
+    )
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """What the gateway, the permission broker and the tool executor read (DESIGN.md §13)."""
+
+    tools_file: str = env(
+        "PARLEY_TOOLS_FILE",
+        "",
+        "JSON file of the operator's tools and rules (parley/tool_registry.py); empty: the built-in fetch_url alone",
+    )
+    expiry_tick_s: float = env(
+        "PARLEY_TOOLS_EXPIRY_TICK_S", 5.0, "How often the broker looks for calls left unanswered past their timeout"
     )

@@ -30,8 +30,9 @@ TOOL_CHOICES = frozenset({"auto", "none", "required", "function"})
 TOOL_RUNNERS = frozenset({"client", "parley"})
 #: The permission broker's answer for a call (streams/tool_policy.py).
 TOOL_DECISIONS = frozenset({"allow", "ask", "deny"})
-#: approve: run it as proposed; edit: run it with the user's arguments; reject: do not run it.
-TOOL_ANSWERS = frozenset({"approve", "edit", "reject"})
+#: approve: run it as proposed; edit: run it with the user's arguments; reject: do not run it; expire: nobody
+#: answered in time (the broker's own clock, ordered on the log like any answer).
+TOOL_ANSWERS = frozenset({"approve", "edit", "reject", "expire"})
 #: How a call ended. ok/error: the tool answered; denied: the broker refused; rejected: the user did;
 #: expired: nobody answered in time; unknown: it was started and nobody can tell whether it took effect.
 TOOL_OUTCOMES = frozenset({"ok", "error", "denied", "rejected", "expired", "unknown"})
@@ -352,12 +353,13 @@ class ToolCallDecided(ConversationEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class ToolCallAnswered(ConversationEvent):
-    """The conversation's owner answered a call the broker asked about. gateway
-    (POST /v1/conversations/{id}/tool-calls/{call_id}) → broker."""
+    """The conversation's owner answered a call the broker asked about (gateway, POST
+    /v1/conversations/{id}/tool-calls/{call_id}), or the broker's timer found it unanswered too long
+    (expire) → broker, which takes the first answer a call gets on the log."""
 
     request_id: str = doc("The reply that made the call")
     call_id: str = doc("The call answered")
-    answer: str = doc("approve | edit | reject")
+    answer: str = doc("approve | edit | reject | expire")
     arguments: str = doc("With edit: the arguments to run it with, as JSON text (the broker judges them again)", default="", sealed=True)
 
     def __post_init__(self) -> None:
@@ -370,10 +372,9 @@ class ToolCallCleared(ConversationEvent):
     (chat.tools; workers/tool_executor.py), which runs it at most once."""
 
     request_id: str = doc("The reply that made the call")
-    call: ToolCall = doc("The call to run, with the arguments it runs with")
-    events_offset: int = doc(
-        "Offset of chat.events, in the conversation's partition, at or before the call's ToolCallStarted: where "
-        "a new owner of the call looks for what an earlier one did"
+    call: ToolCall = doc(
+        "The call to run, with the arguments it runs with; a new owner looks on chat.events from this event's "
+        "time for what an earlier one did"
     )
     org_id: str = doc("The owner's organisation", default="")
 

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import faust
 
@@ -360,6 +361,65 @@ def _erasure(kafka: KafkaSettings) -> Wiring:
     )
 
 
+def _tools(kafka: KafkaSettings) -> Wiring:
+    """The permission broker (streams/tool_broker.py): calls of Parley's tools judged by the operator's rules,
+    answers applied, results turned into the next turn. Its expiry timer appends ``expire`` answers, which it
+    then handles in log order like any answer."""
+    from parley import tool_registry
+    from parley.cassandra import AsyncCql
+    from parley.kafka import EventProducer
+    from streams.tool_broker import ToolBroker
+    from streams.tool_store import ToolStore
+
+    from confluent_kafka import KafkaException, TopicPartition
+
+    from parley.consumer import reader, watermarks
+    from parley.partitioning import partition_for
+    from schemas.catalog import TOPICS
+
+    cfg = from_env(tool_registry.ToolSettings)
+    tokens = reader(kafka, "tool-broker-ends")  # asked for end offsets only, never assigned
+    ends_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="token-ends")
+
+    def token_end_now(conversation_id: str) -> int:
+        tp = TopicPartition(kafka.topic("chat.tokens"), partition_for(conversation_id, TOPICS["chat.tokens"].partitions))
+        try:
+            return watermarks(tokens, tp, 10.0)[1]
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"chat.tokens' end offset: {exc}") from exc
+
+    async def token_end(conversation_id: str) -> int:
+        return await asyncio.get_running_loop().run_in_executor(ends_thread, token_end_now, conversation_id)
+
+    broker = ToolBroker(
+        tool_registry.load(cfg.tools_file), ToolStore(AsyncCql(from_env(CassandraSettings)), sealing.sealer()), token_end
+    )
+    producers: list[EventProducer] = []  # made on the timer's first tick, on the loop that awaits its acknowledgements
+
+    async def expire() -> None:
+        try:
+            due = await broker.expire_due()
+        except Unavailable:
+            log.warning("the calls waiting for an answer are unreadable; expiry waits for the next tick")
+            return
+        if due:
+            if not producers:
+                producers.append(EventProducer(kafka))
+            await asyncio.gather(*(producers[0].send(e) for e in due))
+
+    async def close() -> None:
+        for producer in producers:
+            await asyncio.to_thread(producer.close, 5)
+        await asyncio.get_running_loop().run_in_executor(ends_thread, tokens.close)
+
+    return Wiring(
+        agents=[Agent("chat.events", {Event: broker.handle})],
+        writes=("chat.events", "chat.tools"),
+        timers=[Timer(cfg.expiry_tick_s, expire)],
+        on_stop=[close],
+    )
+
+
 #: The processors, by the name the command line uses (group ``streams.<name>``): each a core module
 #: wired from its settings by the function above. Adding a processor is its core module and a row here.
 PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
@@ -370,6 +430,7 @@ PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "titler": _titler,
     "moderation": _moderation,
     "erasure": _erasure,
+    "tools": _tools,
 }
 
 

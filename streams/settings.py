@@ -339,3 +339,4 @@ class UsageSettings:
     def __post_init__(self) -> None:
         if self.retry_max_s <= 0:
             raise ConfigError(f"PARLEY_USAGE_RETRY_MAX_S must be positive, got {self.retry_max_s}")
+

@@ -142,6 +142,15 @@ class ParleyClient:
     async def conversation(self, conversation_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/conversations/{conversation_id}")
 
+    async def tool_calls(self, conversation_id: str) -> list[dict[str, Any]]:
+        return (await self._json("GET", f"/v1/conversations/{conversation_id}/tool-calls"))["tool_calls"]
+
+    async def answer_tool_call(
+        self, conversation_id: str, call_id: str, answer: str, arguments: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"answer": answer, **({"arguments": arguments} if arguments is not None else {})}
+        return await self._json("POST", f"/v1/conversations/{conversation_id}/tool-calls/{call_id}", json=body)
+
     async def upload(
         self, filename: str, data: bytes, media_type: str = "application/octet-stream", conversation_id: str | None = None
     ) -> dict[str, Any]:
@@ -172,10 +181,13 @@ class ParleyClient:
         headers: dict[str, str] | None = None,
         document_ids: list[str] | None = None,
         max_tokens: int | None = None,
+        tools: list[str] | None = None,
     ) -> AsyncIterator[SseEvent]:
         body: dict[str, Any] = {"content": content, "client_message_id": client_message_id or uuid.uuid4().hex}
         if document_ids:
             body["document_ids"] = document_ids
+        if tools:
+            body["tools"] = tools
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if parent_id is not ...:

@@ -107,6 +107,22 @@ ERASURE = Service(
     produces=("chat.events", "docs.events", "user.memory", "user.erasures"),  # the deletes, then UserErased
     group="streams.erasure",
 )
+#: Parley's own tools (DESIGN.md §13): the permission broker judges each call and continues the turn; the
+#: executor runs what was cleared, at most once.
+TOOL_BROKER = Service(
+    "tools",
+    ("streams", "tools"),
+    consumes=("chat.events",),  # turns that offer Parley's tools, their replies' calls, answers, results
+    produces=("chat.events", "chat.tools"),  # decisions, endings of calls not run, continuations; cleared calls
+    group="streams.tools",
+)
+TOOL_EXECUTOR = Service(
+    "tool-executor",
+    ("workers.tool_executor",),
+    consumes=("chat.tools",),  # and chat.events outside the group: each call's lookup
+    produces=("chat.events",),  # ToolCallStarted, ToolCallFinished, in fenced transactions
+    group="tools",
+)
 GATEWAY = Service(
     "gateway",
     ("gateway",),
@@ -130,11 +146,13 @@ EDGE = Service(
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
     ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, MODERATION,
-    DOCUMENTS, ERASURE, GATEWAY,
+    DOCUMENTS, ERASURE, TOOL_BROKER, TOOL_EXECUTOR, GATEWAY,
 )
 #: What one chat turn passes through, and nothing beside it (titles, usage, moderation, documents): a stack for
 #: a test of the chat path alone starts in about two thirds of the CPU time.
-CHAT_PATH: tuple[Service, ...] = tuple(s for s in SERVICES if s not in (USAGE, TITLER, MODERATION, DOCUMENTS, ERASURE))
+CHAT_PATH: tuple[Service, ...] = tuple(
+    s for s in SERVICES if s not in (USAGE, TITLER, MODERATION, DOCUMENTS, ERASURE, TOOL_BROKER, TOOL_EXECUTOR)
+)
 
 
 def deployment_groups(ids: Iterable[str], streams_group_prefix: str = "", topic_prefix: str = "") -> list[str]:

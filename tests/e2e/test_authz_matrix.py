@@ -23,7 +23,11 @@ or with a required body this module has no example of, fails here: no route skip
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,7 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
         ("patch", "/v1/conversations/{conversation_id}"): {"json": {"title": "renamed"}},
         ("post", "/v1/conversations/{conversation_id}/messages"): {"json": {"content": "hello", "client_message_id": str(uuid.uuid4())}},
         ("put", "/v1/conversations/{conversation_id}/leaf"): {"json": {"leaf_id": ids["message_id"]}},
+        ("post", "/v1/conversations/{conversation_id}/tool-calls/{call_id}"): {"json": {"answer": "approve"}},
         ("post", "/v1/messages/{message_id}/regenerate"): {"json": {"client_message_id": str(uuid.uuid4())}},
         ("post", "/v1/telemetry"): {"json": {"ttft_ms": 120}},
         ("post", "/v1/documents"): {"files": {"file": ("n.txt", b"Some notes about the quarter.\n", "text/plain")}},
@@ -129,9 +134,21 @@ async def _owner_resources(url: str, key: str) -> dict[str, str]:
     try:
         cid = await client.create_conversation("mine")
         reply = await client.send(cid, "Hello")
+        # A call of the built-in fetch_url (the model's, scripted): its id for the tool-call routes. The owner's
+        # answer to it is a 409 (it was never asked: read-only, so allowed), everyone else's a 404.
+        fetch = {"name": "fetch_url", "arguments": {"url": "http://127.0.0.1:9/notes"}}
+        script = base64.b64encode(f"<tool_call>\n{json.dumps(fetch)}\n</tool_call>".encode()).decode()
+        await client.send(cid, f"[[reply:{script}]]", tools=["fetch_url"])
+        deadline = time.monotonic() + 120
+        while not (calls := await client.tool_calls(cid)):
+            assert time.monotonic() < deadline, "the fetch_url call was never recorded"
+            await asyncio.sleep(0.3)
         doc = await client.upload("mine.txt", b"A page of my own notes.\n", "text/plain")
         await client.until_processed(doc["id"])
-        return {"conversation_id": cid, "message_id": reply.head["reply_id"], "document_id": doc["id"], "page": "1"}
+        return {
+            "conversation_id": cid, "message_id": reply.head["reply_id"], "document_id": doc["id"], "page": "1",
+            "call_id": calls[0]["id"],
+        }
     finally:
         await client.close()
 

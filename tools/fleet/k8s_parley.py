@@ -105,6 +105,9 @@ GROUP_PLANS: dict[str, GroupPlan] = {
     "moderation": GroupPlan(Sizing("500m", "1Gi", "2", "2Gi"), 2, lag_threshold=2000),
     # rare and short (an erasure is a few appends and writes); one member, a second only behind a backlog
     "erasure": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=20),
+    # one call at a time per executor: a few queued calls are worth another member
+    "tools": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 2, lag_threshold=50),
+    "tool-executor": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 2, lag_threshold=4, grace_s=330),
     # a job is minutes of OCR and embedding: a few waiting is reason enough; the child process takes 2 GiB
     "documents": GroupPlan(Sizing("1", "2Gi", "4", "4Gi"), 1, lag_threshold=4, grace_s=60),
 }
@@ -227,7 +230,7 @@ def parley_mounts(*extra: Doc) -> list[Doc]:
 
 def account(service: Service) -> str:
     """The Terraform-bound service account ``service``'s pods run as."""
-    return ACCOUNTS[service.module_args[0]]
+    return ACCOUNTS[service.module_args[0].split(".")[0]]  # workers.tool_executor runs as a worker
 
 
 def service_accounts(namespace: str) -> list[Doc]:

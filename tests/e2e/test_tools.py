@@ -1,0 +1,270 @@
+"""Parley's own tools end to end (DESIGN.md §13), on a stack of this module's own: the chat path, the
+permission broker and the tool executor, with real Kafka and Cassandra and the synthetic engine.
+
+The tools are a local HTTP service that counts effects per idempotency key (what a payment API does with
+``Idempotency-Key``). The model's calls are scripted (the synthetic engine's ``[[reply:…]]``); the service's
+answer scripts the model's next reply, so each test sees the whole loop: a call judged by the operator's
+rules, run at most once, its result quoted into the next turn, and the final reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tests.e2e.conftest import E2E_ENV, REPLY_DEADLINE_S
+from tools import isolated
+from tools.client import ApiError, ParleyClient
+from tools.topology import CHAT_PATH, TOOL_BROKER, TOOL_EXECUTOR
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+def scripted(text: str) -> str:
+    return f"[[reply:{base64.b64encode(text.encode()).decode()}]]"
+
+
+def calls(*calls: tuple[str, dict[str, Any]]) -> str:
+    """A user message whose reply is the model calling ``calls`` (Hermes markup, the synthetic pool's)."""
+    return scripted("".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>\n' for n, a in calls))
+
+
+class Effects(ThreadingHTTPServer):
+    """The side-effecting service: one effect per new Idempotency-Key; a repeated key gets the first answer."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.effects: Counter[str] = Counter()  # key → effects
+        self.requests: Counter[str] = Counter()  # path → requests
+        self.bodies: dict[str, dict[str, Any]] = {}
+        self.answers: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+        self.held = threading.Event()  # a request for item "slow" took effect and waits for release
+        self.release = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Effects
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        key = self.headers.get("Idempotency-Key", "")
+        s = self.server
+        with s.lock:
+            s.requests[self.path] += 1
+            answer = s.answers.get(key)
+            if answer is None:
+                s.effects[key] += 1
+                s.bodies[key] = body
+                final = f"Saved {body.get('item')} for {body.get('amount')}."
+                answer = json.dumps({"ok": True, "note": scripted(final)}).encode()
+                s.answers[key] = answer
+        if body.get("item") == "slow" and not s.release.is_set():
+            s.held.set()
+            s.release.wait(120)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"amount": {"type": "integer"}, "item": {"type": "string"}},
+    "required": ["amount", "item"],
+}
+
+
+@pytest.fixture(scope="module")
+def effects() -> Iterator[Effects]:
+    server = Effects()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tool_stack(infra, effects: Effects, tmp_path_factory) -> Iterator[isolated.IsolatedStack]:
+    config = {
+        "tools": [
+            {"name": "add_expense", "url": f"{effects.url}/expense", "idempotent": True, "parameters": SCHEMA,
+             "description": "Record an expense"},
+            {"name": "charge_card", "url": f"{effects.url}/charge", "parameters": SCHEMA, "description": "Charge a card"},
+            {"name": "delete_everything", "url": f"{effects.url}/delete", "description": "Delete all records"},
+        ],
+        "rules": [
+            {"name": "small-expenses", "effect": "allow", "tool": "add_expense", "arguments": {"amount": {"regex": "[0-9]{1,2}"}}},
+            {"name": "cards", "effect": "allow", "tool": "charge_card"},
+            {"name": "no-deletes", "effect": "deny", "tool": "delete_everything"},
+        ],
+    }
+    path = tmp_path_factory.mktemp("tools") / "tools.json"
+    path.write_text(json.dumps(config))
+    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "tools")
+    inner = isolated.start(
+        kafka, cassandra, tmp_path_factory.mktemp("tools-logs"), {**E2E_ENV, "PARLEY_TOOLS_FILE": str(path)},
+        (*CHAT_PATH, TOOL_BROKER, TOOL_EXECUTOR),
+    )
+    try:
+        yield inner
+    finally:
+        inner.stop()
+
+
+@pytest.fixture
+async def client(tool_stack: isolated.IsolatedStack) -> Any:
+    _, key = tool_stack.create_user("tools", "plus")
+    c = ParleyClient(tool_stack.url, key, reply_deadline_s=REPLY_DEADLINE_S)
+    yield c
+    await c.close()
+
+
+async def until(check: Any, what: str, timeout_s: float = REPLY_DEADLINE_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
+        await asyncio.sleep(0.3)
+
+
+async def call_in(c: ParleyClient, cid: str, state: str | None = None, outcome: str | None = None) -> dict[str, Any]:
+    async def found() -> dict[str, Any] | None:
+        for call in await c.tool_calls(cid):
+            if (state is None or call["state"] == state) and (outcome is None or call["outcome"] == outcome):
+                return call
+        return None
+
+    return await until(found, f"tool call in state {state} / outcome {outcome}")
+
+
+async def final_reply(c: ParleyClient, cid: str) -> dict[str, Any]:
+    """The reply after the tool messages, once it has ended."""
+
+    async def found() -> dict[str, Any] | None:
+        messages = (await c.conversation(cid))["messages"]
+        tools = {m["id"] for m in messages if m["role"] == "tool"}
+        return next(
+            (m for m in messages if m["role"] == "assistant" and m["parent_id"] in tools and m["status"] != "streaming"),
+            None,
+        )
+
+    return await until(found, "reply after the tool results")
+
+
+async def test_an_allowed_call_runs_once_and_its_result_continues_the_turn(client: ParleyClient, effects: Effects) -> None:
+    cid = await client.create_conversation()
+    first = await client.send(cid, calls(("add_expense", {"amount": 12, "item": "lunch"})), tools=["add_expense"])
+    assert first.final is not None and first.final.event == "done"
+    call = await call_in(client, cid, outcome="ok")
+    assert (call["decision"], call["rule"]) == ("allow", "operator:small-expenses")
+    reply = await final_reply(client, cid)
+    assert reply["content"].strip() == "Saved lunch for 12." and reply["status"] == "complete"
+    assert effects.effects[call["id"]] == 1
+    [tool_message] = [m for m in (await client.conversation(cid))["messages"] if m["role"] == "tool"]
+    assert "untrusted data" in tool_message["content"]
+
+
+async def test_arguments_outside_the_allow_rule_are_asked_and_run_once_approved(client: ParleyClient, effects: Effects) -> None:
+    cid = await client.create_conversation()
+    await client.send(cid, calls(("add_expense", {"amount": 500, "item": "laptop"})), tools=["add_expense"])
+    call = await call_in(client, cid, state="asked")
+    assert call["decision"] == "ask" and effects.effects[call["id"]] == 0
+    await client.answer_tool_call(cid, call["id"], "approve")
+    assert (await final_reply(client, cid))["content"].strip() == "Saved laptop for 500."
+    assert effects.effects[call["id"]] == 1
+    with pytest.raises(ApiError) as again:
+        await client.answer_tool_call(cid, call["id"], "approve")
+    assert again.value.status == 409
+
+
+async def test_an_edit_runs_with_the_owners_arguments_and_a_rejection_never_runs(client: ParleyClient, effects: Effects) -> None:
+    edited = await client.create_conversation()
+    await client.send(edited, calls(("add_expense", {"amount": 900, "item": "tv"})), tools=["add_expense"])
+    call = await call_in(client, edited, state="asked")
+    await client.answer_tool_call(edited, call["id"], "edit", {"amount": 90, "item": "tv"})
+    assert (await final_reply(client, edited))["content"].strip() == "Saved tv for 90."
+    assert effects.bodies[call["id"]] == {"amount": 90, "item": "tv"}
+
+    rejected = await client.create_conversation()
+    await client.send(rejected, calls(("add_expense", {"amount": 800, "item": "boat"})), tools=["add_expense"])
+    call = await call_in(client, rejected, state="asked")
+    await client.answer_tool_call(rejected, call["id"], "reject")
+    assert (await call_in(client, rejected, outcome="rejected"))["id"] == call["id"]
+    await final_reply(client, rejected)
+    assert effects.effects[call["id"]] == 0
+
+
+async def test_a_denied_call_never_reaches_the_tool_and_strangers_see_nothing(
+    client: ParleyClient, effects: Effects, tool_stack: isolated.IsolatedStack
+) -> None:
+    cid = await client.create_conversation()
+    await client.send(cid, calls(("delete_everything", {})), tools=["delete_everything"])
+    call = await call_in(client, cid, outcome="denied")
+    assert call["rule"] == "operator:no-deletes"
+    await final_reply(client, cid)
+    assert effects.requests["/delete"] == 0
+    _, other_key = tool_stack.create_user("stranger", "plus")
+    stranger = ParleyClient(tool_stack.url, other_key)
+    try:
+        for attempt in (stranger.tool_calls(cid), stranger.answer_tool_call(cid, call["id"], "approve")):
+            with pytest.raises(ApiError) as refused:
+                await attempt
+            assert refused.value.status == 404
+    finally:
+        await stranger.close()
+    with pytest.raises(ApiError) as unknown:
+        await client.send(cid, "hello", tools=["launch_rockets"])
+    assert unknown.value.status == 422 and "launch_rockets" in str(unknown.value.body)
+
+
+def _restart_executor(stack: isolated.IsolatedStack) -> None:
+    child = next(c for c in reversed(stack.supervisor.children) if c.service.name == TOOL_EXECUTOR.name)
+    child.process.kill()  # SIGKILL, mid-call
+    child.process.wait()
+    stack.supervisor.wait_ready(stack.supervisor.start(TOOL_EXECUTOR))
+
+
+@pytest.mark.parametrize(("tool", "outcome", "requests"), [("charge_card", "unknown", 1), ("add_expense", "ok", 2)])
+async def test_an_executor_killed_mid_call_never_repeats_the_effect(
+    client: ParleyClient, effects: Effects, tool_stack: isolated.IsolatedStack, tool: str, outcome: str, requests: int
+) -> None:
+    """The tool took effect and the executor died before its answer came back. charge_card does not honour the
+    idempotency key: the next owner reports the outcome unknown and never calls it again. add_expense does:
+    the next owner asks again with the same key and gets the first answer, with no second effect."""
+    effects.held.clear()
+    effects.release.clear()
+    path = "/charge" if tool == "charge_card" else "/expense"
+    before = effects.requests[path]
+    cid = await client.create_conversation()
+    await client.send(cid, calls((tool, {"amount": 7, "item": "slow"})), tools=[tool])
+    assert await asyncio.to_thread(effects.held.wait, REPLY_DEADLINE_S), "the call never reached the tool"
+    await asyncio.to_thread(_restart_executor, tool_stack)
+    effects.release.set()
+    call = await call_in(client, cid, state="finished")
+    assert call["outcome"] == outcome
+    await final_reply(client, cid)
+    assert effects.effects[call["id"]] == 1
+    assert effects.requests[path] - before == requests

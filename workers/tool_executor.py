@@ -1,0 +1,288 @@
+"""The tool executor: each call the permission broker cleared is run at most once, or reported as unknown.
+
+Consumer group ``tools`` on ``chat.tools`` (ToolCallCleared, keyed by conversation). For each record, one
+at a time per process (DESIGN.md §13):
+
+1. **Look up** what happened to the call: chat.events of the conversation's partition, from the cleared
+   event's time (less ``CLOCK_SKEW_S``) to the end (read_committed). A ToolCallFinished: done, only the
+   offset is committed. A ToolCallStarted without a finish: an earlier owner started it and nobody knows
+   whether it took effect. A tool the operator declared ``idempotent`` (it honours the call id as its
+   idempotency key) is asked again with the same key; any other ends ``unknown``, and the model and the
+   user are told so. It is never run blindly a second time.
+2. **Start**: ToolCallStarted is committed in a Kafka transaction that also commits the group's offset of
+   the record *at* the record (not past it), with the consumer's group metadata (KIP-447). A member that
+   lost the partition without knowing it (paused, cut off) is fenced there: its transaction aborts, and it
+   never calls the tool. The new owner's offset fetch waits for that transaction to end (require_stable),
+   so its lookup sees a Started that did commit.
+3. **Call** the tool with the call id as the idempotency key (HTTP ``Idempotency-Key``; workers/tool_runners.py).
+4. **Finish**: ToolCallFinished (ok, error, or unknown when the answer was lost) and the offset past the
+   record, in one fenced transaction. If this transaction cannot commit, the next owner finds the Started
+   and reports unknown (or asks an idempotent tool again): the effect still happened once.
+
+A lookup that cannot finish (the broker away) leaves the record unprocessed and tries again: nothing is
+run on a guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from parley import ids, keys, metrics, ops, schema_registry, tool_registry
+from parley.consumer import reader, records_since
+from parley.errors import BrokerUnavailable
+from parley.kafka import producer_config
+from parley.logs import setup_logging
+from parley.metrics import Readiness
+from parley.partitioning import partition_for
+from parley.settings import KafkaSettings, from_env
+from parley.transport_security import kafka_config
+from parley.tool_registry import ToolConfig, ToolSpec
+from schemas import catalog, codec
+from schemas.events import Event, ToolCallCleared, ToolCallFinished, ToolCallStarted
+from workers.tool_runners import HttpTool, NotSent, OutcomeUnknown, Runner, ToolResult
+
+log = logging.getLogger(__name__)
+
+GROUP = "tools"
+#: How far before a cleared event's time its call's Started may be stamped (clocks of two hosts).
+CLOCK_SKEW_S = 60.0
+#: How long one lookup, or one transaction's step, may take before it is tried again.
+CALL_TIMEOUT_S = 15.0
+#: A transaction left open by an executor that died holds back every read_committed reader of its
+#: chat.events partition until the coordinator aborts it: ours are one or two records, so 10 s (the workers').
+TRANSACTION_TIMEOUT_MS = 10_000
+SESSION_TIMEOUT_MS = 15_000
+#: What the model is told when nobody can know whether the tool acted.
+UNKNOWN = (
+    "This call was started but its outcome is unknown (the executor was interrupted): it may or may not have "
+    "taken effect, and it was not repeated."
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    started: bool
+    finished: bool
+
+
+def runner_for(spec: ToolSpec, config: ToolConfig) -> Runner:
+    if spec.kind == "http":
+        return HttpTool(spec)
+    if spec.kind == "fetch":
+        from workers.tool_fetch import UrlFetcher  # only a process that runs the built-in needs its parser
+
+        return UrlFetcher(allow_networks=config.allow_networks, timeout_s=spec.timeout_s)
+    raise ValueError(f"no runner for tools of kind {spec.kind!r}")
+
+
+def event_id(call_id: str, what: str) -> str:
+    return str(uuid.uuid5(ids.NS, f"tool:{call_id}:{what}"))
+
+
+class Executor:
+    def __init__(self, kafka: KafkaSettings, config: ToolConfig, instance: str) -> None:
+        self._kafka, self._config, self._instance = kafka, config, instance
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-executor")
+        self._events_topic = kafka.topic("chat.events")
+        self._tools_topic = kafka.topic("chat.tools")
+        self._partitions = catalog.TOPICS["chat.events"].partitions
+        longest = max((s.timeout_s for s in config.tools.values()), default=30.0)
+        self._consumer = Consumer(
+            kafka_config(kafka)
+            | {
+                "group.id": kafka.topic(GROUP),
+                "enable.auto.commit": False,  # committed in the transactions only
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                # A call may take its tool's whole timeout between two polls.
+                "max.poll.interval.ms": int((longest + 4 * CALL_TIMEOUT_S) * 1000),
+                # A member that died without leaving gives its partitions up this soon (the processors' 15 s).
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "heartbeat.interval.ms": SESSION_TIMEOUT_MS // 3,
+            }
+        )
+        self._ready = Readiness()
+        # Ready (parley_ready 1) once the group has assigned this member its partitions, none included.
+        self._consumer.subscribe([self._tools_topic], on_assign=lambda _c, _p: self._ready.ready())
+        self._producer = Producer(
+            producer_config(
+                kafka, **{"transactional.id": f"{kafka.topic(GROUP)}.{instance}", "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+            )
+        )
+        self._lookup = reader(kafka, "tool-lookup")
+        self._runners: dict[str, Runner] = {}
+
+    async def _blocking(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._blocking(self._producer.init_transactions, CALL_TIMEOUT_S)
+        log.info("tool executor ready", extra={"instance": self._instance})
+        while not stop.is_set():
+            msg: Message | None = await self._blocking(self._consumer.poll, 0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            await self._handle(msg, stop)
+        await self._blocking(self._close)
+
+    def _close(self) -> None:
+        self._consumer.close()
+        self._lookup.close()
+
+    async def _handle(self, msg: Message, stop: asyncio.Event) -> None:
+        try:
+            event = await codec.decode_async(msg.value())
+        except codec.CodecError:
+            log.warning("an undecodable record on chat.tools was skipped", extra={"offset": msg.offset()})
+            await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1), stop)
+            return
+        if not isinstance(event, ToolCallCleared):
+            await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1), stop)
+            return
+        found: Found = await self._until_done(lambda: self._look_up(event), stop)
+        spec = self._config.tools.get(event.call.name)
+        ids_ = {"conversation_id": event.conversation_id, "call_id": event.call.id, "tool": event.call.name}
+        if found.finished:
+            log.info("a call already finished was skipped", extra=ids_)
+            await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1), stop)
+            return
+        if spec is None:  # the broker denies unknown tools; a file changed between the two is said so
+            result = ToolResult("error", "", "the tool is no longer registered")
+        elif found.started and not spec.idempotent:
+            log.warning("a call started by an earlier owner ends unknown", extra=ids_)
+            result = ToolResult("unknown", UNKNOWN, "started by an earlier owner; outcome unknown")
+        else:
+            if not found.started:
+                started = ToolCallStarted(
+                    event_id=event_id(event.call.id, "started"), conversation_id=event.conversation_id,
+                    user_id=event.user_id, trace_id=event.trace_id, request_id=event.request_id,
+                    call_id=event.call.id, name=event.call.name, executor=self._instance,
+                )
+                # Committed with the offset AT the record: a fenced member aborts here and never calls.
+                await self._until_done(lambda: self._transact([started], msg.partition(), msg.offset()), stop)
+            result = await self._call(spec, event)
+        finished = ToolCallFinished(
+            event_id=event_id(event.call.id, "finished"), conversation_id=event.conversation_id, user_id=event.user_id,
+            trace_id=event.trace_id, request_id=event.request_id, call_id=event.call.id, name=event.call.name,
+            outcome=result.outcome, result=result.text, error=result.error,
+        )
+        await self._until_done(lambda: self._transact([finished], msg.partition(), msg.offset() + 1), stop)
+        log.info("a tool call finished", extra={**ids_, "outcome": result.outcome})
+
+    async def _call(self, spec: ToolSpec, event: ToolCallCleared) -> ToolResult:
+        runner = self._runners.get(spec.name) or self._runners.setdefault(spec.name, runner_for(spec, self._config))
+        try:
+            arguments = json.loads(event.call.arguments or "{}")
+            return await asyncio.wait_for(runner.run(arguments, event.call.id), spec.timeout_s + 5)
+        except NotSent as exc:
+            return ToolResult("error", "", f"the tool could not be reached ({exc})")
+        except (OutcomeUnknown, asyncio.TimeoutError) as exc:
+            return ToolResult("unknown", UNKNOWN, f"no answer from the tool ({type(exc).__name__})")
+
+    async def _until_done(self, step: Any, stop: asyncio.Event) -> Any:
+        """``step`` in the Kafka thread, tried again while the broker is away (never skipped)."""
+        pause = 0.2
+        while True:
+            try:
+                return await self._blocking(step)
+            except (BrokerUnavailable, KafkaException) as exc:
+                if _fatal(exc):
+                    raise
+                log.warning("a tool step failed; trying again", extra={"error_type": type(exc).__name__})
+                if stop.is_set():
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    # ------------------------------------------------------------ Kafka thread
+
+    def _look_up(self, event: ToolCallCleared) -> Found:
+        partition = partition_for(event.conversation_id, self._partitions)
+        since_ms = int(event.occurred_at / 1000 - CLOCK_SKEW_S * 1000)
+        started = finished = False
+        for msg in records_since(self._lookup, [TopicPartition(self._events_topic, partition, since_ms)], CALL_TIMEOUT_S):
+            value = msg.value()
+            if value is None or event.call.id.encode() not in value:  # the call id is never sealed
+                continue
+            try:
+                seen = codec.decode(value)
+            except codec.CodecError:
+                continue
+            if isinstance(seen, ToolCallStarted) and seen.call_id == event.call.id:
+                started = True
+            elif isinstance(seen, ToolCallFinished) and seen.call_id == event.call.id:
+                finished = True
+        self._lookup.unassign()
+        return Found(started, finished)
+
+    def _transact(self, events: list[Event], partition: int, position: int) -> None:
+        p = self._producer
+        p.begin_transaction()
+        try:
+            for e in events:
+                p.produce(self._kafka.topic(catalog.topic_name_for(e)), key=e.key, value=codec.encode(e))
+            p.send_offsets_to_transaction(
+                [TopicPartition(self._tools_topic, partition, position)],
+                self._consumer.consumer_group_metadata(),
+                CALL_TIMEOUT_S,
+            )
+            p.commit_transaction(CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.txn_requires_abort():
+                p.abort_transaction(CALL_TIMEOUT_S)
+            raise
+
+
+def _fatal(exc: Exception) -> bool:
+    """Fenced (another member took over) or a producer that can never be used again."""
+    if not isinstance(exc, KafkaException):
+        return False
+    err: KafkaError = exc.args[0]
+    return err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m workers.tool_executor", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--instance",
+        default=os.environ.get("PARLEY_TOOL_EXECUTOR_ID") or f"{socket.gethostname()}-{os.getpid()}",
+        help="stable id of this executor (its transactional id): a restart with the same id aborts what it left open",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    setup_logging("tool-executor")
+    keys.install_from_env()
+    kafka = from_env(KafkaSettings)
+    schema_registry.install(kafka)
+    if metrics.serve_from_env("tool-executor") is not None:
+        ops.register_lag(kafka, [kafka.topic(GROUP)])
+    config = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await Executor(kafka, config, args.instance).run(stop)
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
