@@ -8,7 +8,9 @@ so they agree. Without the file only the built-in ``fetch_url`` exists, under th
       "mode": "rules",                      # rules | ask | allow-all (streams/tool_policy.py)
       "rules": [{"name": "...", "effect": "allow", "tool": {"exact": "..."}, "arguments": {...}}],
       "tools": [{"name": "add_expense", "description": "...", "parameters": {...JSON Schema...},
-                 "kind": "http", "url": "https://...", "read_only": false, "idempotent": true}],
+                 "kind": "http", "url": "https://...", "read_only": false, "idempotent": true},
+                {"name": "search_wiki", "kind": "mcp", "url": "https://mcp.example/mcp", "remote": "search",
+                 "parameters": {...}, "read_only": true}],
       "fetch": {"allow_networks": ["127.0.0.0/8"]},   # SSRF guard exceptions (none by default)
       "max_rounds": 4, "approval_timeout_s": 600
     }
@@ -31,7 +33,8 @@ from typing import Any
 from parley.errors import ConfigError
 from parley.settings import env
 
-TOOL_KINDS = frozenset({"http", "fetch"})
+#: http: POST url with the arguments; mcp: a tool of an MCP server at url (streamable HTTP); fetch: the built-in.
+TOOL_KINDS = frozenset({"http", "mcp", "fetch"})
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MODES = frozenset({"rules", "ask", "allow-all"})
 
@@ -50,8 +53,9 @@ class ToolSpec:
     name: str
     description: str
     parameters: Mapping[str, Any]
-    kind: str  # http: POST url with the arguments; fetch: the built-in URL reader
+    kind: str  # TOOL_KINDS
     url: str = ""
+    remote: str = ""  # mcp: the tool's name on its server ('': the same name)
     read_only: bool = False
     idempotent: bool = False
     timeout_s: float = 30.0
@@ -136,15 +140,18 @@ def parse(raw: Any, tools: dict[str, ToolSpec] | None = None) -> ToolConfig:
 def _spec(entry: Any, where: str) -> ToolSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where} must be an object")
-    unknown = set(entry) - {"name", "description", "parameters", "kind", "url", "read_only", "idempotent", "timeout_s"}
+    unknown = set(entry) - {"name", "description", "parameters", "kind", "url", "remote", "read_only", "idempotent", "timeout_s"}
     if unknown:
         raise ConfigError(f"{where} has unknown keys: {sorted(unknown)}")
     name = entry.get("name", "")
     if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
         raise ConfigError(f"{where}.name must be 1 to 64 letters, digits, _ or -")
     kind = entry.get("kind", "http")
-    if kind != "http":  # the built-ins are Parley's own; an operator registers HTTP tools
-        raise ConfigError(f"{where}.kind must be 'http', got {kind!r}")
+    if kind not in ("http", "mcp"):  # the built-ins are Parley's own
+        raise ConfigError(f"{where}.kind must be 'http' or 'mcp', got {kind!r}")
+    remote = entry.get("remote", "")
+    if not isinstance(remote, str) or (remote and kind != "mcp"):
+        raise ConfigError(f"{where}.remote names an MCP server's tool (kind 'mcp' only)")
     url = entry.get("url", "")
     if not isinstance(url, str) or not re.match(r"https?://", url):
         raise ConfigError(f"{where}.url must be an http(s) URL")
@@ -160,6 +167,7 @@ def _spec(entry: Any, where: str) -> ToolSpec:
         parameters,
         kind,
         url,
+        remote,
         bool(entry.get("read_only", False)),
         bool(entry.get("idempotent", False)),
         float(timeout),

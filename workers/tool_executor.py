@@ -80,6 +80,10 @@ class Found:
 def runner_for(spec: ToolSpec, config: ToolConfig) -> Runner:
     if spec.kind == "http":
         return HttpTool(spec)
+    if spec.kind == "mcp":
+        from workers.tool_mcp import McpRunner
+
+        return McpRunner(spec.url, spec.remote or spec.name, timeout_s=spec.timeout_s)
     if spec.kind == "fetch":
         from workers.tool_fetch import UrlFetcher  # only a process that runs the built-in needs its parser
 

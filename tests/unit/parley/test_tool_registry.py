@@ -37,6 +37,7 @@ def test_a_file_adds_http_tools_rules_and_the_fetch_allowance(tmp_path: Path) ->
     [
         ({"tools": [{**TOOL, "url": "file:///etc/passwd"}]}, "url"),
         ({"tools": [{**TOOL, "kind": "shell"}]}, "kind"),
+        ({"tools": [{**TOOL, "remote": "other"}]}, "remote"),
         ({"tools": [{**TOOL, "name": "no spaces allowed"}]}, "name"),
         ({"tools": [{**TOOL, "parameters": {"type": "string"}}]}, "parameters"),
         ({"tools": [{**TOOL, "read_only": True, "surprise": 1}]}, "unknown keys"),
@@ -53,6 +54,12 @@ def test_a_file_adds_http_tools_rules_and_the_fetch_allowance(tmp_path: Path) ->
 def test_a_bad_file_is_refused_whole_naming_what_is_wrong(raw: object, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         parse(raw)
+
+
+def test_an_mcp_servers_tool_is_named_locally_and_called_by_its_remote_name() -> None:
+    config = parse({"tools": [{**TOOL, "kind": "mcp", "url": "https://mcp.example/mcp", "remote": "add"}]})
+    spec = config.tools["add_expense"]
+    assert (spec.kind, spec.url, spec.remote) == ("mcp", "https://mcp.example/mcp", "add")
 
 
 def test_an_unreadable_file_is_refused(tmp_path: Path) -> None:
