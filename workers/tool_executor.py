@@ -122,7 +122,12 @@ class Executor:
         self._consumer.subscribe([self._tools_topic], on_assign=lambda _c, _p: self._ready.ready())
         self._producer = Producer(
             producer_config(
-                kafka, **{"transactional.id": f"{kafka.topic(GROUP)}.{instance}", "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+                kafka,
+                **{
+                    "transactional.id": f"{kafka.topic(GROUP)}.{instance}",
+                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    "delivery.timeout.ms": TRANSACTION_TIMEOUT_MS,  # deliveries fit inside a transaction
+                },
             )
         )
         self._lookup = reader(kafka, "tool-lookup")

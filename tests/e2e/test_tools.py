@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tests.e2e.conftest import E2E_ENV, REPLY_DEADLINE_S
@@ -28,7 +29,7 @@ from tools import isolated
 from tools.client import ApiError, ParleyClient
 from tools.topology import CHAT_PATH, TOOL_BROKER, TOOL_EXECUTOR
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 
 def scripted(text: str) -> str:
@@ -47,10 +48,12 @@ class Effects(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.effects: Counter[str] = Counter()  # key → effects
         self.requests: Counter[str] = Counter()  # path → requests
+        self.asked: Counter[str] = Counter()  # key → requests
         self.bodies: dict[str, dict[str, Any]] = {}
         self.answers: dict[str, bytes] = {}
         self.lock = threading.Lock()
-        self.held = threading.Event()  # a request for item "slow" took effect and waits for release
+        self.hold_item = ""  # a request for this item takes effect, then waits for release before answering
+        self.held = threading.Event()
         self.release = threading.Event()
 
     @property
@@ -67,6 +70,7 @@ class _Handler(BaseHTTPRequestHandler):
         s = self.server
         with s.lock:
             s.requests[self.path] += 1
+            s.asked[key] += 1
             answer = s.answers.get(key)
             if answer is None:
                 s.effects[key] += 1
@@ -74,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
                 final = f"Saved {body.get('item')} for {body.get('amount')}."
                 answer = json.dumps({"ok": True, "note": scripted(final)}).encode()
                 s.answers[key] = answer
-        if body.get("item") == "slow" and not s.release.is_set():
+        if s.hold_item and body.get("item") == s.hold_item and not s.release.is_set():
             s.held.set()
             s.release.wait(120)
         self.send_response(200)
@@ -132,7 +136,7 @@ def tool_stack(infra, effects: Effects, tmp_path_factory) -> Iterator[isolated.I
         inner.stop()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="function")  # the test's own loop, which its client's connections live on
 async def client(tool_stack: isolated.IsolatedStack) -> Any:
     _, key = tool_stack.create_user("tools", "plus")
     c = ParleyClient(tool_stack.url, key, reply_deadline_s=REPLY_DEADLINE_S)
@@ -150,10 +154,16 @@ async def until(check: Any, what: str, timeout_s: float = REPLY_DEADLINE_S) -> A
         await asyncio.sleep(0.3)
 
 
-async def call_in(c: ParleyClient, cid: str, state: str | None = None, outcome: str | None = None) -> dict[str, Any]:
+async def call_in(
+    c: ParleyClient, cid: str, state: str | None = None, outcome: str | None = None, reply_id: str | None = None
+) -> dict[str, Any]:
+    """The first call of ``cid`` (of the reply ``reply_id``, if named) in ``state`` with ``outcome``, waited for."""
+
     async def found() -> dict[str, Any] | None:
         for call in await c.tool_calls(cid):
-            if (state is None or call["state"] == state) and (outcome is None or call["outcome"] == outcome):
+            if (state is None or call["state"] == state) and (outcome is None or call["outcome"] == outcome) and (
+                reply_id is None or call["reply_id"] == reply_id
+            ):
                 return call
         return None
 
@@ -253,18 +263,16 @@ async def test_an_executor_killed_mid_call_never_repeats_the_effect(
 ) -> None:
     """The tool took effect and the executor died before its answer came back. charge_card does not honour the
     idempotency key: the next owner reports the outcome unknown and never calls it again. add_expense does:
-    the next owner asks again with the same key and gets the first answer, with no second effect."""
+    the next owner asks again with the same key and gets the first answer, with no second effect. (Told the
+    outcome is unknown, the scripted model calls again: a new call, with an id of its own.)"""
+    effects.hold_item = item = f"slow {uuid.uuid4().hex[:6]}"  # this test's call only, not an earlier one's repeat
     effects.held.clear()
     effects.release.clear()
-    path = "/charge" if tool == "charge_card" else "/expense"
-    before = effects.requests[path]
     cid = await client.create_conversation()
-    await client.send(cid, calls((tool, {"amount": 7, "item": "slow"})), tools=[tool])
+    first = await client.send(cid, calls((tool, {"amount": 7, "item": item})), tools=[tool])
     assert await asyncio.to_thread(effects.held.wait, REPLY_DEADLINE_S), "the call never reached the tool"
     await asyncio.to_thread(_restart_executor, tool_stack)
     effects.release.set()
-    call = await call_in(client, cid, state="finished")
+    call = await call_in(client, cid, state="finished", reply_id=first.head["reply_id"])
     assert call["outcome"] == outcome
-    await final_reply(client, cid)
-    assert effects.effects[call["id"]] == 1
-    assert effects.requests[path] - before == requests
+    assert effects.effects[call["id"]] == 1 and effects.asked[call["id"]] == requests
