@@ -183,6 +183,12 @@ class ToolSettings:
         "",
         "JSON file of the operator's tools and rules (parley/tool_registry.py); empty: the built-in fetch_url alone",
     )
+    executor_id: str = env(
+        "PARLEY_TOOL_EXECUTOR_ID",
+        "",
+        "Stable id of a tool executor (its Kafka transactional id): a restart under the same id aborts what the "
+        "last one left open at once; empty: <hostname>-<pid>",
+    )
     expiry_tick_s: float = env(
         "PARLEY_TOOLS_EXPIRY_TICK_S", 5.0, "How often the broker looks for calls left unanswered past their timeout"
     )

@@ -27,13 +27,17 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from moderation.injection import detect
 from parley import ids
 from parley.tool_registry import ToolConfig
 from schemas import events as ev
 from streams import tool_policy as policy
-from streams.tool_store import CallRow, ToolStore
+from streams.tool_rows import CallRow
+
+if TYPE_CHECKING:
+    from streams.tool_store import ToolStore
 
 log = logging.getLogger(__name__)
 

@@ -8,42 +8,15 @@ to its cell and call (``tool_calls.arguments/<call_id>``), so an erasure shreds 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from parley.cassandra import AsyncCql
 from schemas import codec, sealing
 from schemas.events import GenerationRequested
+from streams.tool_rows import Ask, CallRow
 
 #: The one partition of tool_asks: pending answers are few.
 ASKS_SHARD = 0
-
-
-@dataclass(frozen=True)
-class CallRow:
-    request_id: str
-    call_id: str
-    position: int
-    user_id: str
-    name: str
-    arguments: str
-    decision: str
-    rule: str
-    reason: str
-    state: str  # decided (allow, deny) | asked | cleared | finished
-    settled_by: str
-    outcome: str = ""
-    result: str = ""
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class Ask:
-    conversation_id: str
-    call_id: str
-    request_id: str
-    user_id: str
-    asked_at: datetime
 
 
 def _at(column: str, call_id: str) -> str:

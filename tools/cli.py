@@ -134,6 +134,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
     from gateway.settings import GatewaySettings, OidcSettings, QuotaSettings, SessionSettings
     from moderation.settings import ModerationSettings
     from parley.keys import KeySettings
+    from parley.tool_registry import ToolSettings
     from streams.settings import (
         ContextSettings,
         MaterializerSettings,
@@ -158,6 +159,7 @@ def _settings_by_service() -> list[tuple[str, type]]:
         ("context builder", ContextSettings),
         ("router", RouterSettings),
         ("materializer", MaterializerSettings),
+        ("gateway, tool broker, tool executor: Parley's tools", ToolSettings),
         ("usage", UsageSettings),
         ("titler", TitlerSettings),
         ("moderation (processor, strict context builder, POST /v1/moderations)", ModerationSettings),

@@ -267,7 +267,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m workers.tool_executor", description=__doc__.splitlines()[0])
     p.add_argument(
         "--instance",
-        default=os.environ.get("PARLEY_TOOL_EXECUTOR_ID") or f"{socket.gethostname()}-{os.getpid()}",
+        default=from_env(tool_registry.ToolSettings).executor_id or f"{socket.gethostname()}-{os.getpid()}",
         help="stable id of this executor (its transactional id): a restart with the same id aborts what it left open",
     )
     return p.parse_args(argv)

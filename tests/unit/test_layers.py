@@ -77,9 +77,9 @@ IO_CLIENTS = {"faust", "mode", "aiokafka", "confluent_kafka", "cassandra"}
 SHELLS = {
     "streams.__main__", "streams.app", "streams.processors", "streams.readers", "streams.route_recall",
     "streams.route_backlog",
-    "streams.store", "streams.summary_store", "streams.erasure_rows",
+    "streams.store", "streams.summary_store", "streams.erasure_rows", "streams.tool_store",
     "workers.__main__", "workers.worker", "workers.intake", "workers.control", "workers.sink",
-    "workers.transactions", "workers.history_reader",
+    "workers.transactions", "workers.history_reader", "workers.tool_executor",
     "documents.index", "documents.worker", "documents.__main__",
 }  # fmt: skip
 

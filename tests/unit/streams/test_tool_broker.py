@@ -13,7 +13,7 @@ import pytest
 from parley import tool_registry
 from schemas import events as ev
 from streams.tool_broker import ToolBroker
-from streams.tool_store import Ask, CallRow
+from streams.tool_rows import Ask, CallRow
 
 CID, USER = str(uuid.uuid4()), "u-1"
 NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
