@@ -54,6 +54,10 @@ from streams.tool_store import ToolStore
 from streams.router import policy_from
 from streams.settings import RouterSettings
 
+#: The most one Cassandra statement of a request may take, its first prepare included: an auth read and a data
+#: read fit in a reader's 30 s with room, and a paused node is a 503 in seconds (parley/cassandra.py AsyncCql).
+CQL_DEADLINE_S = 10.0
+
 log = logging.getLogger(__name__)
 
 OPENAPI = Path(__file__).resolve().parent.parent / "schemas" / "openapi.yaml"
@@ -220,7 +224,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         session = await asyncio.to_thread(connect, cassandra)
         key_service = await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
         await asyncio.to_thread(schema_registry.install, kafka)  # before the first append
-        cql = AsyncCql(cassandra, session)
+        cql = AsyncCql(cassandra, session, deadline_s=CQL_DEADLINE_S)
         store = Store(cql)
         # An append the client was told failed (503 after PARLEY_GATEWAY_APPEND_TIMEOUT_S) should not
         # land much later: librdkafka gives it up at about the same time.

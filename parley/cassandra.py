@@ -110,10 +110,15 @@ class AsyncCql:
     """CQL on one session as awaitables. ``{ks}`` in a statement stands for the keyspace of ``settings``.
 
     Without a ``session`` it connects on first use (off the event loop: connecting blocks).
+    ``deadline_s``: the most one statement may take whole, its first prepare included, before it fails as
+    StoreUnavailable (None: the driver's own bounds). A statement new to a process meets a paused node twice,
+    once to prepare and once to run (up to ~14 s and 10 s on a single node): the gateway, which must answer
+    a reader, bounds the two together (bench.chaos saw a read answered after 30 s).
     """
 
-    def __init__(self, settings: CassandraSettings, session: Session | None = None) -> None:
+    def __init__(self, settings: CassandraSettings, session: Session | None = None, deadline_s: float | None = None) -> None:
         self.settings = settings
+        self._deadline_s = deadline_s
         self._session = session
         self._connecting = asyncio.Lock()  # concurrent first queries share one connection
         self._prepared: dict[str, PreparedStatement] = {}
@@ -139,6 +144,17 @@ class AsyncCql:
         """Every row ``cql`` answers (all pages), as a prepared statement. ``consistency`` overrides the
         session's level and ``paged=False`` asks for one unpaged result, for the statements that allow no
         other (SAI ANN queries: consistency ONE, and a second page would be a second, different search)."""
+        return await self._bounded(self._run(cql, values, consistency, paged))
+
+    async def _bounded(self, step: Any) -> Any:
+        if self._deadline_s is None:
+            return await step
+        try:
+            return await asyncio.wait_for(step, self._deadline_s)
+        except asyncio.TimeoutError as exc:  # the driver's future is left to end on its own; its answer unused
+            raise self._unavailable(TimeoutError(f"no answer within {self._deadline_s:.0f}s")) from exc
+
+    async def _run(self, cql: str, values: tuple[Any, ...], consistency: int | None, paged: bool) -> list[Any]:
         try:
             session = await self.session()
             statement = await self._statement(session, cql)
@@ -159,6 +175,9 @@ class AsyncCql:
         """Writes as one unlogged batch of prepared statements: one request, and for statements of one
         partition key one mutation, applied together (no batch log: a batch of several partitions is
         not atomic across them)."""
+        await self._bounded(self._run_batch(statements))
+
+    async def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         try:
             session = await self.session()
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)

@@ -70,7 +70,11 @@ def sign_in(cassandra: object, url: str, user_id: str) -> tuple[str, str]:
 def stack(infra, tmp_path_factory) -> Iterator[Stack]:
     """Its own topics and keyspace, so its traffic never meets the integration tests'."""
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "e2e")
-    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("stack-logs"), {**E2E_ENV, **SEARCHES_DOCUMENTS})
+    # Every call of the built-in fetch_url is asked (mode ask): the API tests find a call waiting for its answer.
+    tools_file = tmp_path_factory.mktemp("tools") / "tools.json"
+    tools_file.write_text('{"mode": "ask"}')
+    env = {**E2E_ENV, **SEARCHES_DOCUMENTS, "PARLEY_TOOLS_FILE": str(tools_file)}
+    inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("stack-logs"), env)
     try:
         yield Stack(inner)
     finally:

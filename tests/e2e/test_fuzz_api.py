@@ -11,6 +11,8 @@ streams are read to a bounded number of events or a bounded time, never forever.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 import zlib
 from collections import defaultdict
@@ -80,6 +82,7 @@ class Ids:
     kept: list[tuple[str, str]] = field(default_factory=list)  # the member PATCH and POST are aimed at
     session: dict[str, str] = field(default_factory=dict)  # the caller's web session: what the key's chat scope does not reach
     cassandra: object = None  # the operator's seat: members' keys (an admin makes none)
+    call_id: str = ""  # a call of the caller's conversation waiting for its answer (the first valid answer takes it)
 
     def credentials(self, case: schemathesis.Case) -> dict[str, str]:
         """The key where it reaches (``chat``), else the caller's web session (``account``, ``admin``)."""
@@ -146,6 +149,8 @@ class Ids:
                 params[name] = "auto"  # the one model every deployment lists
             elif name == "message_id" and pick:
                 params[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
+            elif name == "call_id" and pick:
+                params[name] = self.call_id
         body = case.body if isinstance(case.body, dict) else {}
         if case.path == "/v1/chat/completions" and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
             # Without a cap an OpenAI call's reply runs to the end of the pool's context (20 s on the synthetic
@@ -158,6 +163,24 @@ class Ids:
         for name in ("leaf_id", "parent_id"):  # ids in bodies too: a real message, or another user's
             if isinstance(body.get(name), str) and (pick := zlib.crc32(body[name].encode("utf-8", "surrogatepass")) % 4):
                 body[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
+
+
+async def _asked_call(url: str, key: str, conversation_id: str) -> str:
+    """A call of the built-in fetch_url in ``conversation_id`` (the model's, scripted), waiting for its answer
+    (the shared stack asks every call)."""
+    client = ParleyClient(url, key)
+    fetch = json.dumps({"name": "fetch_url", "arguments": {"url": "https://example.com/"}})
+    script = base64.b64encode(f"<tool_call>\n{fetch}\n</tool_call>".encode()).decode()
+    try:
+        await client.send(conversation_id, f"[[reply:{script}]]", tools=["fetch_url"])
+        for _ in range(600):
+            asked = [c for c in await client.tool_calls(conversation_id) if c["state"] == "asked"]
+            if asked:
+                return str(asked[0]["id"])
+            await asyncio.sleep(0.2)
+        raise AssertionError("the fetch_url call was never asked")
+    finally:
+        await client.close()
 
 
 async def _turn(url: str, key: str) -> tuple[str, str, str]:
@@ -197,9 +220,10 @@ def ids(stack) -> Ids:
     cid, reply_id, user_message_id = asyncio.run(_turn(stack.url, key))
     foreign_cid, foreign_reply, _ = asyncio.run(_turn(stack.url, other))
     document, foreign_document = _upload(stack.url, key, wait=True), _upload(stack.url, other, wait=True)
+    call_id = asyncio.run(_asked_call(stack.url, key, cid))
     return Ids(
         key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url, document, foreign_document, user_id,
-        session=session_headers(stack.url, *stack.sign_in(user_id)), cassandra=stack.inner.session,
+        session=session_headers(stack.url, *stack.sign_in(user_id)), cassandra=stack.inner.session, call_id=call_id,
     )  # fmt: skip
 
 
