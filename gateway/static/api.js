@@ -127,12 +127,16 @@ export const api = {
   /** Our own time to first token (what the user saw); best effort, never shown as an error. */
   telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),
 
-  /** The SSE response of a new message; `parentId` undefined continues the selected branch. */
-  postMessage(conversationId, { content, clientMessageId, parentId, model, documentIds }, signal) {
+  /**
+   * The SSE response of a new message; `parentId` undefined continues the selected branch; `tools`:
+   * names of the operator's tools the turn offers the model.
+   */
+  postMessage(conversationId, { content, clientMessageId, parentId, model, documentIds, tools }, signal) {
     const body = { content, client_message_id: clientMessageId };
     if (parentId !== undefined) body.parent_id = parentId;
     if (model) body.model = model;
     if (documentIds?.length) body.document_ids = documentIds;
+    if (tools?.length) body.tools = tools;
     return call("POST", `/v1/conversations/${enc(conversationId)}/messages`, { body, signal });
   },
 
@@ -142,6 +146,12 @@ export const api = {
     if (model) body.model = model;
     return call("POST", `/v1/messages/${enc(messageId)}/regenerate`, { body, signal });
   },
+
+  /** Every call of Parley's tools in the chat: decision, rule, state, outcome, result (DESIGN.md §13). */
+  toolCalls: async (id) => (await json("GET", `/v1/conversations/${enc(id)}/tool-calls`)).tool_calls,
+  /** `answer`: approve, reject, or edit with `args` (an object); a 409 when the call no longer waits. */
+  answerToolCall: (id, callId, answer, args) =>
+    json("POST", `/v1/conversations/${enc(id)}/tool-calls/${enc(callId)}`, answer === "edit" ? { answer, arguments: args } : { answer }),
 
   /** The user's documents, newest first as the server lists them. */
   documents: async () => (await json("GET", "/v1/documents")).data,

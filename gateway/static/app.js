@@ -2,8 +2,10 @@
 // one conversation's selected branch, and the actions on it (send with the chosen
 // model, stop, regenerate, edit, switch branch, copy), each reply streamed as SSE
 // over fetch; the chat's documents (attach, their progress) and a reply's citations
-// (open the cited page). State lives here and in documents.js's tray; the DOM is
-// drawn by view.js from it.
+// (open the cited page); the cards of Parley's tool calls under the reply that made them
+// (approve, edit or reject a call that waits), read from the API while the page waits on
+// one, and the tools a message offers (the composer's Tools field). State lives here and
+// in documents.js's tray; the DOM is drawn by view.js from it.
 
 import { api, auth, ApiError } from "./api.js";
 import { citationsOf } from "./citations.js";
@@ -13,6 +15,7 @@ import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { closePanel, openPage, setUpPanel } from "./panel.js";
 import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
 import { hideSignIn, setUpSignIn, showSignIn } from "./signin.js";
+import { anyCalls, callsOf, parseArguments, waitingOn } from "./toolcalls.js";
 import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
 import * as view from "./view.js";
 
@@ -26,12 +29,15 @@ const state = {
   renaming: null, // id of the chat whose title is being edited
   models: [AUTO], // what the model picker offers
   provisional: new Map(), // chat id → the title shown until the server names the chat (its first line)
-  conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message}
+  conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message, toolRows: Map call id → the server's call}
   active: null, // the streaming action: {controller, reply, stopping}
   error: null, // {message, retryAfter, retry}
   editing: null, // id of the user message being edited
   opening: null, // id of the chat being read to open it; a message sent meanwhile waits for it
   sendWhenOpen: false,
+  toolAnswers: new Map(), // call id → the answer sent for it, until the server's row leaves `asked`
+  toolEditing: null, // id of the call whose arguments are being edited
+  toolDraft: null, // that edit's text once submitted (kept if sending it fails)
 };
 let openTicket = 0;
 let titleTimers = [];
@@ -86,6 +92,10 @@ function reset() {
   closePanel();
   Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
   Object.assign(state, { conv: null, active: null, error: null, editing: null, opening: null, sendWhenOpen: false });
+  Object.assign(state, { toolAnswers: new Map(), toolEditing: null, toolDraft: null });
+  stopToolPoll();
+  $("tools").value = ""; // the next user's messages offer no tools they did not name
+  $("tools-row").hidden = true;
   render();
 }
 
@@ -167,6 +177,8 @@ function newChat() {
   tray.reset();
   closePanel();
   Object.assign(state, { conv: null, active: null, error: null, editing: null, opening: null, sendWhenOpen: false });
+  Object.assign(state, { toolAnswers: new Map(), toolEditing: null, toolDraft: null });
+  stopToolPoll();
   render();
 }
 
@@ -176,6 +188,8 @@ async function openConversation(id) {
   closePanel();
   tray.open(id);
   Object.assign(state, { active: null, error: null, editing: null, opening: id });
+  Object.assign(state, { toolAnswers: new Map(), toolEditing: null, toolDraft: null });
+  stopToolPoll();
   let server;
   try {
     server = await api.conversation(id);
@@ -189,12 +203,13 @@ async function openConversation(id) {
   if (ticket !== openTicket) return;
   const sendNow = state.sendWhenOpen;
   Object.assign(state, { opening: null, sendWhenOpen: false });
-  state.conv = { id, title: server.title, leafId: server.selected_leaf_id, serverLeafId: server.selected_leaf_id, messages: new Map() };
+  state.conv = { id, title: server.title, leafId: server.selected_leaf_id, serverLeafId: server.selected_leaf_id, messages: new Map(), toolRows: new Map() };
   merge(state.conv, server);
   render();
   const last = pathTo(state.conv.messages, state.conv.leafId).at(-1);
   if (last?.role === "assistant" && last.status === "streaming") stream(resumeAction(last));
   else if (sendNow) $("composer").requestSubmit();
+  watchTools(state.conv);
 }
 
 /**
@@ -210,7 +225,7 @@ function merge(conv, server) {
       if (mine.restarted) stored.restarted = true;
       if (stored.tokens == null && mine.tokens != null) stored.tokens = mine.tokens;
       if (!stored.model && mine.model) stored.model = mine.model;
-      for (const key of ["citations", "citation_status", "documents_note"]) if (stored[key] == null && mine[key] != null) stored[key] = mine[key];
+      for (const key of ["citations", "citation_status", "documents_note", "tool_calls"]) if (stored[key] == null && mine[key] != null) stored[key] = mine[key];
     }
   }
   conv.messages = messages;
@@ -225,17 +240,18 @@ async function settle(conv, replyId) {
     try {
       server = await api.conversation(conv.id);
     } catch {
-      return; // the page keeps what it streamed
+      break; // the page keeps what it streamed
     }
     if (state.conv !== conv) return;
     const stored = server.messages.find((m) => m.id === replyId);
     if ((stored && FINISHED.has(stored.status)) || attempt === 19) {
       merge(conv, server);
       if (!state.active) renderThread();
-      return;
+      break;
     }
     await sleep(250);
   }
+  watchTools(conv); // the reply may have called tools
 }
 
 // ------------------------------------------------------------------ actions
@@ -256,7 +272,7 @@ const putReply = (conv, id, parentId) =>
  * A new user message (`parentId`: undefined continues the shown branch, null starts a new root),
  * naming `documentIds` (those attached since the last message).
  */
-function postAction(conv, content, parentId, model, documentIds = []) {
+function postAction(conv, content, parentId, model, documentIds = [], tools = []) {
   const clientMessageId = uuid(); // one per action, reused by its retries
   const shownLeaf = leafOf(conv);
   // Omitting parent_id continues the server's selected leaf; name it when the page shows another.
@@ -264,7 +280,7 @@ function postAction(conv, content, parentId, model, documentIds = []) {
   const parent = parentId === undefined ? shownLeaf : parentId;
   return {
     measured: true,
-    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent, model, documentIds }, signal),
+    start: (signal) => api.postMessage(conv.id, { content, clientMessageId, parentId: sent, model, documentIds, tools }, signal),
     head(data) {
       tray.sent(documentIds);
       put(conv, { id: data.user_message_id, parent_id: parent, role: "user", content, status: "complete", document_ids: documentIds });
@@ -301,7 +317,7 @@ async function ensureConversation(shownAs, retry) {
     // Untitled: the server names a chat after its first reply (and never overwrites a title given here).
     const created = await api.createConversation();
     state.provisional.set(created.id, shownAs.split("\n")[0].slice(0, 60));
-    state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map() };
+    state.conv = { id: created.id, title: created.title, leafId: null, serverLeafId: null, messages: new Map(), toolRows: new Map() };
   } catch (err) {
     fail(err, retry);
     return null;
@@ -318,7 +334,7 @@ async function ensureConversation(shownAs, retry) {
 async function send(content) {
   const model = chosenModel();
   if (!(await ensureConversation(content, () => send(content)))) return;
-  const action = postAction(state.conv, content, undefined, model, tray.pendingIds());
+  const action = postAction(state.conv, content, undefined, model, tray.pendingIds(), offeredTools());
   action.afterHead = () => {
     $("input").value = "";
   };
@@ -418,6 +434,136 @@ function openCitation(button) {
   if (citation) openPage(citation, button);
 }
 
+// ------------------------------------------------------------------ Parley's tools
+
+/**
+ * How often the calls are read, by what the page waits on (toolcalls.js waitingOn): quickly while a call
+ * is judged or run and while its results turn into the next reply, less often while only the owner's
+ * answers are missing (another browser may give one), and after a failed read.
+ */
+const TOOL_POLL_MS = { calls: 750, continuation: 750, asked: 2000, failed: 3000 };
+/** The open chat's poll of its tool calls: a new one (another chat, an answer sent) ends the one before. */
+const toolPoll = { ticket: 0, timer: 0 };
+
+function stopToolPoll() {
+  toolPoll.ticket++;
+  clearTimeout(toolPoll.timer);
+}
+
+/** Reads `conv`'s tool calls now, and again while the page waits on one. */
+function watchTools(conv) {
+  if (state.conv !== conv || !anyCalls(conv.messages)) return;
+  stopToolPoll();
+  const ticket = toolPoll.ticket;
+  toolPoll.timer = setTimeout(() => pollTools(conv, ticket), 0);
+}
+
+async function pollTools(conv, ticket) {
+  const current = () => state.conv === conv && toolPoll.ticket === ticket;
+  let rows;
+  try {
+    rows = await api.toolCalls(conv.id);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) sessionEnded();
+    else if (current()) toolPoll.timer = setTimeout(() => pollTools(conv, ticket), TOOL_POLL_MS.failed); // read again later
+    return;
+  }
+  if (!current()) return;
+  let changed = takeRows(conv, rows);
+  // Every call has ended: the broker appends the results and the next reply, which the page reads.
+  if (!state.active && waitingOn(conv.messages, pathTo(conv.messages, conv.leafId), conv.toolRows) === "continuation") {
+    try {
+      const server = await api.conversation(conv.id);
+      if (!current()) return;
+      if (!state.active) {
+        merge(conv, server);
+        changed = true;
+      }
+    } catch {
+      // read again at the next turn
+    }
+  }
+  if (!state.active && followTools(conv)) changed = true;
+  if (changed) renderThread();
+  const leaf = pathTo(conv.messages, conv.leafId).at(-1);
+  if (!state.active && leaf?.role === "assistant" && leaf.status === "streaming") {
+    stream(resumeAction(leaf)); // the next reply, drawn as it streams; its end settles it and watches again
+    return;
+  }
+  const waiting = waitingOn(conv.messages, pathTo(conv.messages, conv.leafId), conv.toolRows);
+  if (waiting && current()) toolPoll.timer = setTimeout(() => pollTools(conv, ticket), TOOL_POLL_MS[waiting]);
+}
+
+/** Takes the server's rows; whether any card changed. An answer sent is forgotten once its call is no longer asked. */
+function takeRows(conv, rows) {
+  const fresh = new Map(rows.map((r) => [r.id, r]));
+  const changed = fresh.size !== conv.toolRows.size || rows.some((r) => JSON.stringify(r) !== JSON.stringify(conv.toolRows.get(r.id)));
+  conv.toolRows = fresh;
+  for (const id of state.toolAnswers.keys()) if (fresh.get(id)?.state !== "asked") state.toolAnswers.delete(id);
+  if (state.toolEditing && fresh.get(state.toolEditing)?.state !== "asked" && !state.toolAnswers.has(state.toolEditing)) {
+    Object.assign(state, { toolEditing: null, toolDraft: null }); // answered elsewhere (another browser)
+  }
+  return changed;
+}
+
+/** The shown branch ends at a reply's calls or their results and the next reply is there: show it. */
+function followTools(conv) {
+  const leaf = pathTo(conv.messages, conv.leafId).at(-1);
+  if (!leaf || !(leaf.role === "tool" || leaf.tool_calls?.length)) return false;
+  const next = newestLeaf(conv.messages, leaf.id);
+  if (next === leaf.id) return false;
+  conv.leafId = next;
+  return true;
+}
+
+/** Approve, reject or edit (`args`: the new arguments, an object) call `callId` of the open chat. */
+async function answerCall(callId, answer, args) {
+  const conv = state.conv;
+  if (!conv || state.toolAnswers.has(callId)) return;
+  state.toolAnswers.set(callId, answer);
+  renderThread();
+  try {
+    await api.answerToolCall(conv.id, callId, answer, args);
+    if (state.toolEditing === callId) Object.assign(state, { toolEditing: null, toolDraft: null });
+    announce({ approve: "Call approved.", reject: "Call rejected.", edit: "Call sent with the edited arguments." }[answer]);
+  } catch (err) {
+    state.toolAnswers.delete(callId);
+    if (err instanceof ApiError && err.status === 409) {
+      if (state.toolEditing === callId) Object.assign(state, { toolEditing: null, toolDraft: null });
+      announce("This call is no longer waiting for an answer.");
+    } else fail(err, () => answerCall(callId, answer, args));
+  }
+  if (state.conv !== conv) return;
+  renderThread();
+  watchTools(conv);
+}
+
+/** The edit form's arguments, sent only when they are a JSON object; else the form says what is wrong. */
+function submitToolEdit(form) {
+  const field = form.elements.arguments;
+  const parsed = parseArguments(field.value);
+  if (parsed.error) {
+    form.querySelector(".form-error").textContent = parsed.error;
+    field.setAttribute("aria-invalid", "true");
+    field.focus();
+    return;
+  }
+  state.toolDraft = field.value;
+  answerCall(form.dataset.callId, "edit", parsed.value);
+}
+
+/** The names in the composer's Tools field: the operator's tools this message offers the model. */
+function offeredTools() {
+  return [...new Set($("tools").value.split(/[\s,]+/).filter(Boolean))];
+}
+
+function toggleTools() {
+  const row = $("tools-row");
+  row.hidden = !row.hidden;
+  renderComposer();
+  if (!row.hidden) $("tools").focus();
+}
+
 // ------------------------------------------------------------------ errors
 
 function fail(err, retry) {
@@ -471,14 +617,17 @@ function renderThread() {
   const conv = state.conv;
   const path = conv ? pathTo(conv.messages, conv.leafId) : [];
   const before = new Map([...thread.querySelectorAll("article")].map((a) => [a.dataset.id, a]));
-  // An edit in progress keeps its form: a redraw (a reply settling, a poll) must not put back the
-  // original text under the caret of someone typing.
+  // An edit in progress (of a message, or of a tool call's arguments) keeps its form: a redraw (a
+  // reply settling, a poll) must not put back the original text under the caret of someone typing.
   const editor = state.editing ? thread.querySelector(`form.edit[data-id="${CSS.escape(state.editing)}"]`) : null;
-  const typing = editor?.contains(document.activeElement) ? document.activeElement : null;
+  const toolEditor = state.toolEditing ? thread.querySelector(`form.tool-edit[data-call-id="${CSS.escape(state.toolEditing)}"]`) : null;
+  const typing = [editor, toolEditor].some((f) => f?.contains(document.activeElement)) ? document.activeElement : null;
   const caret = typing?.tagName === "TEXTAREA" ? [typing.selectionStart, typing.selectionEnd, typing.selectionDirection] : null;
   // A turn uses every document of the chat: each is shown under the message that brought it, once.
   const shownDocuments = new Set();
-  const articles = path.map((m) => {
+  const toolCtx = { answered: state.toolAnswers, editing: state.toolEditing, draft: state.toolDraft };
+  // A tool's result is shown in its call's card, under the reply that made the call: not as a message.
+  const articles = path.filter((m) => m.role !== "tool").map((m) => {
     const newDocuments = (m.document_ids || []).filter((id) => !shownDocuments.has(id));
     for (const id of newDocuments) shownDocuments.add(id);
     return view.messageView(m, {
@@ -486,6 +635,7 @@ function renderThread() {
       editing: state.editing === m.id,
       busy: !!state.active,
       documents: newDocuments.map((id) => tray.filename(id) || "a document"),
+      tools: m.role === "assistant" && m.tool_calls?.length ? view.toolCallsView(callsOf(m, conv.toolRows), toolCtx) : null,
     });
   });
   // Keep a body that shows the same thing: a reply's live region must stay the same node for its
@@ -504,12 +654,15 @@ function renderThread() {
     }
     const form = article.querySelector("form.edit");
     if (form && editor) form.replaceWith(editor);
+    const toolForm = article.querySelector("form.tool-edit");
+    if (toolForm && toolEditor && toolForm.dataset.callId === toolEditor.dataset.callId) toolForm.replaceWith(toolEditor);
   }
   thread.replaceChildren(...(articles.length ? articles : [view.emptyThread()]));
   if (typing) {
     typing.focus(); // moving the node blurred it
     if (caret) typing.setSelectionRange(...caret);
   } else if (state.editing && !editor) thread.querySelector("form.edit textarea")?.focus();
+  else if (state.toolEditing && !toolEditor) thread.querySelector("form.tool-edit textarea")?.focus();
   else restoreFocus(thread, focus);
   if (nearBottom) thread.scrollTop = thread.scrollHeight;
 }
@@ -565,6 +718,9 @@ function renderComposer() {
   $("stop").hidden = !active;
   $("stop").disabled = !active?.reply || active.stopping;
   $("stop").textContent = active?.stopping ? "Stopping…" : "Stop";
+  const tools = offeredTools().length;
+  $("tools-toggle").textContent = tools ? `Tools (${tools})` : "Tools";
+  $("tools-toggle").setAttribute("aria-expanded", String(!$("tools-row").hidden));
 }
 
 function renderAttachments() {
@@ -629,6 +785,20 @@ function onThreadClick(event) {
     case "cite":
       openCitation(button);
       break;
+    case "tool-approve":
+      answerCall(button.dataset.id, "approve");
+      break;
+    case "tool-reject":
+      answerCall(button.dataset.id, "reject");
+      break;
+    case "tool-edit":
+      Object.assign(state, { toolEditing: button.dataset.id, toolDraft: null });
+      renderThread();
+      break;
+    case "tool-edit-cancel":
+      Object.assign(state, { toolEditing: null, toolDraft: null });
+      renderThread();
+      break;
   }
 }
 
@@ -638,12 +808,17 @@ async function copied(button, text) {
 
 function onThreadSubmit(event) {
   event.preventDefault();
+  const toolForm = event.target.closest("form.tool-edit");
+  if (toolForm) {
+    submitToolEdit(toolForm);
+    return;
+  }
   const form = event.target.closest("form.edit");
   const message = state.conv?.messages.get(form?.dataset.id);
   const content = form?.elements.content.value.trim();
   if (!message || !content || state.active) return;
   state.editing = null;
-  stream(postAction(state.conv, content, message.parent_id ?? null, chosenModel()));
+  stream(postAction(state.conv, content, message.parent_id ?? null, chosenModel(), [], offeredTools()));
 }
 
 function onErrorClick(event) {
@@ -849,6 +1024,13 @@ async function boot() {
   $("composer").addEventListener("submit", onComposerSubmit);
   $("input").addEventListener("keydown", onComposerKey);
   $("stop").addEventListener("click", stop);
+  $("tools-toggle").addEventListener("click", toggleTools);
+  $("tools").addEventListener("input", renderComposer);
+  $("tools").addEventListener("keydown", (event) => {
+    if (event.key !== "Enter") return;
+    event.preventDefault(); // not a send: the message box is where a message is written
+    $("input").focus();
+  });
   $("attach").addEventListener("click", () => $("file").click());
   $("file").addEventListener("change", () => {
     const files = [...$("file").files];

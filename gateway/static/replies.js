@@ -47,7 +47,7 @@ export class ReplyFailed extends Error {
  * as `reply` and may see no `message` event); `hooks.changed(reply)` after
  * each delta, each `restarted` (the text shown is cut back to where the new
  * attempt continues; the reply is marked `restarted`, and `hooks.restarted(reply)` follows) and at the end. The `done` event's usage,
- * model, citations, citation_status and documents_note (as far as it has them) are kept on the reply. Resolves with the `done` data; throws ReplyFailed
+ * model, citations, citation_status, documents_note and tool_calls (as far as it has them) are kept on the reply. Resolves with the `done` data; throws ReplyFailed
  * or StreamCut.
  */
 export async function follow(response, hooks, reply = null) {
@@ -85,6 +85,8 @@ export async function follow(response, hooks, reply = null) {
       if (data.citations) reply.citations = data.citations;
       if (data.citation_status) reply.citation_status = data.citation_status;
       if (data.documents_note) reply.documents_note = data.documents_note;
+      // Calls of Parley's tools (or a client's functions): each gets its card under the reply.
+      if (data.tool_calls?.length) reply.tool_calls = data.tool_calls;
       cursors.drop(reply.id);
       hooks.changed(reply);
       return data;

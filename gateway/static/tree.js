@@ -23,12 +23,13 @@ export function siblingsOf(messages, message) {
 /** The leaf reached from `id` by always taking the newest child. */
 export function newestLeaf(messages, id) {
   let current = id;
-  for (const seen = new Set(); !seen.has(current); seen.add(current)) {
+  for (const seen = new Set([id]); ; seen.add(current)) {
     const kids = childrenOf(messages, current);
     if (!kids.length) return current;
-    current = kids[kids.length - 1].id;
+    const next = kids[kids.length - 1].id;
+    if (seen.has(next)) return current; // a cycle only corrupt data could make
+    current = next;
   }
-  return current; // a cycle only corrupt data could make
 }
 
 /** The messages from the root to `leafId`, oldest first; with no known leaf, the newest branch. */

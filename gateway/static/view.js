@@ -6,6 +6,7 @@ import { citationLabel, citationsOf, documentsNote, locate, markerCitation, MARK
 import { statusOf, statusText } from "./documents.js";
 import { renderMarkdown } from "./markdown.js";
 import { modelLabel } from "./models.js";
+import { ANSWERED_TEXT, decisionText, isLong, PHASE_TEXT, phaseOf, prettyArguments, UNKNOWN_NOTICE } from "./toolcalls.js";
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -79,7 +80,7 @@ const STATUS_LABEL = {
 
 /**
  * One message of the path. `ctx`: {siblings, editing, busy, documents (the names of the documents
- * a user message brought to the chat)}.
+ * a user message brought to the chat), tools (the cards of a reply's tool calls: toolCallsView)}.
  */
 export function messageView(m, ctx) {
   const user = m.role === "user";
@@ -101,6 +102,7 @@ export function messageView(m, ctx) {
   }
 
   if (user && ctx.documents?.length) article.append(broughtDocuments(ctx.documents));
+  if (ctx.tools) article.append(ctx.tools);
   if (!user && m.status !== "streaming") article.append(...sources(m));
 
   if (!user && (m.restarted || m.attempt > 0)) {
@@ -263,6 +265,91 @@ export function pageView(page, citation) {
   parts.push(body);
   if (page.method === "ocr") parts.push(el("p", { class: "muted page-method", text: "This page was scanned: its text was read by OCR." }));
   return parts;
+}
+
+// ------------------------------------------------------------------ Parley's tools
+
+/**
+ * The cards of a reply's tool calls (toolcalls.js callsOf): each call's tool, arguments, the permission
+ * check's decision and rule, its state, and once it has ended its outcome and result. A call that waits
+ * for the owner has Approve, Edit and Reject. `ctx`: {answered (call id → the answer just sent),
+ * editing (the call id whose arguments are being edited), draft (that edit's text, if it was sent)}.
+ */
+export function toolCallsView(calls, ctx) {
+  return el("div", { class: "tool-calls", role: "group", "aria-label": "Tool calls" }, ...calls.map((call) => toolCard(call, ctx)));
+}
+
+function toolCard(call, ctx) {
+  const row = call.row;
+  const phase = phaseOf(row);
+  const answered = phase === "asked" ? ctx.answered.get(call.id) : null;
+  const card = el("section", {
+    class: "tool-call",
+    "data-call-id": call.id,
+    "data-phase": phase,
+    "data-state": row?.state ?? "pending",
+    "data-outcome": row?.outcome ?? null,
+    "aria-label": `Tool call: ${call.name}`,
+  });
+  card.append(
+    el(
+      "div",
+      { class: "tool-head" },
+      el("code", { class: "tool-name", text: call.name }),
+      el("span", { class: `tool-phase phase-${phase}`, text: answered ? ANSWERED_TEXT[answered] : PHASE_TEXT[phase] }),
+    ),
+  );
+  if (row) card.append(el("p", { class: "tool-decision", text: decisionText(row) }));
+  if (row?.reason) card.append(el("p", { class: "tool-reason", text: row.reason }));
+  // The row's arguments: an edit's once the owner changed them, else the model's.
+  card.append(el("div", { class: "tool-label", text: "Arguments" }), el("pre", { class: "tool-args", text: prettyArguments(row?.arguments ?? call.arguments) }));
+  if (phase === "unknown") card.append(el("p", { class: "notice tool-unknown", role: "note", text: UNKNOWN_NOTICE }));
+  if (row?.state === "finished") card.append(...toolResult(row));
+  if (phase === "asked" && !answered) card.append(ctx.editing === call.id ? argumentsForm(call, row, ctx.draft) : approval(call));
+  return card;
+}
+
+function toolResult(row) {
+  const parts = [];
+  if (row.error && row.error !== row.outcome) parts.push(el("p", { class: "tool-error", text: row.error }));
+  const text = row.result ?? "";
+  if (!text) return parts;
+  const pre = el("pre", { class: "tool-result", text });
+  if (isLong(text)) {
+    const lines = text.split("\n").length;
+    const summary = `Result (${lines > 1 ? `${lines} lines` : `${text.length} characters`})`;
+    parts.push(el("details", { class: "tool-result-box" }, el("summary", { text: summary }), pre));
+  } else parts.push(el("div", { class: "tool-label", text: "Result" }), pre);
+  return parts;
+}
+
+function approval(call) {
+  return el(
+    "div",
+    { class: "tool-approval", role: "group", "aria-label": `Approve or reject ${call.name}` },
+    el("p", { class: "tool-question", text: "This call runs only once you approve it." }),
+    button("tool-approve", call.id, "Approve", { class: "primary", "aria-label": `Approve ${call.name}` }),
+    button("tool-edit", call.id, "Edit", { class: null, "aria-label": `Edit the arguments of ${call.name}` }),
+    button("tool-reject", call.id, "Reject", { class: "danger", "aria-label": `Reject ${call.name}` }),
+  );
+}
+
+function argumentsForm(call, row, draft) {
+  const id = `tool-args-${call.id}`;
+  const text = draft ?? prettyArguments(row?.arguments ?? call.arguments);
+  return el(
+    "form",
+    { class: "tool-edit", "data-call-id": call.id, novalidate: true },
+    el("label", { for: id, text: `Arguments of ${call.name}, as a JSON object` }),
+    el("textarea", { id, name: "arguments", rows: Math.min(12, text.split("\n").length + 1), spellcheck: "false", "aria-describedby": `${id}-error` }, text),
+    el("p", { id: `${id}-error`, class: "form-error", role: "alert" }),
+    el(
+      "div",
+      { class: "edit-actions" },
+      el("button", { type: "submit", class: "primary" }, "Run with these arguments"),
+      button("tool-edit-cancel", call.id, "Cancel"),
+    ),
+  );
 }
 
 function switcher(m, siblings, busy) {
