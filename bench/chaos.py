@@ -1,7 +1,7 @@
 """Chaos: conversations on a whole stack while a random component, Kafka or Cassandra fails every few seconds.
 
     python -m bench.chaos [--conversations 200] [--turns 3] [--concurrency 24] [--kill-every 5] [--min-kills 10]
-                          [--replicas 3]
+                          [--replicas 3] [--tools]
 
 On loopback: a Kafka and a Cassandra of the run's own (``bench.chaos_infra``: free ports, a data dir
 under .data/chaos-*; the shared ones are never touched), and a stack with two workers (each its own
@@ -22,7 +22,10 @@ baseline), the rest under chaos; faults go on until ``--min-kills`` and the load
 conversations are started while faults are missing). Then it waits for quiescence, audits the log
 against Cassandra (``tools.audit``) and prints the counts; it exits 1 when a turn was lost, answered
 twice, or a row differs, when a process exited that was not killed, or when a gateway answered a read
-with a 500, a 503 that is not the JSON error, or not in 30 s (``bench.chaos_probe``). Not part of ``make bench``'s default run: it takes minutes and infra of its own.
+with a 500, a 503 that is not the JSON error, or not in 30 s (``bench.chaos_probe``). With ``--tools`` every turn
+makes the model call a side-effecting tool, the permission broker and the tool executor join the rotation, and
+the audit counts each call's effects (``bench.chaos_tools``). Not part of ``make bench``'s default run: it takes
+minutes and infra of its own.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Any
 import httpx
 from confluent_kafka import TopicPartition
 
+from bench import chaos_tools
 from bench.chaos_infra import PrivateInfra
 from bench.chaos_probe import Probe
 from parley.cassandra import connect
@@ -55,7 +59,9 @@ from tools import isolated
 from tools.audit_sources import run_audit
 from tools.client import SseEvent, parse_sse, reply_text
 from tools.supervisor import Child, StartFailed, free_port
-from tools.topology import CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, USAGE, WORKER_SMALL, Service
+from tools.topology import (
+    CONTEXT, ENGINE, GATEWAY, MATERIALIZER, ROUTER, TOOL_BROKER, TOOL_EXECUTOR, USAGE, WORKER_SMALL, Service,
+)
 
 #: How long a client keeps trying (resuming, failing over) before it gives up on a turn.
 TURN_DEADLINE_S = 300.0
@@ -244,14 +250,16 @@ class Clients:
             await asyncio.sleep(0.5)
         raise RuntimeError("no gateway created a conversation in 100 s")
 
-    async def turn(self, cid: str, text: str, first: int, phase: str) -> Turn:
-        return await self._follow(Turn(phase, time.monotonic()), cid, text, first, TURN_DEADLINE_S)
+    async def turn(self, cid: str, text: str, first: int, phase: str, tools: list[str] | None = None) -> Turn:
+        return await self._follow(Turn(phase, time.monotonic()), cid, text, first, TURN_DEADLINE_S, tools)
 
     async def resume(self, lost: Turn) -> Turn:
         """The reply of a turn the client gave up on, from its start (what a reload does)."""
         return await self._follow(Turn(lost.phase, time.monotonic(), reply_id=lost.reply_id, cid=lost.cid), "", "", 0, 60.0)
 
-    async def _follow(self, t: Turn, cid: str, text: str, first: int, deadline_s: float) -> Turn:
+    async def _follow(
+        self, t: Turn, cid: str, text: str, first: int, deadline_s: float, tools: list[str] | None = None
+    ) -> Turn:
         cmid, gw, cursor = uuid.uuid4().hex, first, None
         t.cid = t.cid or cid
         events: list[SseEvent] = []
@@ -262,7 +270,8 @@ class Clients:
                 # The deadline holds within a connection too: a stream kept open by heartbeats alone ends here.
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     if not t.reply_id:
-                        request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json={"content": text, "client_message_id": cmid})
+                        body = {"content": text, "client_message_id": cmid, **({"tools": tools} if tools else {})}
+                        request = http.build_request("POST", f"/v1/conversations/{cid}/messages", json=body)
                     else:
                         if cursor is None:  # replayed from the start: forget what was streamed
                             events = [e for e in events if e.event != "delta"]
@@ -339,13 +348,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--replicas", type=int, default=1, choices=(1, 3),
         help="1: one broker and one Cassandra node; 3: three of each (RF 3), faults on one node at a time",
     )
+    p.add_argument(
+        "--tools", action="store_true",
+        help="every turn calls a side-effecting tool; the tool broker and executor are killed too (bench.chaos_tools)",
+    )
     return p.parse_args(argv)
 
 
-def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
+def start_stack(
+    infra: PrivateInfra, log_dir: Path, effects: chaos_tools.Effects | None = None
+) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
     kafka, cassandra = isolated.prepare(*infra.client_settings(), "chaos")
-    services = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY)
-    inner = isolated.start(kafka, cassandra, log_dir, ENV, services=services)
+    services: tuple[Service, ...] = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY)
+    env = dict(ENV)
+    if effects is not None:
+        services = (*services[:-1], TOOL_BROKER, TOOL_EXECUTOR, GATEWAY)
+        env["PARLEY_TOOLS_FILE"] = str(effects.write_config(log_dir.parent / "tools.json"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    inner = isolated.start(kafka, cassandra, log_dir, env, services=services)
     by_name = {c.service.name: c for c in inner.supervisor.children}
     port = int(inner.url.rsplit(":", 1)[1])
     components = [
@@ -356,6 +376,8 @@ def start_stack(infra: PrivateInfra, log_dir: Path) -> tuple[isolated.IsolatedSt
         Component("usage", USAGE, by_name["usage"]),
         Component("gateway-1", GATEWAY, by_name["gateway"], ports={"gateway_port": port}),
     ]
+    if effects is not None:
+        components += [Component("tools", TOOL_BROKER, by_name["tools"]), Component("tool-executor", TOOL_EXECUTOR, by_name["tool-executor"])]
     _, w2 = isolated.add_worker(inner, WORKER_SMALL, "w2")
     components.append(Component("w2", WORKER_SMALL, w2, extra_env={"PARLEY_WORKER_ENGINE_URLS": _env_of(w2, "PARLEY_WORKER_ENGINE_URLS"), "PARLEY_WORKER_ID": "w2"}))
     port2 = free_port()
@@ -381,7 +403,8 @@ async def drive(args: argparse.Namespace, clients: Clients, chaos: Chaos, probe:
         async with sem:
             cid = await clients.create(i)
             for n in range(args.turns):
-                turns.append(await clients.turn(cid, f"conversation {i}, turn {n}: go on", i % 2, phase))
+                text, tools = chaos_tools.turn_text(i, n) if args.tools else (f"conversation {i}, turn {n}: go on", None)
+                turns.append(await clients.turn(cid, text, i % 2, phase, tools))
 
     calm_over = asyncio.Event()
 
@@ -450,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         infra.up()
         # This process's own clients (the key service, the audit) use the private infra too.
         os.environ.update(infra.client_env())
-        inner, components, urls = start_stack(infra, infra.cfg.data_dir / "logs")  # migrates the keys keyspace
+        effects = chaos_tools.Effects() if args.tools else None
+        inner, components, urls = start_stack(infra, infra.cfg.data_dir / "logs", effects)  # migrates the keys keyspace
         keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]
         chaos = Chaos(inner, infra, components)
@@ -464,7 +488,9 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(finish_late(urls, key, late))
         text = compare_text(inner, turns, infra.cfg.data_dir / "streamed-vs-stored.jsonl")
         dlq = dead_letters(inner.kafka)
-        return summarise(args, turns, marks, chaos, probe, report, undecodable, text, dlq)
+        conversations = sorted({t.cid for t in turns if t.cid})
+        tools = asyncio.run(chaos_tools.audit(urls, key, conversations, effects)) if effects is not None else None
+        return summarise(args, turns, marks, chaos, probe, report, undecodable, text, dlq, tools)
     finally:
         if inner is not None:
             inner.stop()
@@ -529,7 +555,7 @@ def _compare(t: Turn, row: Any, found: Counter[str], different: list[dict[str, A
 
 def summarise(
     args, turns: list[Turn], marks: dict[str, float], chaos: Chaos, probe: Probe, report: Any, undecodable: int,
-    text: Counter[str], dlq: Counter[str],
+    text: Counter[str], dlq: Counter[str], tools: Counter[str] | None = None,
 ) -> int:
     accepted = [t for t in turns if t.reply_id]
     client_lost = [t for t in turns if t.outcome == "lost"]
@@ -561,6 +587,17 @@ def summarise(
         ("completions re-appended with the same outcome (re-deliveries)", report.turns.reappended),
         ("faults by kind", dict(sorted(chaos.kills.items()))),
     ]
+    if tools is not None:
+        rows += [
+            ("tool calls by outcome", {k.removeprefix("calls "): v for k, v in sorted(tools.items()) if k.startswith("calls ")}),
+            ("tool calls ok without exactly one effect [must be 0]", tools["ok without exactly one effect"]),
+            ("tool calls unknown with more than one effect [must be 0]", tools["unknown with more than one effect"]),
+            ("tool calls not run, yet an effect [must be 0]", tools["not run, yet an effect"]),
+            ("tool calls never finished [must be 0]", tools["unfinished"]),
+            ("tool effects under no call's key [must be 0]", tools["effects under no call's key"]),
+            ("idempotent calls asked again with the same key (a new owner's retry)", tools["asked again with the same key (add_expense)"]),
+            ("non-idempotent calls sent twice [must be 0]", tools["asked again with the same key (charge_card)"]),
+        ]
     for name, value in rows:
         print(f"  {name:<78} {value}")
     calm_rate, storm_rate = rate(calm, calm_s), rate(storm, storm_s)
@@ -578,6 +615,16 @@ def summarise(
         and not chaos.exited
         and not dlq
         and not chaos.failed_starts
+        and (
+            tools is None
+            or not any(
+                tools[k]
+                for k in (
+                    "ok without exactly one effect", "unknown with more than one effect", "not run, yet an effect",
+                    "unfinished", "effects under no call's key", "asked again with the same key (charge_card)",
+                )
+            )
+        )
     )
     for kind in ("duplicate_replies", "conflicting_completions", "repeated_text", "unrequested"):
         found = getattr(report.turns, kind)

@@ -42,7 +42,8 @@ def calls(*calls: tuple[str, dict[str, Any]]) -> str:
 
 
 class Effects(ThreadingHTTPServer):
-    """The side-effecting service: one effect per new Idempotency-Key; a repeated key gets the first answer."""
+    """The side-effecting service. /expense honours Idempotency-Key (a repeated key gets the first answer and no
+    second effect); /charge does not: every request is an effect, so a call run twice shows as two."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -71,7 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         with s.lock:
             s.requests[self.path] += 1
             s.asked[key] += 1
-            answer = s.answers.get(key)
+            answer = s.answers.get(key) if self.path == "/expense" else None  # charge_card takes every request
             if answer is None:
                 s.effects[key] += 1
                 s.bodies[key] = body
