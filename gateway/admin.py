@@ -37,9 +37,12 @@ from gateway.usage import day_range, parse_days, totals_json, usage_json
 from gateway.validation import MISSING, json_body, only, string
 from moderation.policy import org_policy_from
 from parley.users import ACCOUNT, ADMIN, ROLES, Statement, new_key, new_user, revoke_key
+from streams.tool_policy import Layer, RuleError, rules_from
 from streams.usage_fold import Totals
 
 MAX_NAME = 200
+#: An organisation's own tool rules: each is checked against every call of its members.
+MAX_ORG_TOOL_RULES = 64
 MAX_LABEL = 100
 
 
@@ -154,7 +157,7 @@ async def get_org(request: Request) -> Response:
 async def update_org(request: Request) -> Response:
     svc, admin = await _admin(request)
     body = await json_body(request, svc.settings.max_body_bytes)
-    only(body, {"name", "residency", "moderation_policy"}, "an organisation")
+    only(body, {"name", "residency", "moderation_policy", "tool_rules"}, "an organisation")
     org = await _org(svc, admin)
     name = string(body, "name", max_chars=MAX_NAME, required=False)
     residency = string(body, "residency", max_chars=32, required=False)
@@ -171,8 +174,28 @@ async def update_org(request: Request) -> Response:
             # Its one user administers it: a policy there would be a user choosing their own moderation.
             raise Conflict("a personal organisation has its tier's moderation; only a team organisation adds its own", code="personal_org")
         statements.append(_policy_statement(org.org_id, body["moderation_policy"]))
+    if "tool_rules" in body:
+        statements.append(_tool_rules_statement(org.org_id, body["tool_rules"]))
     await svc.directory.apply(statements)
     return JSONResponse((await _org(svc, admin)).public())
+
+
+def _tool_rules_statement(org_id: str, raw: Any) -> Statement:
+    """The organisation's own rules for Parley's tools (null: none). They can deny, ask or scope a tool,
+    never allow what the operator does not (streams/tool_policy.py); regular expressions are refused here:
+    one organisation's pattern could stall the broker for every tenant."""
+    if raw is None:
+        return Statement("DELETE FROM {ks}.org_tool_rules WHERE org_id = ?", (org_id,))
+    try:
+        rules_from(raw, Layer.ORG)
+    except RuleError as exc:
+        raise Unprocessable(str(exc), code="invalid_tool_rules") from None
+    if len(raw) > MAX_ORG_TOOL_RULES:
+        raise Unprocessable(f"at most {MAX_ORG_TOOL_RULES} tool rules", code="invalid_tool_rules")
+    return Statement(
+        "INSERT INTO {ks}.org_tool_rules (org_id, rules, updated_at) VALUES (?, ?, ?)",
+        (org_id, json.dumps(raw), datetime.now(timezone.utc)),
+    )
 
 
 def _policy_statement(org_id: str, raw: Any) -> Statement:

@@ -42,11 +42,12 @@ class OrgRow:
     residency: str | None
     disabled: bool
     moderation_policy: dict[str, Any] | None = None  # its own (org_policies), else the tier's
+    tool_rules: list[dict[str, Any]] | None = None  # its own rules for Parley's tools (org_tool_rules), else none
 
     def public(self) -> dict[str, Any]:
         return {
             "id": self.org_id, "name": self.name, "personal": self.personal, "residency": self.residency,
-            "disabled": self.disabled, "moderation_policy": self.moderation_policy,
+            "disabled": self.disabled, "moderation_policy": self.moderation_policy, "tool_rules": self.tool_rules,
         }  # fmt: skip
 
 
@@ -103,15 +104,17 @@ class Directory:
         return _user(rows[0]) if rows else None
 
     async def org(self, org_id: str) -> OrgRow | None:
-        rows, policies = await asyncio.gather(
+        rows, policies, tool_rules = await asyncio.gather(
             self._cql.run("SELECT org_id, name, personal, residency, disabled FROM {ks}.orgs WHERE org_id = ?", (org_id,)),
             self._cql.run("SELECT policy FROM {ks}.org_policies WHERE org_id = ?", (org_id,)),
+            self._cql.run("SELECT rules FROM {ks}.org_tool_rules WHERE org_id = ?", (org_id,)),
         )
         if not rows:
             return None
         r = rows[0]
         policy = json.loads(policies[0].policy) if policies and policies[0].policy else None
-        return OrgRow(r.org_id, r.name or "", bool(r.personal), r.residency, bool(r.disabled), policy)
+        rules = json.loads(tool_rules[0].rules) if tool_rules and tool_rules[0].rules else None
+        return OrgRow(r.org_id, r.name or "", bool(r.personal), r.residency, bool(r.disabled), policy, rules)
 
     async def members(self, org_id: str) -> list[UserRow]:
         ids = await self._cql.run("SELECT user_id FROM {ks}.users_by_org WHERE org_id = ?", (org_id,))

@@ -368,7 +368,7 @@ def _tools(kafka: KafkaSettings) -> Wiring:
     from parley import tool_registry
     from parley.cassandra import AsyncCql
     from parley.kafka import EventProducer
-    from streams.tool_broker import ToolBroker
+    from streams.tool_broker import OrgRules, ToolBroker
     from streams.tool_store import ToolStore
 
     from confluent_kafka import KafkaException, TopicPartition
@@ -391,9 +391,8 @@ def _tools(kafka: KafkaSettings) -> Wiring:
     async def token_end(conversation_id: str) -> int:
         return await asyncio.get_running_loop().run_in_executor(ends_thread, token_end_now, conversation_id)
 
-    broker = ToolBroker(
-        tool_registry.load(cfg.tools_file), ToolStore(AsyncCql(from_env(CassandraSettings)), sealing.sealer()), token_end
-    )
+    store = ToolStore(AsyncCql(from_env(CassandraSettings)), sealing.sealer())
+    broker = ToolBroker(tool_registry.load(cfg.tools_file), store, token_end, org_rules=OrgRules(store.org_rules))
     producers: list[EventProducer] = []  # made on the timer's first tick, on the loop that awaits its acknowledgements
 
     async def expire() -> None:

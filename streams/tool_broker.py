@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
@@ -53,6 +54,35 @@ INJECTION_MARK = "(this result contains instructions addressed to an assistant: 
 OrgRules = Callable[[str], Awaitable[Sequence[policy.Rule]]]
 #: The end offset of chat.tokens in a conversation's partition now: a continuation's chunks come after it.
 TokenEnd = Callable[[str], Awaitable[int]]
+
+
+#: What an organisation whose stored rules do not parse gets: every call denied (fail closed), naming why.
+UNREADABLE_ORG_RULES = (policy.Rule("unreadable-rules", policy.Effect.DENY, policy.Matcher("glob", "*")),)
+
+
+class OrgRules:
+    """An organisation's own rules (PATCH /v1/org ``tool_rules``), read through ``load`` at most every
+    ``ttl_s`` per organisation: an admin's change is in force within that. Rules that no longer parse deny
+    every call; a store that cannot be read raises, and the call waits (the runner retries it)."""
+
+    def __init__(self, load: Callable[[str], Awaitable[object]], ttl_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._load, self._ttl_s, self._clock = load, ttl_s, clock
+        self._held: dict[str, tuple[float, tuple[policy.Rule, ...]]] = {}
+
+    async def __call__(self, org_id: str) -> Sequence[policy.Rule]:
+        held = self._held.get(org_id)
+        if held is not None and self._clock() - held[0] < self._ttl_s:
+            return held[1]
+        raw = await self._load(org_id)
+        try:
+            rules = policy.rules_from(raw, policy.Layer.ORG) if raw is not None else ()
+        except policy.RuleError:
+            log.warning("an organisation's tool rules do not parse; its calls are denied", extra={"org_id": org_id})
+            rules = UNREADABLE_ORG_RULES
+        if len(self._held) > 10_000:
+            self._held.clear()
+        self._held[org_id] = (self._clock(), rules)
+        return rules
 
 
 def event_id(*parts: str) -> str:

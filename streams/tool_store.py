@@ -7,6 +7,7 @@ to its cell and call (``tool_calls.arguments/<call_id>``), so an erasure shreds 
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timezone
 
@@ -26,6 +27,11 @@ def _at(column: str, call_id: str) -> str:
 class ToolStore:
     def __init__(self, cql: AsyncCql, sealer: sealing.Sealer) -> None:
         self._cql, self._sealer = cql, sealer
+
+    async def org_rules(self, org_id: str) -> object:
+        """An organisation's own tool rules as stored (JSON), None when it set none."""
+        rows = await self._cql.run("SELECT rules FROM {ks}.org_tool_rules WHERE org_id = ?", (org_id,))
+        return json.loads(rows[0].rules) if rows and rows[0].rules else None
 
     async def keep_turn(self, turn: GenerationRequested) -> None:
         blob = await codec.encode_async(turn)

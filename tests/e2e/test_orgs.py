@@ -103,3 +103,38 @@ async def test_a_key_mints_no_key_revokes_none_and_erases_nothing(stack) -> None
             await web.close()
     finally:
         await client.close()
+
+
+async def test_an_organisations_tool_rules_deny_its_members_calls(stack) -> None:  # type: ignore[no-untyped-def]
+    """The admin's rules tighten the operator's (the shared stack asks for every fetch_url call): an org deny
+    wins, names its rule, and a member's call is never asked; a regex (an operator's tool only) is refused."""
+    import asyncio
+    import base64
+    import json
+    import time
+
+    team = create_org(stack.inner.session, "toolco")
+    admin_id, _ = create_user(stack.inner.session, "ada", "plus", org_id=team, role="admin")
+    _, member_key = create_user(stack.inner.session, "bea", "plus", org_id=team)
+    admin, member = stack.web_client(admin_id), ParleyClient(stack.url, member_key)
+    try:
+        rules = [{"name": "no-intranet", "effect": "deny", "tool": "fetch_url", "arguments": {"url": {"prefix": "https://intranet."}}}]
+        assert (await admin._json("PATCH", "/v1/org", json={"tool_rules": rules}))["tool_rules"] == rules
+        with pytest.raises(ApiError) as bad:
+            await admin._json("PATCH", "/v1/org", json={"tool_rules": [{"name": "r", "effect": "allow", "tool": {"regex": ".*"}}]})
+        assert bad.value.status == 422 and bad.value.body["error"]["code"] == "invalid_tool_rules"
+
+        cid = await member.create_conversation()
+        fetch = json.dumps({"name": "fetch_url", "arguments": {"url": "https://intranet.toolco.example/payroll"}})
+        script = base64.b64encode(f"<tool_call>\n{fetch}\n</tool_call>".encode()).decode()
+        await member.send(cid, f"[[reply:{script}]]", tools=["fetch_url"])
+        deadline = time.monotonic() + 120
+        while not (calls := await member.tool_calls(cid)):
+            assert time.monotonic() < deadline, "the call was never judged"
+            await asyncio.sleep(0.3)
+        assert (calls[0]["decision"], calls[0]["rule"]) == ("deny", "org:no-intranet")
+
+        assert (await admin._json("PATCH", "/v1/org", json={"tool_rules": None}))["tool_rules"] is None
+    finally:
+        await admin.close()
+        await member.close()

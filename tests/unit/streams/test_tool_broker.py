@@ -12,7 +12,7 @@ import pytest
 
 from parley import tool_registry
 from schemas import events as ev
-from streams.tool_broker import ToolBroker
+from streams.tool_broker import OrgRules, ToolBroker
 from streams.tool_rows import Ask, CallRow
 
 CID, USER = str(uuid.uuid4()), "u-1"
@@ -196,3 +196,25 @@ async def test_the_last_round_offers_no_tools(broker: ToolBroker) -> None:
     [denied] = of(out, ev.ToolCallFinished)
     [c] = of(await broker.handle(denied), ev.GenerationRequested)
     assert c.tools.choice == "none"  # max_rounds 2: the model answers in words now
+
+
+async def test_an_organisation_tightens_and_unreadable_rules_deny(store: MemoryStore) -> None:
+    stored: dict[str, object] = {"team": [{"name": "no-payments-to-eve", "effect": "deny", "tool": "pay", "arguments": {"to": "eve"}}],
+                                 "broken": [{"name": "bad", "effect": "allow", "tool": {"regex": ".*"}}]}  # regex: operator only
+    reads: list[str] = []
+
+    async def load(org_id: str) -> object:
+        reads.append(org_id)
+        return stored.get(org_id)
+
+    async def token_end(conversation_id: str) -> int:
+        return 0
+
+    broker = ToolBroker(CONFIG, store, token_end, org_rules=OrgRules(load, ttl_s=60, clock=lambda: 0.0))  # type: ignore[arg-type]
+    for org, to, want in (("team", "eve", ("deny", "org:no-payments-to-eve")), ("team", "bob", ("allow", "operator:small-payments")),
+                          ("broken", "bob", ("deny", "org:unreadable-rules")), ("", "eve", ("allow", "operator:small-payments"))):
+        t = dataclasses.replace(turn(), org_id=org)
+        await broker.handle(t)
+        [decided] = of(await broker.handle(reply(t, ("pay", {"amount": 5, "to": to}))), ev.ToolCallDecided)
+        assert (decided.decision, decided.rule) == want, (org, to)
+    assert reads == ["team", "broken"]  # read once per organisation within the ttl; none for no organisation
