@@ -49,6 +49,9 @@ app.add_typer(ops_app, name="ops")
 from tools.fleet_cli import app as fleet_app  # noqa: E402
 
 app.add_typer(fleet_app, name="fleet")
+from tools.tools_cli import app as tools_app  # noqa: E402
+
+app.add_typer(tools_app, name="tools")
 from tools.capacity_cli import capacity  # noqa: E402
 
 app.command("capacity")(capacity)
