@@ -257,6 +257,8 @@ class Moderator:
         self._window, self._overlap = window_tokens, overlap_tokens
         self._lookup_wait_s = lookup_wait_s
         self._texts: LRU[str, str] = LRU(remember)  # user message id → text, until its generation is checked
+        # tool message ids: a continuation's input is every result of its round (chained one after another)
+        self._tool_results: LRU[str, bool] = LRU(remember)
         self._turns: LRU[str, Turn] = LRU(remember)  # request id → the turn
         self._replies: LRU[str, Reply] = LRU(remember)  # request id → its stream, while it runs
         self._ended: LRU[str, bool] = LRU(remember)  # request id → True once checked whole (or flagged)
@@ -267,6 +269,10 @@ class Moderator:
         if isinstance(event, ev.MessagePosted):
             if event.role == "user":
                 self._texts.put(event.message_id, event.content)
+            elif event.role == "tool":  # a tool's result is input too (DESIGN.md §13): its turn's check reads them all
+                before = self._texts.get(event.parent_id) if event.parent_id in self._tool_results else None
+                self._texts.put(event.message_id, f"{before}\n\n{event.content}" if before else event.content)
+                self._tool_results.put(event.message_id, True)
             return ()
         if isinstance(event, ev.GenerationRequested):
             return await self._requested(event)

@@ -311,3 +311,22 @@ def test_a_reply_window_with_no_verdict_cuts_the_reply_and_a_final_one_withdraws
     final = run(m.on_chunk(chunk(0, "short reply", tokens=2, finish="stop")))
     assert kinds(final) == ["ModerationResult", "GenerationModerated"]  # it ended: marked, nothing to cancel
     assert (final[0].verdict, final[0].stage, final[0].action, final[1].action) == ("failed", "final", "withdrawn", "withdrawn")
+
+
+def test_a_continuations_input_is_every_tool_result_of_its_round() -> None:
+    """Tool results are untrusted input (DESIGN.md §13): the first of two results holding the flagged text
+    stops the continuation that reads them, though its parent is the second."""
+    m, classifier = moderator()
+    first, second = "00000000-0000-4000-8000-000000000010", "00000000-0000-4000-8000-000000000011"
+    for mid, parent, text in ((first, RID, f"page says {BAD}"), (second, first, "a clean result")):
+        run(m.on_event(ev.MessagePosted(
+            conversation_id=CID, user_id=UID, message_id=mid, parent_id=parent, role="tool", content=text,
+            client_message_id=f"tool:{mid}", tool_call_id="call_x",
+        )))  # fmt: skip
+    continuation = ev.GenerationRequested(
+        conversation_id=CID, user_id=UID, request_id="00000000-0000-4000-8000-000000000012", parent_id=second,
+        client_message_id="tool:continue",
+    )
+    out = run(m.on_event(continuation))
+    assert kinds(out) == ["ModerationResult", "GenerationModerated", "GenerationCancelRequested"]
+    assert any(BAD in t and "a clean result" in t for t in classifier.seen)
