@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -258,16 +257,10 @@ async def post_message(request: Request) -> Response:
 
 async def _reply_row(svc: Any, conversation_id: str, reply_id: str) -> Any:
     """The reply's row, waited for up to RETRY_REPLY_WAIT_S; None if it is not there by then or Cassandra is down."""
-    deadline, pause = time.monotonic() + RETRY_REPLY_WAIT_S, 0.05
-    while True:
-        try:
-            found = await svc.store.message(conversation_id, reply_id)
-        except Unavailable:
-            return None
-        if found is not None or time.monotonic() >= deadline:
-            return found
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.5)
+    try:
+        return await svc.store.message_when(conversation_id, reply_id, lambda found: found is not None, RETRY_REPLY_WAIT_S)
+    except Unavailable:
+        return None
 
 
 def named_documents(svc: Any, named: Any) -> list[str]:

@@ -321,15 +321,10 @@ async def _settled(svc: Services, conversation: Any, pending: str, stored: list[
 
     Cassandra down: ``stored`` as it is (the history's copy of the reply then becomes a sibling branch).
     """
-    deadline = time.monotonic() + REPLY_WAIT_S
-    pause = 0.05
     try:
-        while time.monotonic() < deadline:
-            found = await svc.store.message(conversation.id, pending)
-            if found is None or found.status not in (None, "streaming"):
-                break
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
+        await svc.store.message_when(
+            conversation.id, pending, lambda found: found is None or found.status not in (None, "streaming"), REPLY_WAIT_S
+        )
         return await svc.messages_for_posting(conversation)
     except Unavailable:
         return stored

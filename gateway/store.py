@@ -6,9 +6,11 @@ clear message, and logs which settings point where.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -335,6 +337,19 @@ class Store:
     async def last_reader(self, request_id: str) -> datetime | None:
         rows = await self._run("SELECT reader_at FROM {ks}.reply_readers WHERE request_id = ?", (uuid.UUID(request_id),))
         return rows[0].reader_at.replace(tzinfo=timezone.utc) if rows and rows[0].reader_at else None
+
+    async def message_when(
+        self, conversation_id: str, message_id: str, ready: Callable[[MessageRow | None], bool], wait_s: float
+    ) -> MessageRow | None:
+        """The message's row once ``ready`` holds of it (or of its absence), else as it is after ``wait_s``:
+        read again at pauses from 50 ms doubling to 0.5 s. Unavailable when Cassandra is down."""
+        deadline, pause = time.monotonic() + wait_s, 0.05
+        while True:
+            found = await self.message(conversation_id, message_id)
+            if ready(found) or time.monotonic() >= deadline:
+                return found
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     async def message(self, conversation_id: str, message_id: str) -> MessageRow | None:
         cid, mid = _uuid(conversation_id), _uuid(message_id)
