@@ -3,6 +3,7 @@ topics and keyspace, started once for the e2e tests (tools/isolated.py)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 
@@ -11,6 +12,7 @@ import pytest
 
 from parley.accounts import create_account
 from parley.settings import CassandraSettings, KafkaSettings, from_env
+from tests.e2e import tool_service
 from tools import isolated
 from tools.client import SESSION_COOKIE, ParleyClient
 
@@ -34,8 +36,9 @@ REPLY_DEADLINE_S = 150.0
 
 
 class Stack:
-    def __init__(self, inner: isolated.IsolatedStack) -> None:
+    def __init__(self, inner: isolated.IsolatedStack, effects: tool_service.Effects | None = None) -> None:
         self.inner = inner
+        self.effects = effects  # the tools' service (tool_service.py), on the shared stack
         self.url = inner.url
         self.kafka = inner.kafka
         self.cassandra = inner.cassandra
@@ -70,13 +73,17 @@ def sign_in(cassandra: object, url: str, user_id: str) -> tuple[str, str]:
 def stack(infra, tmp_path_factory) -> Iterator[Stack]:
     """Its own topics and keyspace, so its traffic never meets the integration tests'."""
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "e2e")
-    # Every call of the built-in fetch_url is asked (mode ask): the API tests find a call waiting for its answer.
+    # The operator's tools: a side-effecting service of this process's (test_tools), and every call of the
+    # built-in fetch_url asked, so the API tests find a call waiting for its answer.
+    effects = tool_service.serve()
     tools_file = tmp_path_factory.mktemp("tools") / "tools.json"
-    tools_file.write_text('{"mode": "ask"}')
+    tools_file.write_text(json.dumps(tool_service.tools_config(effects)))
     env = {**E2E_ENV, **SEARCHES_DOCUMENTS, "PARLEY_TOOLS_FILE": str(tools_file)}
     inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("stack-logs"), env)
     try:
-        yield Stack(inner)
+        yield Stack(inner, effects)
     finally:
         inner.stop()
+        effects.release.set()
+        effects.shutdown()
         isolated.drop(kafka, cassandra)

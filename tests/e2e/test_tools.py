@@ -1,140 +1,41 @@
-"""Parley's own tools end to end (DESIGN.md §13), on a stack of this module's own: the chat path, the
-permission broker and the tool executor, with real Kafka and Cassandra and the synthetic engine.
+"""Parley's own tools end to end (DESIGN.md §13), on the shared e2e stack (its permission broker and tool
+executor, real Kafka and Cassandra, the synthetic engine).
 
-The tools are a local HTTP service that counts effects per idempotency key (what a payment API does with
-``Idempotency-Key``). The model's calls are scripted (the synthetic engine's ``[[reply:…]]``); the service's
-answer scripts the model's next reply, so each test sees the whole loop: a call judged by the operator's
-rules, run at most once, its result quoted into the next turn, and the final reply.
+The tools are a local HTTP service that counts effects per idempotency key (tests/e2e/tool_service.py, what a
+payment API does with ``Idempotency-Key``). The model's calls are scripted (the synthetic engine's
+``[[reply:…]]``); the service's answer scripts the model's next reply, so each test sees the whole loop: a
+call judged by the operator's rules, run at most once, its result quoted into the next turn, and the final
+reply. Killing the executor here is safe for the other modules: each pytest worker has its own stack and
+runs its tests one after another.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from parley.settings import CassandraSettings, KafkaSettings, from_env
-from tests.e2e.conftest import E2E_ENV, REPLY_DEADLINE_S
+from tests.e2e.conftest import REPLY_DEADLINE_S, Stack
+from tests.e2e.tool_service import Effects, calls
 from tools import isolated
 from tools.client import ApiError, ParleyClient
-from tools.topology import CHAT_PATH, TOOL_BROKER, TOOL_EXECUTOR
+from tools.topology import TOOL_EXECUTOR
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def scripted(text: str) -> str:
-    return f"[[reply:{base64.b64encode(text.encode()).decode()}]]"
+@pytest.fixture
+def effects(stack: Stack) -> Effects:
+    return stack.effects
 
 
-def calls(*calls: tuple[str, dict[str, Any]]) -> str:
-    """A user message whose reply is the model calling ``calls`` (Hermes markup, the synthetic pool's)."""
-    return scripted("".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>\n' for n, a in calls))
-
-
-class Effects(ThreadingHTTPServer):
-    """The side-effecting service. /expense honours Idempotency-Key (a repeated key gets the first answer and no
-    second effect); /charge does not: every request is an effect, so a call run twice shows as two."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.effects: Counter[str] = Counter()  # key → effects
-        self.requests: Counter[str] = Counter()  # path → requests
-        self.asked: Counter[str] = Counter()  # key → requests
-        self.bodies: dict[str, dict[str, Any]] = {}
-        self.answers: dict[str, bytes] = {}
-        self.lock = threading.Lock()
-        self.hold_item = ""  # a request for this item takes effect, then waits for release before answering
-        self.held = threading.Event()
-        self.release = threading.Event()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Effects
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-        key = self.headers.get("Idempotency-Key", "")
-        s = self.server
-        with s.lock:
-            s.requests[self.path] += 1
-            s.asked[key] += 1
-            answer = s.answers.get(key) if self.path == "/expense" else None  # charge_card takes every request
-            if answer is None:
-                s.effects[key] += 1
-                s.bodies[key] = body
-                final = f"Saved {body.get('item')} for {body.get('amount')}."
-                answer = json.dumps({"ok": True, "note": scripted(final)}).encode()
-                s.answers[key] = answer
-        if s.hold_item and body.get("item") == s.hold_item and not s.release.is_set():
-            s.held.set()
-            s.release.wait(120)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-SCHEMA = {
-    "type": "object",
-    "properties": {"amount": {"type": "integer"}, "item": {"type": "string"}},
-    "required": ["amount", "item"],
-}
-
-
-@pytest.fixture(scope="module")
-def effects() -> Iterator[Effects]:
-    server = Effects()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.release.set()
-    server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tool_stack(infra, effects: Effects, tmp_path_factory) -> Iterator[isolated.IsolatedStack]:
-    config = {
-        "tools": [
-            {"name": "add_expense", "url": f"{effects.url}/expense", "idempotent": True, "parameters": SCHEMA,
-             "description": "Record an expense"},
-            {"name": "charge_card", "url": f"{effects.url}/charge", "parameters": SCHEMA, "description": "Charge a card"},
-            {"name": "delete_everything", "url": f"{effects.url}/delete", "description": "Delete all records"},
-        ],
-        "rules": [
-            {"name": "small-expenses", "effect": "allow", "tool": "add_expense", "arguments": {"amount": {"regex": "[0-9]{1,2}"}}},
-            {"name": "cards", "effect": "allow", "tool": "charge_card"},
-            {"name": "no-deletes", "effect": "deny", "tool": "delete_everything"},
-        ],
-    }
-    path = tmp_path_factory.mktemp("tools") / "tools.json"
-    path.write_text(json.dumps(config))
-    kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "tools")
-    inner = isolated.start(
-        kafka, cassandra, tmp_path_factory.mktemp("tools-logs"), {**E2E_ENV, "PARLEY_TOOLS_FILE": str(path)},
-        (*CHAT_PATH, TOOL_BROKER, TOOL_EXECUTOR),
-    )
-    try:
-        yield inner
-    finally:
-        inner.stop()
+@pytest.fixture
+def tool_stack(stack: Stack) -> isolated.IsolatedStack:
+    return stack.inner
 
 
 @pytest_asyncio.fixture(loop_scope="function")  # the test's own loop, which its client's connections live on
