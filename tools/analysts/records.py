@@ -61,6 +61,8 @@ RULES: dict[type[ev.Event], Callable[[Record], None]] = {
         _allowed("stage", ev.MODERATION_STAGES),
         _allowed("action", ev.MODERATION_ACTIONS),
     ),
+    ev.ToolCallDecided: _allowed("decision", ev.TOOL_DECISIONS),
+    ev.ToolCallFinished: _allowed("outcome", ev.TOOL_OUTCOMES),
 }
 
 

@@ -187,6 +187,13 @@ def _arrow_schema() -> Any:
         "float | None": pa.float64(),
         "bool": pa.bool_(),
         "list[dict[str, str]]": pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
+        # tool_calls: the trace of each call (turns.Turn), never its arguments or result
+        "list[dict[str, Any]]": pa.list_(
+            pa.struct(
+                [("id", pa.string()), ("name", pa.string()), ("decision", pa.string()), ("rule", pa.string()),
+                 ("started", pa.bool_()), ("outcome", pa.string()), ("error", pa.string())]
+            )
+        ),
     }
     return pa.schema([(f.name, by_annotation[str(f.type)]) for f in fields(turns.Turn)])
 

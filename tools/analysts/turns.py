@@ -12,6 +12,8 @@ InferenceRouted               chat.inference.<pool>  pool, model, partition, rou
 GenerationCompleted           chat.events            finish reason, error code, reply text, attempt
 GenerationModerated           chat.events            moderation withdrew it: content_filter, the notice
 UsageRecorded                 chat.usage             tokens (cached too), replica, TTFT, queue, duration
+ToolCallDecided               chat.events            each call of Parley's tools the reply made: the broker's word
+ToolCallStarted, …Finished    chat.events            whether it started, how it ended (no arguments, no result)
 ============================  =====================  ============================================
 
 The fold does not depend on the order records arrive in (topics are read side by side) and
@@ -49,6 +51,9 @@ NEEDED: frozenset[str] = frozenset(
         ev.GenerationCompleted,
         ev.GenerationModerated,
         ev.UsageRecorded,
+        ev.ToolCallDecided,
+        ev.ToolCallStarted,
+        ev.ToolCallFinished,
     )
 )
 
@@ -59,7 +64,8 @@ class Turn:
     request_id: str  # the assistant message id
     conversation_id: str
     user_id: str
-    kind: str  # message (answers a fresh post) | regenerate (another reply to an earlier message)
+    kind: str  # message (answers a fresh post) | regenerate (another reply to an earlier message) | tool-results
+    # (the broker's continuation, after the calls of the reply before it)
     tier: str
     org_id: str  # the user's organisation ("": asked for before organisations existed)
     requested_at: int  # µs: GenerationRequested.occurred_at
@@ -93,6 +99,9 @@ class Turn:
     tokens_per_s: float | None  # completion tokens / duration
     shed: bool  # rejected as overloaded by admission control
     downgraded: bool
+    # Each call of Parley's tools the reply made, by call id: {id, name, decision, rule, started, outcome, error}
+    # (never its arguments or result: they are the user's text, sealed on the log).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         # Shallow on purpose (asdict deep-copies): the prompt's dicts are this turn's own.
@@ -111,6 +120,9 @@ class _Parts:
     completed: dict[int, Record] = field(default_factory=dict)
     usage: dict[int, Record] = field(default_factory=dict)
     moderated: Record | None = None
+    tool_decided: dict[str, Record] = field(default_factory=dict)  # call id → ToolCallDecided
+    tool_started: set[str] = field(default_factory=set)
+    tool_finished: dict[str, Record] = field(default_factory=dict)  # call id → ToolCallFinished
 
 
 def _first(current: Record | None, new: Record) -> Record:
@@ -177,6 +189,17 @@ class TurnFold:
     def _add_usage(self, r: Record) -> None:
         _keep(self._of(r["request_id"]).usage, r["attempt"], r)
 
+    def _add_tool_decided(self, r: Record) -> None:
+        decided = self._of(r["request_id"]).tool_decided
+        decided[r["call"]["id"]] = _first(decided.get(r["call"]["id"]), r)
+
+    def _add_tool_started(self, r: Record) -> None:
+        self._of(r["request_id"]).tool_started.add(r["call_id"])
+
+    def _add_tool_finished(self, r: Record) -> None:
+        finished = self._of(r["request_id"]).tool_finished
+        finished[r["call_id"]] = _first(finished.get(r["call_id"]), r)
+
     def _complete(self, by_attempt: dict[int, Record]) -> None:
         """Each head among ``by_attempt`` replaced by its whole record, or dropped when that does not read."""
         for attempt, record in list(by_attempt.items()):
@@ -228,6 +251,9 @@ _ADD: dict[str, Callable[[TurnFold, Record], None]] = {
     "GenerationCompleted": TurnFold._add_completed,
     "GenerationModerated": TurnFold._add_moderated,
     "UsageRecorded": TurnFold._add_usage,
+    "ToolCallDecided": TurnFold._add_tool_decided,
+    "ToolCallStarted": TurnFold._add_tool_started,
+    "ToolCallFinished": TurnFold._add_tool_finished,
 }
 
 
@@ -244,7 +270,10 @@ def fold(events: Iterable[ev.Event], **window: Any) -> list[Turn]:
 
 
 def kind_of(req: Record) -> str:
-    """A post derives the user message id from the same client id as the reply; a regenerate does not."""
+    """A post derives the user message id from the same client id as the reply; a regenerate does not; the
+    tool broker's continuation has a key of its own (``tool:``)."""
+    if req["client_message_id"].startswith("tool:"):
+        return "tool-results"
     fresh = ids.user_message_id(req["conversation_id"], req["client_message_id"]) == req["parent_id"]
     return "message" if fresh else "regenerate"
 
@@ -304,4 +333,21 @@ def _turn(request_id: str, req: Record, p: _Parts, posted: Record | None) -> Tur
         tokens_per_s=round(completion_tokens / (duration / 1000), 6) if duration else None,
         shed=done is not None and done["finish_reason"] == "rejected" and done["error_code"] == OVERLOADED,
         downgraded=routed is not None and routed["downgraded_from"] is not None,
+        tool_calls=_tool_calls(p),
     )
+
+
+def _tool_calls(p: _Parts) -> list[dict[str, Any]]:
+    out = []
+    for call_id in sorted({*p.tool_decided, *p.tool_started, *p.tool_finished}):
+        decided, finished = p.tool_decided.get(call_id), p.tool_finished.get(call_id)
+        out.append({
+            "id": call_id,
+            "name": decided["call"]["name"] if decided else finished["name"] if finished else "",
+            "decision": decided["decision"] if decided else None,
+            "rule": decided["rule"] if decided else None,
+            "started": call_id in p.tool_started,
+            "outcome": finished["outcome"] if finished else None,
+            "error": (finished["error"] or None) if finished else None,
+        })  # fmt: skip
+    return out

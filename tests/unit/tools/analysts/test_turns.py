@@ -97,3 +97,27 @@ def test_the_window_keeps_turns_asked_for_inside_it() -> None:
     assert len(turns.fold(a + b, until_us=5_000_002)) == 2  # exclusive: asked for at 5_000_001
     assert turns.fold(a + b, until_us=1_000_001) == []  # asked for at 1_000_001
     assert turns.fold(a + b, user_id="nobody") == []
+
+
+def test_a_replies_tool_calls_are_traced_without_their_arguments_or_results() -> None:
+    rid, events = _turn_events()
+    common = {"conversation_id": CID, "user_id": USER, "request_id": rid}
+    call = ev.ToolCall(id="call_a", name="add_expense", arguments='{"amount": 12}')
+    events += [
+        ev.ToolCallDecided(**common, call=call, decision="allow", rule="operator:small"),
+        ev.ToolCallStarted(**common, call_id="call_a", name="add_expense", executor="x"),
+        ev.ToolCallFinished(**common, call_id="call_a", name="add_expense", outcome="unknown", result="maybe", error="lost",
+                            occurred_at=1_500_000),
+        ev.ToolCallFinished(**common, call_id="call_a", name="add_expense", outcome="ok", result="later", occurred_at=1_600_000),
+        ev.ToolCallDecided(**common, call=ev.ToolCall(id="call_b", name="wipe"), decision="deny", rule="operator:never"),
+    ]
+    continuation = ev.GenerationRequested(conversation_id=CID, user_id=USER, request_id=ids.reply_id(CID, f"tool:{rid}:continue"),
+                                          parent_id="m-tool", client_message_id=f"tool:{rid}:continue", occurred_at=2_000_000)
+    first, then = turns.fold([*events, continuation])
+    assert turns.fold([continuation, *reversed(events)])[0] == first  # the earliest ending counts, in any order
+    assert first.tool_calls == [
+        {"id": "call_a", "name": "add_expense", "decision": "allow", "rule": "operator:small", "started": True, "outcome": "unknown", "error": "lost"},
+        {"id": "call_b", "name": "wipe", "decision": "deny", "rule": "operator:never", "started": False, "outcome": None, "error": None},
+    ]
+    assert "12" not in str(first.tool_calls) and "maybe" not in str(first.tool_calls)
+    assert then.kind == "tool-results" and then.tool_calls == []
