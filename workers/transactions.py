@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 IDLE_COMMIT_S = 1.0
 #: A transaction still in the producer after this many call timeouts is stuck (see _in_thread).
 WEDGED_CALLS = 8
+#: A second fencing this soon after the one a timed-out transaction explained is another instance's.
+FENCE_WINDOW_S = 60.0
 #: First pause before a batch whose transaction was aborted is tried again; doubles up to MAX_RETRY_S.
 RETRY_S = 0.2
 MAX_RETRY_S = 5.0
@@ -149,6 +151,7 @@ class TransactionalCommitter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._committed: dict[int, int] = {}  # positions the last transaction committed (committer thread)
+        self._fenced_at: list[float] = []  # when a timed-out transaction's fencing replaced the producer (_abort)
 
     # ------------------------------------------------------------ event-loop side
 
@@ -328,10 +331,10 @@ class TransactionalCommitter:
                 if committing or err.code() in _FENCED:
                     raise Fenced(err.name()) from exc
                 raise _unusable(err) from exc
-            self._abort(p)
+            self._abort(p, timed_out=err.code() in _CUT_OFF)
             raise Aborted(err.name(), cut_off=err.code() in _CUT_OFF) from exc
-        except Aborted:
-            self._abort(p)
+        except Aborted as exc:
+            self._abort(p, timed_out=exc.cut_off)
             raise
         TRANSACTIONS.labels("committed").inc()
         self._committed = positions
@@ -368,9 +371,16 @@ class TransactionalCommitter:
                     raise
                 time.sleep(0.1)
 
-    def _abort(self, p: Producer) -> None:
+    def _abort(self, p: Producer, *, timed_out: bool = False) -> None:
         """Abort the open transaction; a retriable failure (broker away) is tried again for a while.
-        One still open after that is aborted by the next transaction's attempt (begin fails first)."""
+        One still open after that is aborted by the next transaction's attempt (begin fails first).
+
+        ``timed_out``: the transaction failed for want of a broker. By the time the abort reaches a
+        coordinator again it may have aborted the transaction itself (past transaction.timeout.ms) and
+        bumped the producer's epoch, which librdkafka reports as fenced, exactly as a newer instance
+        would be (bench.chaos, seed 51: a broker killed mid-transaction stopped a worker). Nothing was
+        committed, and the group's generation still fences every offset commit (KIP-447), so the producer
+        is replaced and the batch tried again; fenced again within FENCE_WINDOW_S, it is a twin: stop."""
         deadline = time.monotonic() + 2 * self._call_s
         while True:
             try:
@@ -380,6 +390,11 @@ class TransactionalCommitter:
                 err = exc.args[0]
                 if err.fatal():
                     if err.code() in _FENCED:
+                        now = time.monotonic()
+                        if timed_out and all(now - at > FENCE_WINDOW_S for at in self._fenced_at):
+                            self._fenced_at.append(now)
+                            log.warning("the coordinator ended a timed-out transaction; replacing the producer", extra={"error": err.name()})
+                            raise Aborted(f"{err.name()} after a timed-out transaction: the producer is replaced", cut_off=True) from exc
                         raise Fenced(err.name()) from exc
                     raise _unusable(err) from exc
                 if not err.retriable():
