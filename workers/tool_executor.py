@@ -32,6 +32,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ CALL_TIMEOUT_S = 15.0
 #: A transaction left open by an executor that died holds back every read_committed reader of its
 #: chat.events partition until the coordinator aborts it: ours are one or two records, so 10 s (the workers').
 TRANSACTION_TIMEOUT_MS = 10_000
+#: A second producer failure for good this soon after a replacement means another instance holds the id.
+FENCE_WINDOW_S = 60.0
 SESSION_TIMEOUT_MS = 15_000
 #: What the model is told when nobody can know whether the tool acted.
 UNKNOWN = (
@@ -120,18 +123,18 @@ class Executor:
         self._ready = Readiness()
         # Ready (parley_ready 1) once the group has assigned this member its partitions, none included.
         self._consumer.subscribe([self._tools_topic], on_assign=lambda _c, _p: self._ready.ready())
-        self._producer = Producer(
-            producer_config(
-                kafka,
-                **{
-                    "transactional.id": f"{kafka.topic(GROUP)}.{instance}",
-                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                    "delivery.timeout.ms": TRANSACTION_TIMEOUT_MS,  # deliveries fit inside a transaction
-                },
-            )
+        self._producer_config = producer_config(
+            kafka,
+            **{
+                "transactional.id": f"{kafka.topic(GROUP)}.{instance}",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "delivery.timeout.ms": TRANSACTION_TIMEOUT_MS,  # deliveries fit inside a transaction
+            },
         )
+        self._producer = Producer(self._producer_config)
         self._lookup = reader(kafka, "tool-lookup")
         self._runners: dict[str, Runner] = {}
+        self._replaced_at: float | None = None
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
@@ -145,6 +148,11 @@ class Executor:
                 continue
             await self._handle(msg, stop)
         await self._blocking(self._close)
+
+    def _replace_producer(self) -> None:
+        """A new producer with the same transactional id: its init aborts whatever the old one left open."""
+        self._producer = Producer(self._producer_config)
+        self._producer.init_transactions(CALL_TIMEOUT_S)
 
     def _close(self) -> None:
         self._consumer.close()
@@ -201,14 +209,26 @@ class Executor:
             return ToolResult("unknown", UNKNOWN, f"no answer from the tool ({type(exc).__name__})")
 
     async def _until_done(self, step: Any, stop: asyncio.Event) -> Any:
-        """``step`` in the Kafka thread, tried again while the broker is away (never skipped)."""
+        """``step`` in the Kafka thread, tried again while the broker is away (never skipped).
+
+        A producer that failed for good is replaced once (a coordinator that aborted a timed-out
+        transaction bumps the epoch, which librdkafka reports as fenced: workers/transactions.py): every
+        transaction here also commits the group's offset with its generation, so a member that lost its
+        partitions is refused there whatever its producer. Failed for good again within FENCE_WINDOW_S,
+        another instance holds the transactional id, and this one stops."""
         pause = 0.2
         while True:
             try:
                 return await self._blocking(step)
             except (BrokerUnavailable, KafkaException) as exc:
                 if _fatal(exc):
-                    raise
+                    now = asyncio.get_running_loop().time()
+                    if self._replaced_at is not None and now - self._replaced_at < FENCE_WINDOW_S:
+                        raise
+                    self._replaced_at = now
+                    log.warning("the transactional producer failed for good; replacing it", extra={"error_type": type(exc).__name__})
+                    await self._blocking(self._replace_producer)
+                    continue
                 log.warning("a tool step failed; trying again", extra={"error_type": type(exc).__name__})
                 if stop.is_set():
                     raise
@@ -237,8 +257,17 @@ class Executor:
         return Found(started, finished)
 
     def _transact(self, events: list[Event], partition: int, position: int) -> None:
+        """``events`` and the group's offset ``position`` of ``partition`` in one transaction, or neither. A step
+        tried again after a commit that only timed out may commit its events twice: their ids are derived, so
+        readers drop the copy."""
         p = self._producer
-        p.begin_transaction()
+        try:
+            p.begin_transaction()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+            self._commit(p)  # the last commit timed out and may be ending: end it first
+            p.begin_transaction()
         try:
             for e in events:
                 p.produce(self._kafka.topic(catalog.topic_name_for(e)), key=e.key, value=codec.encode(e))
@@ -247,12 +276,27 @@ class Executor:
                 self._consumer.consumer_group_metadata(),
                 CALL_TIMEOUT_S,
             )
-            p.commit_transaction(CALL_TIMEOUT_S)
         except KafkaException as exc:
-            err = exc.args[0]
-            if err.txn_requires_abort():
+            if not exc.args[0].fatal():
                 p.abort_transaction(CALL_TIMEOUT_S)
             raise
+        self._commit(p)
+
+    def _commit(self, p: Producer) -> None:
+        """``commit_transaction``, asked again while it only times out (the coordinator may be completing it;
+        an abort then would be refused): for at most four calls' time, then the step is tried again."""
+        deadline = time.monotonic() + 4 * CALL_TIMEOUT_S
+        while True:
+            try:
+                p.commit_transaction(CALL_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.txn_requires_abort():
+                    p.abort_transaction(CALL_TIMEOUT_S)
+                    raise
+                if not err.retriable() or time.monotonic() > deadline:
+                    raise
 
 
 def _fatal(exc: Exception) -> bool:
