@@ -41,8 +41,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from parley import ids, keys, metrics, ops, schema_registry, tool_registry
-from parley.consumer import reader, records_since
-from parley.errors import BrokerUnavailable
+from parley.consumer import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, dead_letter_for, reader, records_since
+from parley.errors import BadInput, BrokerUnavailable
 from parley.kafka import producer_config
 from parley.logs import setup_logging
 from parley.metrics import Readiness
@@ -51,6 +51,7 @@ from parley.settings import KafkaSettings, from_env
 from parley.transport_security import kafka_config
 from parley.tool_registry import ToolConfig, ToolSpec
 from schemas import catalog, codec
+from schemas.catalog import dlq_name
 from schemas.events import Event, ToolCallCleared, ToolCallFinished, ToolCallStarted
 from workers.tool_runners import HttpTool, NotSent, OutcomeUnknown, Runner, ToolResult
 
@@ -160,13 +161,15 @@ class Executor:
 
     async def _handle(self, msg: Message, stop: asyncio.Event) -> None:
         try:
-            event = await codec.decode_async(msg.value())
-        except codec.CodecError:
-            log.warning("an undecodable record on chat.tools was skipped", extra={"offset": msg.offset()})
-            await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1), stop)
+            value = msg.value()
+            if value is not None and len(value) > DEFAULT_MAX_EVENT_BYTES:
+                raise EventTooLarge(f"record of {len(value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
+            event = await codec.decode_async(value)
+        except codec.CodecError as exc:
+            await self._dead_letter(msg, exc, stop)
             return
         if not isinstance(event, ToolCallCleared):
-            await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1), stop)
+            await self._dead_letter(msg, BadInput(f"unexpected {type(event).__name__} on chat.tools"), stop)
             return
         found: Found = await self._until_done(lambda: self._look_up(event), stop)
         spec = self._config.tools.get(event.call.name)
@@ -197,6 +200,16 @@ class Executor:
         )
         await self._until_done(lambda: self._transact([finished], msg.partition(), msg.offset() + 1), stop)
         log.info("a tool call finished", extra={**ids_, "outcome": result.outcome})
+
+    async def _dead_letter(self, msg: Message, error: Exception, stop: asyncio.Event) -> None:
+        """Bad input: to chat.tools.dlq, with the group's offset past it, in one transaction."""
+        letter = dead_letter_for(
+            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(), value=msg.value(),
+            error=error, consumer=self._kafka.topic(GROUP),
+        )
+        record = (dlq_name(msg.topic()), letter.key, await codec.encode_async(letter))
+        log.warning("dead-lettered a record", extra={"topic": msg.topic(), "offset": msg.offset(), "error_type": letter.error_type})
+        await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1, [record]), stop)
 
     async def _call(self, spec: ToolSpec, event: ToolCallCleared) -> ToolResult:
         runner = self._runners.get(spec.name) or self._runners.setdefault(spec.name, runner_for(spec, self._config))
@@ -256,10 +269,12 @@ class Executor:
         self._lookup.unassign()
         return Found(started, finished)
 
-    def _transact(self, events: list[Event], partition: int, position: int) -> None:
-        """``events`` and the group's offset ``position`` of ``partition`` in one transaction, or neither. A step
-        tried again after a commit that only timed out may commit its events twice: their ids are derived, so
-        readers drop the copy."""
+    def _transact(
+        self, events: list[Event], partition: int, position: int, raw: list[tuple[str, bytes, bytes]] | None = None
+    ) -> None:
+        """``events`` (and ``raw`` records: a dead letter) and the group's offset ``position`` of ``partition`` in
+        one transaction, or neither. A step tried again after a commit that only timed out may commit its events
+        twice: their ids are derived, so readers drop the copy."""
         p = self._producer
         try:
             p.begin_transaction()
@@ -271,6 +286,8 @@ class Executor:
         try:
             for e in events:
                 p.produce(self._kafka.topic(catalog.topic_name_for(e)), key=e.key, value=codec.encode(e))
+            for topic, key, value in raw or ():
+                p.produce(topic, key=key, value=value)
             p.send_offsets_to_transaction(
                 [TopicPartition(self._tools_topic, partition, position)],
                 self._consumer.consumer_group_metadata(),

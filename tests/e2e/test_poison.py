@@ -44,7 +44,8 @@ POISON_ENV = {
 
 #: Who dead-letters each consumed topic (consumer groups, by the processor that names them) ...
 DEAD_LETTERED_BY: dict[str, tuple[str, ...]] = {
-    "chat.events": ("streams.context", "streams.materializer", "streams.moderation"),
+    "chat.events": ("streams.context", "streams.materializer", "streams.moderation", "streams.tools"),
+    "chat.tools": ("tools",),  # the tool executor's group
     "chat.inference": ("streams.router",),
     **{f"chat.inference.{pool}": (f"workers.{pool}",) for pool in POOLS},
     "chat.tokens": ("streams.materializer", "streams.moderation"),  # the checkpoints agent; the reply's windows
@@ -185,6 +186,8 @@ async def _traffic(poisoned: Poisoned, key: str, user_id: str) -> None:
         poisoned.placed += _put(stack, "docs.events", set(range(TOPICS["docs.events"].partitions)), b"poison")
         # The erasure processor's: every partition (its committed offset past the poison is its going on).
         poisoned.placed += _put(stack, "user.erasures", set(range(TOPICS["user.erasures"].partitions)), b"poison")
+        # The tool executor's queue: every partition.
+        poisoned.placed += _put(stack, "chat.tools", set(range(TOPICS["chat.tools"].partitions)), b"poison")
 
         poisoned.memory_fact = f"I keep {uuid.uuid4().hex[:8]} bees"
         r = await http.put("/v1/memory", json={"facts": [poisoned.memory_fact]})

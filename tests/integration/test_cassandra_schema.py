@@ -49,6 +49,10 @@ TABLES = {
     "sign_in_familiar",
     "oidc_subjects",
     "oidc_subjects_by_user",
+    "tool_turns",
+    "tool_calls",
+    "tool_asks",
+    "org_tool_rules",
 }
 
 
