@@ -266,12 +266,16 @@ class ToolBroker:
         """Each result as a tool message after the reply that made the calls, then the next reply."""
         cid, parent = turn.conversation_id, turn.request_id
         out: list[ev.Event] = []
+        # Each a microsecond after the last: every one of them moves the conversation's selected leaf, and
+        # Cassandra settles equal timestamps by value, not by log order (bench.chaos --tools saw 346 leaves
+        # differ from the log's when all were stamped alike). Derived from the cause: a re-run says the same.
+        at = iter(range(cause.occurred_at + 1, cause.occurred_at + 2 + len(calls)))
         for c in calls:
             key = f"tool:{turn.request_id}:{c.call_id}"
             message_id = ids.user_message_id(cid, key)
             out.append(
                 ev.MessagePosted(
-                    event_id=event_id(message_id, "posted"), occurred_at=cause.occurred_at, conversation_id=cid,
+                    event_id=event_id(message_id, "posted"), occurred_at=next(at), conversation_id=cid,
                     user_id=turn.user_id, trace_id=cause.trace_id, message_id=message_id, parent_id=parent, client_message_id=key,
                     role="tool", content=quoted(c.name, c.outcome, c.result), tool_call_id=c.call_id,
                 )
@@ -289,7 +293,7 @@ class ToolBroker:
             dataclasses.replace(
                 turn,
                 event_id=event_id(turn.request_id, "continue"),
-                occurred_at=cause.occurred_at,
+                occurred_at=next(at),
                 trace_id=cause.trace_id,
                 request_id=ids.reply_id(cid, key),
                 parent_id=parent,

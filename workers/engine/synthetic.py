@@ -84,10 +84,17 @@ def _decoded(encoded: str) -> str | None:
 
 
 def scripted_pieces(prompt: str) -> list[str] | None:
-    """The pieces of the reply the prompt's last ``[[reply:BASE64]]`` scripts (whitespace kept); None without one."""
+    """The pieces of the reply the prompt's last ``[[reply:BASE64]]`` scripts (whitespace kept); None without one.
+
+    A resumed attempt's prompt ends with the reply's text so far (workers/recovery.py): the script goes on
+    after it, as a model continues its own text, rather than starting again (which would write its opening
+    twice: the audit's ``repeated_text``)."""
     found = _REPLY.findall(prompt)
     text = _decoded(found[-1]) if found else None
-    return None if text is None else re.findall(r"\s*\S+|\s+", text)
+    if text is None:
+        return None
+    done = next((k for k in range(len(text), 0, -1) if prompt.endswith(text[:k])), 0)
+    return re.findall(r"\s*\S+|\s+", text[done:])
 
 
 def constrained_pieces(request: GenerateInput) -> list[str]:

@@ -186,6 +186,8 @@ async def test_once_every_call_ended_the_results_become_tool_messages_and_the_ne
     [c] = continuation
     assert c.parent_id == posted[1].message_id and c.tools.round == 1 and c.tier == "plus" and c.model == "m"
     assert c.token_offset == 100
+    # Each moves the selected leaf: strictly later than the one before, so Cassandra keeps the log's last.
+    assert posted[0].occurred_at < posted[1].occurred_at < c.occurred_at
     assert await broker.handle(ok) == out  # handled again: the same events, with the same ids
 
 

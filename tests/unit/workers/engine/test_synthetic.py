@@ -98,6 +98,8 @@ async def test_a_prompt_scripts_the_whole_reply_which_then_ends_on_its_own() -> 
     script = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
     assert "".join(scripted_pieces(f"a [[reply:{script}]]") or []) == text
     assert scripted_pieces("no script here") is None
+    resumed = f"a [[reply:{script}]]<|im_start|>assistant\n{text[:7]}"  # a resumed attempt: its text so far ends the prompt
+    assert "".join(scripted_pieces(resumed) or []) == text[7:]
     last = base64.urlsafe_b64encode(b"The answer.").decode()
     assert "".join(scripted_pieces(f"[[reply:{script}]] then [[reply:{last}]]") or []) == "The answer."  # the last wins
     b = backend()
