@@ -71,6 +71,28 @@ class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
 
+    def _new_offset(self, tp: TP) -> int | None:
+        """faust's commit position for ``tp``, never past a record still in hand.
+
+        faust-streaming 0.15.3 commits past the record at the head of a partition while it is still being
+        handled if the records after it are acknowledged (its head-gap guard is off by one: faust-streaming
+        issue #606, fixed by its PR #707, unreleased). Here that is a record retried in place through an
+        outage while other keys' lanes go on: a kill then loses it (bench.chaos --tools lost 6 tool
+        results this way). As the upstream fix does: the acknowledged offsets at or past the smallest
+        offset in hand wait until it is acknowledged."""
+        in_hand = [m.offset for m in self._unacked_messages if m.tp == tp and not m.acked]
+        if not in_hand:
+            return super()._new_offset(tp)
+        first = min(in_hand)
+        acked = self._acked[tp]
+        later = [o for o in acked if o >= first]
+        acked[:] = [o for o in acked if o < first]
+        try:
+            return super()._new_offset(tp)
+        finally:
+            acked.extend(later)
+            acked.sort()
+
 
 class _Producer(faust_aiokafka.Producer):
     """Idempotent, as every Parley producer (docs/design.md §5): a send aiokafka retries after a lost

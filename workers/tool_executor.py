@@ -19,8 +19,11 @@ at a time per process (DESIGN.md §13):
    record, in one fenced transaction. If this transaction cannot commit, the next owner finds the Started
    and reports unknown (or asks an idempotent tool again): the effect still happened once.
 
-A lookup that cannot finish (the broker away) leaves the record unprocessed and tries again: nothing is
-run on a guess.
+A step that fails (the broker away, the group rebalancing, a lookup that cannot finish) abandons the
+record: the consumer is rewound to it and polled again, so that a member that lost its partitions learns
+so and rejoins, and the record is handled again from the lookup by whoever owns it then; nothing is run
+on a guess. What this process itself started and ran is remembered until its finish commits, so that a
+record it handles again after an abandoned step is neither run twice nor reported unknown.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ TRANSACTION_TIMEOUT_MS = 10_000
 #: A second producer failure for good this soon after a replacement means another instance holds the id.
 FENCE_WINDOW_S = 60.0
 SESSION_TIMEOUT_MS = 15_000
+#: Pauses before a record whose step failed is handled again.
+FIRST_PAUSE_S, MAX_PAUSE_S = 0.2, 5.0
 #: What the model is told when nobody can know whether the tool acted.
 UNKNOWN = (
     "This call was started but its outcome is unknown (the executor was interrupted): it may or may not have "
@@ -79,6 +84,10 @@ UNKNOWN = (
 class Found:
     started: bool
     finished: bool
+
+
+class Abandoned(Exception):
+    """A step failed: the record is read again from the group's commit by whoever owns its partition then."""
 
 
 def runner_for(spec: ToolSpec, config: ToolConfig) -> Runner:
@@ -136,72 +145,105 @@ class Executor:
         self._lookup = reader(kafka, "tool-lookup")
         self._runners: dict[str, Runner] = {}
         self._replaced_at: float | None = None
+        self._initialised = False
+        # Calls this process started (None) or ran (their result), until their finish is committed.
+        self._mine: dict[str, ToolResult | None] = {}
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self._blocking(self._producer.init_transactions, CALL_TIMEOUT_S)
+        self._initialised = True
         log.info("tool executor ready", extra={"instance": self._instance})
+        pause = FIRST_PAUSE_S
         while not stop.is_set():
             msg: Message | None = await self._blocking(self._consumer.poll, 0.5)
             if msg is None or msg.error() is not None:
                 continue
-            await self._handle(msg, stop)
+            try:
+                await self._handle(msg)
+                pause = FIRST_PAUSE_S
+            except Abandoned as abandoned:
+                log.warning("a tool step failed; the record is read again", extra={"error_type": str(abandoned)})
+                await self._blocking(self._rewind, msg)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
         await self._blocking(self._close)
 
+    def _rewind(self, msg: Message) -> None:
+        """The consumer back at ``msg``; after a rebalance took its partition, nothing to do: its next owner
+        reads it from the commit (and if the partition comes back, from the commit too)."""
+        try:
+            self._consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+        except KafkaException:
+            pass
+
     def _replace_producer(self) -> None:
-        """A new producer with the same transactional id: its init aborts whatever the old one left open."""
+        """A new producer with the same transactional id; its init (in the next step) aborts whatever the
+        old one left open."""
         self._producer = Producer(self._producer_config)
-        self._producer.init_transactions(CALL_TIMEOUT_S)
+        self._initialised = False
 
     def _close(self) -> None:
         self._consumer.close()
         self._lookup.close()
 
-    async def _handle(self, msg: Message, stop: asyncio.Event) -> None:
+    async def _handle(self, msg: Message) -> None:
         try:
             value = msg.value()
             if value is not None and len(value) > DEFAULT_MAX_EVENT_BYTES:
                 raise EventTooLarge(f"record of {len(value)} bytes exceeds {DEFAULT_MAX_EVENT_BYTES}")
             event = await codec.decode_async(value)
         except codec.CodecError as exc:
-            await self._dead_letter(msg, exc, stop)
+            await self._dead_letter(msg, exc)
             return
         if not isinstance(event, ToolCallCleared):
-            await self._dead_letter(msg, BadInput(f"unexpected {type(event).__name__} on chat.tools"), stop)
+            await self._dead_letter(msg, BadInput(f"unexpected {type(event).__name__} on chat.tools"))
             return
-        found: Found = await self._until_done(lambda: self._look_up(event), stop)
+        await self._execute(event, msg.partition(), msg.offset())
+
+    async def _execute(self, event: ToolCallCleared, partition: int, offset: int) -> None:
+        """The call of the record at ``offset`` of ``partition``: looked up, started, run and finished."""
+        call_id = event.call.id
+        found: Found = await self._step(lambda: self._look_up(event))
         spec = self._config.tools.get(event.call.name)
-        ids_ = {"conversation_id": event.conversation_id, "call_id": event.call.id, "tool": event.call.name}
+        ids_ = {"conversation_id": event.conversation_id, "call_id": call_id, "tool": event.call.name}
         if found.finished:
             log.info("a call already finished was skipped", extra=ids_)
-            await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1), stop)
+            await self._step(lambda: self._transact([], partition, offset + 1))
+            self._mine.pop(call_id, None)
             return
+        mine = self._mine.get(call_id)
         if spec is None:  # the broker denies unknown tools; a file changed between the two is said so
             result = ToolResult("error", "", "the tool is no longer registered")
-        elif found.started and not spec.idempotent:
+        elif mine is not None:
+            result = mine  # run here already; only its finish failed
+        elif found.started and call_id not in self._mine and not spec.idempotent:
             log.warning("a call started by an earlier owner ends unknown", extra=ids_)
             result = ToolResult("unknown", UNKNOWN, "started by an earlier owner; outcome unknown")
         else:
             if not found.started:
                 started = ToolCallStarted(
-                    event_id=event_id(event.call.id, "started"), conversation_id=event.conversation_id,
+                    event_id=event_id(call_id, "started"), conversation_id=event.conversation_id,
                     user_id=event.user_id, trace_id=event.trace_id, request_id=event.request_id,
-                    call_id=event.call.id, name=event.call.name, executor=self._instance,
+                    call_id=call_id, name=event.call.name, executor=self._instance,
                 )
+                self._mine[call_id] = None  # a commit that only timed out may have happened: ours if seen later
                 # Committed with the offset AT the record: a fenced member aborts here and never calls.
-                await self._until_done(lambda: self._transact([started], msg.partition(), msg.offset()), stop)
+                await self._step(lambda: self._transact([started], partition, offset))
             result = await self._call(spec, event)
+            self._mine[call_id] = result
         finished = ToolCallFinished(
-            event_id=event_id(event.call.id, "finished"), conversation_id=event.conversation_id, user_id=event.user_id,
-            trace_id=event.trace_id, request_id=event.request_id, call_id=event.call.id, name=event.call.name,
+            event_id=event_id(call_id, "finished"), conversation_id=event.conversation_id, user_id=event.user_id,
+            trace_id=event.trace_id, request_id=event.request_id, call_id=call_id, name=event.call.name,
             outcome=result.outcome, result=result.text, error=result.error,
         )
-        await self._until_done(lambda: self._transact([finished], msg.partition(), msg.offset() + 1), stop)
+        await self._step(lambda: self._transact([finished], partition, offset + 1))
+        self._mine.pop(call_id, None)
         log.info("a tool call finished", extra={**ids_, "outcome": result.outcome})
 
-    async def _dead_letter(self, msg: Message, error: Exception, stop: asyncio.Event) -> None:
+    async def _dead_letter(self, msg: Message, error: Exception) -> None:
         """Bad input: to chat.tools.dlq, with the group's offset past it, in one transaction."""
         letter = dead_letter_for(
             topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(), value=msg.value(),
@@ -209,44 +251,43 @@ class Executor:
         )
         record = (dlq_name(msg.topic()), letter.key, await codec.encode_async(letter))
         log.warning("dead-lettered a record", extra={"topic": msg.topic(), "offset": msg.offset(), "error_type": letter.error_type})
-        await self._until_done(lambda: self._transact([], msg.partition(), msg.offset() + 1, [record]), stop)
+        await self._step(lambda: self._transact([], msg.partition(), msg.offset() + 1, [record]))
 
     async def _call(self, spec: ToolSpec, event: ToolCallCleared) -> ToolResult:
         runner = self._runners.get(spec.name) or self._runners.setdefault(spec.name, runner_for(spec, self._config))
         try:
             arguments = json.loads(event.call.arguments or "{}")
+        except ValueError:  # the broker checked them against the schema: only a forged record gets here
+            return ToolResult("error", "", "the arguments are not JSON")
+        try:
             return await asyncio.wait_for(runner.run(arguments, event.call.id), spec.timeout_s + 5)
         except NotSent as exc:
             return ToolResult("error", "", f"the tool could not be reached ({exc})")
         except (OutcomeUnknown, asyncio.TimeoutError) as exc:
             return ToolResult("unknown", UNKNOWN, f"no answer from the tool ({type(exc).__name__})")
 
-    async def _until_done(self, step: Any, stop: asyncio.Event) -> Any:
-        """``step`` in the Kafka thread, tried again while the broker is away (never skipped).
+    async def _step(self, step: Any) -> Any:
+        """``step`` in the Kafka thread; ``Abandoned`` if it fails (the record is then read again).
 
-        A producer that failed for good is replaced once (a coordinator that aborted a timed-out
-        transaction bumps the epoch, which librdkafka reports as fenced: workers/transactions.py): every
-        transaction here also commits the group's offset with its generation, so a member that lost its
-        partitions is refused there whatever its producer. Failed for good again within FENCE_WINDOW_S,
-        another instance holds the transactional id, and this one stops."""
-        pause = 0.2
+        A producer that failed for good is replaced once and the step tried again (a coordinator that
+        aborted a timed-out transaction bumps the epoch, which librdkafka reports as fenced:
+        workers/transactions.py): every transaction here also commits the group's offset with its
+        generation, so a member that lost its partitions is refused there whatever its producer. Failed
+        for good again within FENCE_WINDOW_S, another instance holds the transactional id, and this one
+        stops. Any other failure is not retried here: the consumer must be polled to learn that the
+        group moved on (a member that only retried would never rejoin)."""
         while True:
             try:
                 return await self._blocking(step)
             except (BrokerUnavailable, KafkaException) as exc:
-                if _fatal(exc):
-                    now = asyncio.get_running_loop().time()
-                    if self._replaced_at is not None and now - self._replaced_at < FENCE_WINDOW_S:
-                        raise
-                    self._replaced_at = now
-                    log.warning("the transactional producer failed for good; replacing it", extra={"error_type": type(exc).__name__})
-                    await self._blocking(self._replace_producer)
-                    continue
-                log.warning("a tool step failed; trying again", extra={"error_type": type(exc).__name__})
-                if stop.is_set():
+                if not _fatal(exc):
+                    raise Abandoned(type(exc).__name__) from exc
+                now = asyncio.get_running_loop().time()
+                if self._replaced_at is not None and now - self._replaced_at < FENCE_WINDOW_S:
                     raise
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                self._replaced_at = now
+                log.warning("the transactional producer failed for good; replacing it", extra={"error_type": type(exc).__name__})
+                await self._blocking(self._replace_producer)
 
     # ------------------------------------------------------------ Kafka thread
 
@@ -276,6 +317,9 @@ class Executor:
         one transaction, or neither. A step tried again after a commit that only timed out may commit its events
         twice: their ids are derived, so readers drop the copy."""
         p = self._producer
+        if not self._initialised:
+            p.init_transactions(CALL_TIMEOUT_S)
+            self._initialised = True
         try:
             p.begin_transaction()
         except KafkaException as exc:
