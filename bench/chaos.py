@@ -50,6 +50,7 @@ from confluent_kafka import TopicPartition
 from bench import chaos_tools
 from bench.chaos_infra import PrivateInfra
 from bench.chaos_probe import Probe
+from tests.e2e.tool_service import Effects, serve
 from parley.cassandra import connect
 from parley.consumer import reader, watermarks
 from parley.settings import REPO_ROOT, KafkaSettings
@@ -356,14 +357,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def start_stack(
-    infra: PrivateInfra, log_dir: Path, effects: chaos_tools.Effects | None = None
+    infra: PrivateInfra, log_dir: Path, effects: Effects | None = None
 ) -> tuple[isolated.IsolatedStack, list[Component], list[str]]:
     kafka, cassandra = isolated.prepare(*infra.client_settings(), "chaos")
     services: tuple[Service, ...] = (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY)
     env = dict(ENV)
     if effects is not None:
         services = (*services[:-1], TOOL_BROKER, TOOL_EXECUTOR, GATEWAY)
-        env["PARLEY_TOOLS_FILE"] = str(effects.write_config(log_dir.parent / "tools.json"))
+        env["PARLEY_TOOLS_FILE"] = str(chaos_tools.write_config(effects, log_dir.parent / "tools.json"))
     log_dir.mkdir(parents=True, exist_ok=True)
     inner = isolated.start(kafka, cassandra, log_dir, env, services=services)
     by_name = {c.service.name: c for c in inner.supervisor.children}
@@ -473,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         infra.up()
         # This process's own clients (the key service, the audit) use the private infra too.
         os.environ.update(infra.client_env())
-        effects = chaos_tools.Effects() if args.tools else None
+        effects = serve() if args.tools else None
         inner, components, urls = start_stack(infra, infra.cfg.data_dir / "logs", effects)  # migrates the keys keyspace
         keys.install_from_env()
         key = inner.create_user("chaos", "enterprise")[1]

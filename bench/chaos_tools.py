@@ -1,6 +1,7 @@
 """``bench.chaos --tools``: every turn makes the model call a side-effecting tool, and the audit counts effects.
 
-The tools are this process's own HTTP service on loopback, like a payment API:
+The tools are this process's own HTTP service on loopback, like a payment API (the e2e stack's,
+tests/e2e/tool_service.py):
 
 - ``add_expense`` honours ``Idempotency-Key`` (the operator declares it ``idempotent``): a key seen before
   gets the first answer and no second effect;
@@ -18,84 +19,33 @@ arrived under a key that is no call's.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.e2e.tool_service import SCHEMA, Effects, scripted, serve
+
 TOOLS = ("add_expense", "charge_card")
-SCHEMA = {
-    "type": "object",
-    "properties": {"amount": {"type": "integer"}, "item": {"type": "string"}},
-    "required": ["amount", "item"],
-}
 
 
-class Effects(ThreadingHTTPServer):
-    """The side-effecting service, counting effects and requests per idempotency key."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.effects: Counter[str] = Counter()
-        self.requests: Counter[str] = Counter()
-        self.answers: dict[str, bytes] = {}
-        self.lock = threading.Lock()
-        threading.Thread(target=self.serve_forever, daemon=True, name="chaos-tools").start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def config(self) -> dict[str, Any]:
-        """The operator's tools file for the stack."""
-        return {
-            "tools": [
-                {"name": "add_expense", "url": f"{self.url}/expense", "idempotent": True, "parameters": SCHEMA},
-                {"name": "charge_card", "url": f"{self.url}/charge", "parameters": SCHEMA},
-            ],
-            "rules": [{"name": f"allow-{t}", "effect": "allow", "tool": t} for t in TOOLS],
-            "max_rounds": 2,
-        }
-
-    def write_config(self, path: Path) -> Path:
-        path.write_text(json.dumps(self.config()))
-        return path
+def config(effects: Effects) -> dict[str, Any]:
+    """The operator's tools file for the stack: both tools allowed, two rounds at most."""
+    return {
+        "tools": [
+            {"name": "add_expense", "url": f"{effects.url}/expense", "idempotent": True, "parameters": SCHEMA},
+            {"name": "charge_card", "url": f"{effects.url}/charge", "parameters": SCHEMA},
+        ],
+        "rules": [{"name": f"allow-{t}", "effect": "allow", "tool": t} for t in TOOLS],
+        "max_rounds": 2,
+    }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: Effects
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
-        key = self.headers.get("Idempotency-Key", "")
-        s = self.server
-        with s.lock:
-            s.requests[key] += 1
-            answer = s.answers.get(key) if self.path == "/expense" else None
-            if answer is None:
-                s.effects[key] += 1
-                final = scripted(f"Recorded {body.get('item')}.")
-                answer = json.dumps({"ok": True, "note": final}).encode()
-                s.answers[key] = answer
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-def scripted(text: str) -> str:
-    return f"[[reply:{base64.b64encode(text.encode()).decode()}]]"
+def write_config(effects: Effects, path: Path) -> Path:
+    path.write_text(json.dumps(config(effects)))
+    return path
 
 
 def turn_text(i: int, n: int) -> tuple[str, list[str]]:
@@ -133,7 +83,7 @@ async def audit(urls: list[str], key: str, conversations: list[str], effects: Ef
             found["unknown with more than one effect"] += 1
         elif c["outcome"] in ("error", "denied", "rejected", "expired") and took:
             found["not run, yet an effect"] += 1
-        if effects.requests[c["id"]] > 1:
+        if effects.asked[c["id"]] > 1:
             found[f"asked again with the same key ({c['name']})"] += 1
     found["effects under no call's key"] = sum(n for k, n in effects.effects.items() if k not in ids)
     return found

@@ -12,7 +12,7 @@ topics and keyspace), started once for the package. Two engines serve it:
   names chats with it too, as it would with a small pool of SmolLM2.
 
 The operator's tools file (PARLEY_TOOLS_FILE) names one tool, ``add_expense``, served by a local HTTP service
-of the session (``ToolService``) that counts its effects; no rule names it, so the permission broker asks the
+of the session (tests/e2e/tool_service.py's, as the e2e stack's) that counts its effects; no rule names it, so the permission broker asks the
 owner about every call (``no-rule``) and each call waits for the page (test_tools_page.py).
 
 Chromium comes from Debian (infra/local/debian-packages.sh); Playwright only drives it.
@@ -20,14 +20,10 @@ Chromium comes from Debian (infra/local/debian-packages.sh); Playwright only dri
 
 from __future__ import annotations
 
-import base64
 import json
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +33,7 @@ import pytest
 from parley.accounts import create_account
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from tools import isolated
+from tests.e2e.tool_service import SCHEMA, Effects, serve
 from tools.topology import SERVICES, TITLER, WORKER_FRONTIER, WORKER_MEDIUM
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -84,72 +81,19 @@ WAIT_MS = 90_000
 
 #: The operator's one tool here: not read-only and named by no rule, so every call of it is asked (``no-rule``).
 TOOL = "add_expense"
-TOOL_SCHEMA = {
-    "type": "object",
-    "properties": {"amount": {"type": "integer"}, "item": {"type": "string"}},
-    "required": ["amount", "item"],
-}
 
 
-def scripted(text: str) -> str:
-    """A prompt directive of the synthetic engine: its reply is exactly ``text`` (workers/engine/synthetic.py)."""
-    return f"[[reply:{base64.b64encode(text.encode()).decode()}]]"
-
-
-class ToolService(ThreadingHTTPServer):
-    """The tool's side effects: one per new Idempotency-Key (the call's id), what each call sent, and an answer
-    whose note scripts the model's next reply ("Saved lunch for 12."), as tests/e2e/test_tools.py's service."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _ToolHandler)
-        self.effects: Counter[str] = Counter()  # call id → effects
-        self.requests: Counter[str] = Counter()  # path → requests
-        self.bodies: dict[str, dict[str, Any]] = {}  # call id → the arguments it came with
-        self.answers: dict[str, bytes] = {}
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def tools_file(self, path: Path) -> Path:
-        """The operator's tools file naming this service's tool, written at ``path``."""
-        tool = {"name": TOOL, "url": f"{self.url}/expense", "parameters": TOOL_SCHEMA, "description": "Record an expense"}
-        path.write_text(json.dumps({"tools": [tool]}))
-        return path
-
-
-class _ToolHandler(BaseHTTPRequestHandler):
-    server: ToolService
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-        key = self.headers.get("Idempotency-Key", "")
-        s = self.server
-        with s.lock:
-            s.requests[self.path] += 1
-            answer = s.answers.get(key)
-            if answer is None:
-                s.effects[key] += 1
-                s.bodies[key] = body
-                final = f"Saved {body.get('item')} for {body.get('amount')}."
-                answer = s.answers[key] = json.dumps({"ok": True, "note": scripted(final)}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def tools_file(service: Effects, path: Path) -> Path:
+    """The operator's tools file naming the service's idempotent tool, written at ``path``."""
+    tool = {"name": TOOL, "url": f"{service.url}/expense", "parameters": SCHEMA, "description": "Record an expense"}
+    path.write_text(json.dumps({"tools": [tool]}))
+    return path
 
 
 # Session scope, started before the stack: the stack's tool executor calls it.
 @pytest.fixture(scope="session")
-def tool_service() -> Iterator[ToolService]:
-    server = ToolService()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def tool_service() -> Iterator[Effects]:
+    server = serve()
     try:
         yield server
     finally:
@@ -206,9 +150,9 @@ def served_model(engine_url: str) -> str:
 
 # Package scope: one stack for every module here (its start is most of the suite's fixed cost).
 @pytest.fixture(scope="package")
-def web_stack(infra, tool_service: ToolService, tmp_path_factory) -> Iterator[WebStack]:
+def web_stack(infra, tool_service: Effects, tmp_path_factory) -> Iterator[WebStack]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "web")
-    tools = tool_service.tools_file(tmp_path_factory.mktemp("web-tools") / "tools.json")
+    tools = tools_file(tool_service, tmp_path_factory.mktemp("web-tools") / "tools.json")
     env = {**BROWSER_ENV, "PARLEY_TOOLS_FILE": str(tools)}
     inner = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("web-stack-logs"), env, STACK_SERVICES)
     stack = None

@@ -2,7 +2,7 @@
 its arguments, the permission check's decision and rule, then its outcome and result), and a call the broker
 asks about waits for the owner's Approve, Edit or Reject on the card.
 
-The stack's one tool (conftest.py's ``ToolService``) is named by no rule, so every call is asked. The model's
+The stack's one tool (conftest.py's, served by tests/e2e/tool_service.py) is named by no rule, so every call is asked. The model's
 calls are scripted (the synthetic engine's ``[[reply:…]]``) and the tool's answer scripts the reply after it.
 Every answer here is given after a reload (once from a second browser): a card is the API's, not the page's
 memory.
@@ -18,7 +18,8 @@ from typing import Any
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.chat import Chat
-from tests.browser.conftest import TOOL, WAIT_MS, ToolService, WebStack, scripted
+from tests.browser.conftest import TOOL, WAIT_MS, WebStack
+from tests.e2e.tool_service import Effects, scripted
 
 #: Seconds, for what the test reads through the API itself.
 WAIT_S = WAIT_MS / 1000
@@ -95,7 +96,7 @@ def asked(card: Locator) -> None:
     expect(card.get_by_role("button", name=f"Edit the arguments of {TOOL}", exact=True)).to_be_visible()
 
 
-def test_approve_after_a_reload_runs_the_call_once_and_the_reply_goes_on(page, web_stack, tool_service: ToolService, shoot) -> None:
+def test_approve_after_a_reload_runs_the_call_once_and_the_reply_goes_on(page, web_stack, tool_service: Effects, shoot) -> None:
     chat = Chat(page, web_stack.url).open().sign_in(web_stack.account)
     chat.signed_in()
     posts: list[Any] = []
@@ -137,7 +138,7 @@ def test_approve_after_a_reload_runs_the_call_once_and_the_reply_goes_on(page, w
     shoot(page, "tools-approved")
 
 
-def test_an_edit_from_a_second_browser_runs_the_edited_arguments(page, browser, web_stack, tool_service: ToolService) -> None:
+def test_an_edit_from_a_second_browser_runs_the_edited_arguments(page, browser, web_stack, tool_service: Effects) -> None:
     cid = post_turn(web_stack, calling(900, "tv"))
     call = call_in(web_stack, cid, state="asked")
     first = open_chat(page, web_stack, cid)
@@ -189,7 +190,7 @@ def test_an_edit_from_a_second_browser_runs_the_edited_arguments(page, browser, 
     assert shown_arguments(mine) == {"amount": 90, "item": "tv"}
 
 
-def test_reject_after_a_reload_never_reaches_the_tool(page, web_stack, tool_service: ToolService, shoot) -> None:
+def test_reject_after_a_reload_never_reaches_the_tool(page, web_stack, tool_service: Effects, shoot) -> None:
     before = tool_service.requests["/expense"]
     cid = post_turn(web_stack, calling(800, "boat"))
     call = call_in(web_stack, cid, state="asked")
