@@ -2,7 +2,9 @@
 
 One JSON file, ``PARLEY_TOOLS_FILE``, read by the gateway (what a turn may offer the model), the
 permission broker (the rules) and the executor (how to run each tool); every process reads the same file,
-so they agree. Without the file only the built-in ``fetch_url`` exists, under the default mode::
+so they agree. Without the file only the built-in ``fetch_url`` exists, under the default mode; the other
+built-ins (``search_documents``, ``remember``, ``forget``: they read or change the user's own data) only when
+the file names them in ``builtins``::
 
     {
       "mode": "rules",                      # rules | ask | allow-all (streams/tool_policy.py)
@@ -12,6 +14,7 @@ so they agree. Without the file only the built-in ``fetch_url`` exists, under th
                 {"name": "search_wiki", "kind": "mcp", "url": "https://mcp.example/mcp", "remote": "search",
                  "parameters": {...}, "read_only": true}],
       "fetch": {"allow_networks": ["127.0.0.0/8"]},   # SSRF guard exceptions (none by default)
+      "builtins": ["search_documents", "remember", "forget"],   # Parley's own tools beyond fetch_url
       "max_rounds": 4, "approval_timeout_s": 600
     }
 
@@ -33,8 +36,11 @@ from typing import Any
 from parley.errors import ConfigError
 from parley.settings import env
 
-#: http: POST url with the arguments; mcp: a tool of an MCP server at url (streamable HTTP); fetch: the built-in.
-TOOL_KINDS = frozenset({"http", "mcp", "fetch"})
+#: http: POST url with the arguments; mcp: a tool of an MCP server at url (streamable HTTP); the built-ins:
+#: fetch (a URL's text), documents (the caller's documents searched), memory (the caller's memory changed).
+TOOL_KINDS = frozenset({"http", "mcp", "fetch", "documents", "memory"})
+#: Kinds whose runner acts on the calling user's own data: it is handed the call's user id.
+USER_KINDS = frozenset({"documents", "memory"})
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MODES = frozenset({"rules", "ask", "allow-all"})
 
@@ -46,6 +52,26 @@ _FETCH_PARAMETERS = {
     "required": ["url"],
     "additionalProperties": False,
 }
+
+
+#: The caller's own documents, searched as a turn's attached ones are: read-only, so allowed by default.
+SEARCH_DOCUMENTS = "search_documents"
+_SEARCH_PARAMETERS = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 500, "description": "What to look for"}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+#: The caller's memory (facts rendered into every prompt): changes, so the user is asked first by default.
+REMEMBER, FORGET = "remember", "forget"
+_FACT_PARAMETERS = {
+    "type": "object",
+    "properties": {"fact": {"type": "string", "minLength": 1, "maxLength": 500, "description": "One short fact about the user"}},
+    "required": ["fact"],
+    "additionalProperties": False,
+}
+#: The built-ins a tools file may add (``builtins``); fetch_url is always there.
+OPTIONAL_BUILTINS = (SEARCH_DOCUMENTS, REMEMBER, FORGET)
 
 
 @dataclass(frozen=True)
@@ -92,6 +118,39 @@ def builtins(fetch_timeout_s: float = 10.0) -> dict[str, ToolSpec]:
     }
 
 
+def optional_builtins() -> dict[str, ToolSpec]:
+    """The built-ins a tools file may name. ``idempotent`` holds for all three: search reads only, and a
+    memory change takes effect only with the call's ToolCallFinished (workers/tool_executor.py), so a call
+    an earlier owner started and never finished changed nothing, and may be run again."""
+    return {
+        SEARCH_DOCUMENTS: ToolSpec(
+            SEARCH_DOCUMENTS,
+            "Search the user's own uploaded documents; returns passages with their file name and page",
+            _SEARCH_PARAMETERS,
+            "documents",
+            read_only=True,
+            idempotent=True,
+            timeout_s=15.0,
+        ),
+        REMEMBER: ToolSpec(
+            REMEMBER,
+            "Remember a fact about the user for later conversations (the user's memory)",
+            _FACT_PARAMETERS,
+            "memory",
+            idempotent=True,
+            timeout_s=15.0,
+        ),
+        FORGET: ToolSpec(
+            FORGET,
+            "Forget a fact in the user's memory, given its text as remembered",
+            _FACT_PARAMETERS,
+            "memory",
+            idempotent=True,
+            timeout_s=15.0,
+        ),
+    }
+
+
 def load(path: str | Path | None) -> ToolConfig:
     """The configuration in ``path`` (None or '': the built-ins alone). A bad file is refused whole, naming
     what is wrong: a half-read tool list would run tools the operator did not mean."""
@@ -109,9 +168,14 @@ def parse(raw: Any, tools: dict[str, ToolSpec] | None = None) -> ToolConfig:
     tools = dict(builtins() if tools is None else tools)
     if not isinstance(raw, dict):
         raise ConfigError("the tools file must hold a JSON object")
-    unknown = set(raw) - {"mode", "rules", "tools", "fetch", "max_rounds", "approval_timeout_s"}
+    unknown = set(raw) - {"mode", "rules", "tools", "fetch", "builtins", "max_rounds", "approval_timeout_s"}
     if unknown:
         raise ConfigError(f"the tools file has unknown keys: {sorted(unknown)}")
+    named = raw.get("builtins", [])
+    offered = optional_builtins()
+    if not isinstance(named, list) or not all(isinstance(n, str) and n in offered for n in named):
+        raise ConfigError(f"builtins must be a list of names among {list(offered)}")
+    tools.update({n: offered[n] for n in named})
     for i, entry in enumerate(raw.get("tools", [])):
         spec = _spec(entry, f"tools[{i}]")
         if spec.name in tools:

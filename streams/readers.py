@@ -9,9 +9,13 @@ for heartbeats; the newest snapshot per user for memory.
 
 from __future__ import annotations
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+import time
 
-from parley.consumer import read_events, reader
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from parley.consumer import reached, read_events, reader, watermarks
+from parley.errors import BrokerUnavailable
+from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS
 from schemas.events import MemoryUpdated, WorkerHeartbeat
@@ -42,6 +46,7 @@ class MemoryReader:
     def __init__(self, kafka: KafkaSettings) -> None:
         self.facts: dict[str, tuple[int, list[str]]] = {}  # user → (occurred_at, texts)
         self._consumer = _whole(kafka, memory.TOPIC, "memory")
+        self._topic = kafka.topic(memory.TOPIC)
 
     def poll(self, timeout: float = 0.5) -> int:
         events, _ = read_events(self._consumer, MemoryUpdated, 500, timeout, "memory")
@@ -53,6 +58,22 @@ class MemoryReader:
 
     def of(self, user_id: str) -> list[str]:
         return list(self.facts.get(user_id, (0, []))[1])
+
+    def latest(self, user_id: str, timeout_s: float) -> list[str]:
+        """The user's memory as committed now: their partition read to its end first, so a change is made
+        to the snapshot a moment ago's change left (the tool executor's remember/forget; the Cassandra
+        projection may not have caught up yet). BrokerUnavailable after ``timeout_s``."""
+        tp = TopicPartition(self._topic, partition_for(user_id, TOPICS[memory.TOPIC].partitions))
+        deadline = time.monotonic() + timeout_s
+        try:
+            low, high = watermarks(self._consumer, tp, timeout_s)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"user.memory's end unknown (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
+        while high > low and not reached(self._consumer, {(tp.topic, tp.partition): high}):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"reading user.memory to its end took over {timeout_s:.0f} s")
+            self.poll(0.2)
+        return self.of(user_id)
 
     def close(self) -> None:
         self._consumer.close()

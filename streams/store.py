@@ -224,6 +224,11 @@ class Store:
             for r in found
         }
 
+    async def document_ids(self, user_id: str) -> list[str]:
+        """Ids of the user's documents that are not deleted (the tool ``search_documents`` searches them)."""
+        rows = await self.run("SELECT document_id, status FROM documents WHERE user_id = ?", (user_id,))
+        return [str(r.document_id) for r in rows if r.status in VISIBLE]
+
     def close(self) -> None:
         self._cql.close()
 

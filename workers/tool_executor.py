@@ -37,6 +37,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,7 @@ from parley.tool_registry import ToolConfig, ToolSpec
 from schemas import catalog, codec
 from schemas.catalog import dlq_name
 from schemas.events import Event, ToolCallCleared, ToolCallFinished, ToolCallStarted
-from workers.tool_runners import HttpTool, NotSent, OutcomeUnknown, Runner, ToolResult
+from workers.tool_runners import HttpTool, NotSent, OutcomeUnknown, Runner, ToolResult, UserRunner
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,22 @@ class Abandoned(Exception):
     """A step failed: the record is read again from the group's commit by whoever owns its partition then."""
 
 
-def runner_for(spec: ToolSpec, config: ToolConfig) -> Runner:
+#: How a process builds the runners of the built-ins that read the users' data (kind → factory): they need
+#: Cassandra and the streams' search and memory, a layer above this one, so streams/tool_executor.py hands
+#: them in; a plain ``python -m workers.tool_executor`` has none, and answers their calls with an error.
+Factories = Mapping[str, Callable[[ToolSpec], Any]]
+
+
+class NoRunner(Exception):
+    """This process cannot run the tool's kind (said to the model as an error, never a crash)."""
+
+
+def runner_for(spec: ToolSpec, config: ToolConfig, factories: Factories | None = None) -> Runner | UserRunner:
+    if spec.kind in tool_registry.USER_KINDS:
+        if factories is None or spec.kind not in factories:
+            raise NoRunner(f"this executor does not run {spec.kind} tools (start it as python -m streams.tool_executor)")
+        runner: UserRunner = factories[spec.kind](spec)
+        return runner
     if spec.kind == "http":
         return HttpTool(spec)
     if spec.kind == "mcp":
@@ -109,8 +125,9 @@ def event_id(call_id: str, what: str) -> str:
 
 
 class Executor:
-    def __init__(self, kafka: KafkaSettings, config: ToolConfig, instance: str) -> None:
+    def __init__(self, kafka: KafkaSettings, config: ToolConfig, instance: str, factories: Factories | None = None) -> None:
         self._kafka, self._config, self._instance = kafka, config, instance
+        self._factories = factories
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-executor")
         self._events_topic = kafka.topic("chat.events")
         self._tools_topic = kafka.topic("chat.tools")
@@ -143,10 +160,11 @@ class Executor:
         )
         self._producer = Producer(self._producer_config)
         self._lookup = reader(kafka, "tool-lookup")
-        self._runners: dict[str, Runner] = {}
+        self._runners: dict[str, Runner | UserRunner] = {}
         self._replaced_at: float | None = None
         self._initialised = False
-        # Calls this process started (None) or ran (their result), until their finish is committed.
+        # Calls this process started (None) or ran (their result, with the events it commits), until their
+        # finish is committed: a finish tried again commits the same events, never a second run's.
         self._mine: dict[str, ToolResult | None] = {}
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
@@ -239,7 +257,9 @@ class Executor:
             trace_id=event.trace_id, request_id=event.request_id, call_id=call_id, name=event.call.name,
             outcome=result.outcome, result=result.text, error=result.error,
         )
-        await self._step(lambda: self._transact([finished], partition, offset + 1))
+        # A built-in's change (MemoryUpdated) commits with the finish or not at all.
+        changes = list(result.events) if result.outcome == "ok" else []
+        await self._step(lambda: self._transact([finished, *changes], partition, offset + 1))
         self._mine.pop(call_id, None)
         log.info("a tool call finished", extra={**ids_, "outcome": result.outcome})
 
@@ -254,17 +274,33 @@ class Executor:
         await self._step(lambda: self._transact([], msg.partition(), msg.offset() + 1, [record]))
 
     async def _call(self, spec: ToolSpec, event: ToolCallCleared) -> ToolResult:
-        runner = self._runners.get(spec.name) or self._runners.setdefault(spec.name, runner_for(spec, self._config))
+        try:
+            runner = self._runners.get(spec.name) or self._runners.setdefault(
+                spec.name, runner_for(spec, self._config, self._factories)
+            )
+        except NoRunner as exc:
+            return ToolResult("error", "", str(exc))
         try:
             arguments = json.loads(event.call.arguments or "{}")
         except ValueError:  # the broker checked them against the schema: only a forged record gets here
             return ToolResult("error", "", "the arguments are not JSON")
+        if not isinstance(arguments, dict):
+            return ToolResult("error", "", "the arguments are not a JSON object")
+        if spec.kind in tool_registry.USER_KINDS:
+            running = runner.run_for(event.user_id, arguments, event.call.id)  # type: ignore[union-attr]
+        else:
+            running = runner.run(arguments, event.call.id)  # type: ignore[union-attr]
         try:
-            return await asyncio.wait_for(runner.run(arguments, event.call.id), spec.timeout_s + 5)
+            return await asyncio.wait_for(running, spec.timeout_s + 5)
         except NotSent as exc:
             return ToolResult("error", "", f"the tool could not be reached ({exc})")
         except (OutcomeUnknown, asyncio.TimeoutError) as exc:
             return ToolResult("unknown", UNKNOWN, f"no answer from the tool ({type(exc).__name__})")
+        except Exception as exc:
+            if spec.kind not in tool_registry.USER_KINDS:
+                raise
+            # A built-in changes nothing but through the events it returns: whatever failed, nothing happened.
+            return ToolResult("error", "", f"the tool failed ({type(exc).__name__})")
 
     async def _step(self, step: Any) -> Any:
         """``step`` in the Kafka thread; ``Abandoned`` if it fails (the record is then read again).
@@ -378,7 +414,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, factories: Factories | None = None) -> None:
+    """``factories``: the runners of the built-ins over the users' data (streams/tool_executor.py's)."""
     args = parse_args(argv)
     setup_logging("tool-executor")
     keys.install_from_env()
@@ -393,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await Executor(kafka, config, args.instance).run(stop)
+        await Executor(kafka, config, args.instance, factories).run(stop)
 
     asyncio.run(serve())
 

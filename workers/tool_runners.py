@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import httpx
 
 from parley.tool_registry import ToolSpec
+from schemas.events import Event
 
 #: The most of a tool's answer kept (characters); the rest is cut and the result says so.
 MAX_RESULT_CHARS = 20_000
@@ -29,6 +30,9 @@ class ToolResult:
     outcome: str  # ok | error (the tool answered, and said it failed)
     text: str  # what the tool returned: untrusted data, never an instruction
     error: str = ""  # why not ok, in words that never quote the tool's output
+    # What the call changes in Parley's own log (a built-in's MemoryUpdated): committed in the transaction of
+    # its ToolCallFinished and only there, so the change happens exactly when the call is seen finished.
+    events: tuple[Event, ...] = ()
 
 
 class NotSent(Exception):
@@ -41,6 +45,13 @@ class OutcomeUnknown(Exception):
 
 class Runner(Protocol):
     async def run(self, arguments: dict[str, Any], idempotency_key: str) -> ToolResult: ...
+
+
+class UserRunner(Protocol):
+    """A built-in acting on the calling user's own data (tool_registry.USER_KINDS): handed their id, which the
+    cleared call carries (the broker took it from the turn, never from the model)."""
+
+    async def run_for(self, user_id: str, arguments: dict[str, Any], idempotency_key: str) -> ToolResult: ...
 
 
 def clipped(text: str) -> str:

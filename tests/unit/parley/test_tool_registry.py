@@ -67,3 +67,47 @@ def test_an_unreadable_file_is_refused(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(ConfigError, match="PARLEY_TOOLS_FILE"):
         load(path)
+
+
+def test_the_built_ins_over_the_users_data_are_there_only_when_the_file_names_them() -> None:
+    from parley.tool_registry import FORGET, REMEMBER, SEARCH_DOCUMENTS, TOOL_KINDS, USER_KINDS
+
+    assert SEARCH_DOCUMENTS not in load(None).tools
+    config = parse({"builtins": [SEARCH_DOCUMENTS, REMEMBER, FORGET]})
+    search, remember, forget = (config.tools[n] for n in (SEARCH_DOCUMENTS, REMEMBER, FORGET))
+    assert (search.kind, remember.kind, forget.kind) == ("documents", "memory", "memory")
+    assert {"documents", "memory"} <= TOOL_KINDS and USER_KINDS == {"documents", "memory"}
+    # Search only reads, so it is allowed by default; a memory change is asked of the user.
+    assert search.read_only and not remember.read_only and not forget.read_only
+    assert search.parameters["required"] == ["query"] and search.parameters["properties"]["query"]["maxLength"] == 500
+    for spec in (remember, forget):
+        assert spec.parameters["required"] == ["fact"] and spec.parameters["additionalProperties"] is False
+        fact = spec.parameters["properties"]["fact"]
+        assert (fact["type"], fact["minLength"], fact["maxLength"]) == ("string", 1, 500)
+
+
+@pytest.mark.parametrize("named", [["remember", "launch"], "remember", [FETCH_URL], [3]])
+def test_a_builtins_list_naming_anything_else_is_refused(named: object) -> None:
+    with pytest.raises(ConfigError, match="builtins"):
+        parse({"builtins": named})
+
+
+def test_an_operators_tool_cannot_take_a_built_ins_name() -> None:
+    with pytest.raises(ConfigError, match="twice"):
+        parse({"builtins": ["remember"], "tools": [{**TOOL, "name": "remember"}]})
+
+
+def test_the_brokers_default_rules_allow_search_and_ask_before_a_memory_change() -> None:
+    from streams import tool_policy as policy
+
+    config = parse({"builtins": ["search_documents", "remember", "forget"]})
+
+    def effect(name: str, arguments: str) -> policy.Effect:
+        spec = config.tools[name]
+        tool = policy.Tool(name, spec.parameters, spec.read_only)
+        return policy.decide(tool, name, arguments, operator=()).effect
+
+    assert effect("search_documents", '{"query": "rent"}') is policy.Effect.ALLOW
+    assert effect("remember", '{"fact": "likes tea"}') is policy.Effect.ASK
+    assert effect("forget", '{"fact": "likes tea"}') is policy.Effect.ASK
+    assert effect("remember", '{"fact": "' + "x" * 501 + '"}') is policy.Effect.DENY  # the schema's maxLength

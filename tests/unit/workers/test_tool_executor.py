@@ -18,12 +18,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from parley.settings import KafkaSettings
 from parley.tool_registry import ToolConfig, ToolSpec
-from schemas.events import Event, ToolCall, ToolCallCleared, ToolCallFinished, ToolCallStarted
+from schemas.events import Event, MemoryFact, MemoryUpdated, ToolCall, ToolCallCleared, ToolCallFinished, ToolCallStarted
 from workers.tool_executor import Abandoned, Executor, Found
 from workers.tool_runners import ToolResult
 
 CHARGE = ToolSpec("charge_card", "", {"type": "object"}, "http", url="http://127.0.0.1:9/")
 ADD = ToolSpec("add_expense", "", {"type": "object"}, "http", url="http://127.0.0.1:9/", idempotent=True)
+REMEMBER = ToolSpec("remember", "", {"type": "object"}, "memory", idempotent=True)
 
 
 def cleared(spec: ToolSpec = CHARGE) -> ToolCallCleared:
@@ -46,9 +47,12 @@ class Scripted(Executor):
     """An executor whose Kafka thread is a script: ``fail`` lists, per step, how the next transactions end
     ('ok', 'fail' before committing, 'lost' committed but the answer lost)."""
 
-    def __init__(self, tool: Tool, started_before: bool = False) -> None:
-        super().__init__(KafkaSettings(bootstrap="127.0.0.1:9"), ToolConfig({s.name: s for s in (CHARGE, ADD)}), "test")
+    def __init__(self, tool: Tool, started_before: bool = False, memory: Any = None) -> None:
+        specs = (CHARGE, ADD, REMEMBER)
+        super().__init__(KafkaSettings(bootstrap="127.0.0.1:9"), ToolConfig({s.name: s for s in specs}), "test")
         self._runners = {CHARGE.name: tool, ADD.name: tool}  # type: ignore[dict-item]
+        if memory is not None:
+            self._runners[REMEMBER.name] = memory
         self.log: list[Event] = []
         self.offsets: list[int] = []
         self.script: list[str] = []
@@ -153,3 +157,70 @@ def test_arguments_that_are_not_json_end_the_call_as_an_error_without_calling() 
     asyncio.run(handle_until_done(executor, event))
     assert tool.requests == 0
     assert [f.outcome for f in finished(executor)] == ["error"]
+
+
+class Memory:
+    """A memory built-in: each run makes a new snapshot (its own time), so a second run would show."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.users: list[str] = []
+        self.fail = fail
+
+    async def run_for(self, user_id: str, arguments: dict[str, Any], key: str) -> ToolResult:
+        self.users.append(user_id)
+        if self.fail is not None:
+            raise self.fail
+        run = len(self.users)
+        event = MemoryUpdated(user_id=user_id, facts=[MemoryFact(fact_id=f"f{run}", text=arguments["fact"])])
+        return ToolResult("ok", "Remembered.", events=(event,))
+
+
+def remembered(arguments: str = '{"fact": "likes tea"}') -> ToolCallCleared:
+    return ToolCallCleared(
+        event_id="e-cleared", conversation_id="c", user_id="u", request_id="r",
+        call=ToolCall(id="call_1", name=REMEMBER.name, arguments=arguments),
+    )
+
+
+def test_a_memory_change_commits_in_the_transaction_of_its_finish_for_the_calling_user() -> None:
+    tool = Memory()
+    executor = Scripted(Tool(), memory=tool)
+    transactions: list[list[Event]] = []
+    transact = executor._transact
+    executor._transact = lambda events, *a, **k: (transactions.append(list(events)), transact(events, *a, **k))[1]  # type: ignore[method-assign]
+    asyncio.run(handle_until_done(executor, remembered()))
+    assert tool.users == ["u"]
+    assert [[type(e).__name__ for e in t] for t in transactions] == [["ToolCallStarted"], ["ToolCallFinished", "MemoryUpdated"]]
+    assert executor.offsets == [7, 8]
+
+
+def test_a_failed_finish_commits_the_same_memory_snapshot_without_running_the_tool_again() -> None:
+    tool = Memory()
+    executor = Scripted(Tool(), memory=tool)
+    executor.script = ["ok", "fail", "fail"]  # Started commits; the finish and its snapshot fail twice
+    assert asyncio.run(handle_until_done(executor, remembered())) == 3
+    assert tool.users == ["u"]
+    (snapshot,) = [e for e in executor.log if isinstance(e, MemoryUpdated)]
+    assert [f.fact_id for f in snapshot.facts] == ["f1"] and executor._mine == {}
+
+
+def test_a_memory_call_that_fails_commits_no_change() -> None:
+    executor = Scripted(Tool(), memory=Memory(fail=RuntimeError("boom")))
+    asyncio.run(handle_until_done(executor, remembered()))
+    assert [(f.outcome, f.error) for f in finished(executor)] == [("error", "the tool failed (RuntimeError)")]
+    assert not [e for e in executor.log if isinstance(e, MemoryUpdated)]
+
+
+def test_a_memory_tool_without_its_runner_here_ends_as_an_error_naming_the_entry_point() -> None:
+    executor = Scripted(Tool())  # as python -m workers.tool_executor: no factories for the users' data
+    asyncio.run(handle_until_done(executor, remembered()))
+    (done,) = finished(executor)
+    assert done.outcome == "error" and "streams.tool_executor" in done.error
+
+
+@pytest.mark.parametrize("arguments", ['"likes tea"', "[1]", "null"])
+def test_arguments_that_are_not_an_object_end_as_an_error_without_calling(arguments: str) -> None:
+    tool = Memory()
+    executor = Scripted(Tool(), memory=tool)
+    asyncio.run(handle_until_done(executor, remembered(arguments)))
+    assert tool.users == [] and [f.outcome for f in finished(executor)] == ["error"]
