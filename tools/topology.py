@@ -118,9 +118,9 @@ TOOL_BROKER = Service(
 )
 TOOL_EXECUTOR = Service(
     "tool-executor",
-    ("workers.tool_executor",),
-    consumes=("chat.tools",),  # and chat.events outside the group: each call's lookup
-    produces=("chat.events",),  # ToolCallStarted, ToolCallFinished, in fenced transactions
+    ("streams.tool_executor",),  # workers/tool_executor.py with the built-ins over the users' data
+    consumes=("chat.tools",),  # and outside the group: chat.events (each call's lookup), user.memory
+    produces=("chat.events", "user.memory"),  # ToolCallStarted, ToolCallFinished (+ a remember's MemoryUpdated)
     group="tools",
 )
 GATEWAY = Service(

@@ -129,6 +129,32 @@ async def test_an_edit_runs_with_the_owners_arguments_and_a_rejection_never_runs
     assert effects.effects[call["id"]] == 0
 
 
+async def test_remember_is_asked_and_once_approved_the_fact_is_in_the_users_memory(client: ParleyClient) -> None:
+    """The built-in's change (a MemoryUpdated) commits with the call's finish; GET /v1/memory shows it."""
+    fact = f"prefers window seats {uuid.uuid4().hex[:6]}"
+    cid = await client.create_conversation()
+    await client.send(cid, calls(("remember", {"fact": fact})), tools=["remember"])
+    call = await call_in(client, cid, state="asked")
+    assert (call["decision"], call["rule"]) == ("ask", "no-rule")
+    assert fact not in [f["text"] for f in (await client._json("GET", "/v1/memory"))["facts"]]
+    await client.answer_tool_call(cid, call["id"], "approve")
+    assert (await call_in(client, cid, outcome="ok"))["id"] == call["id"]
+
+    async def remembered() -> bool:
+        return fact in [f["text"] for f in (await client._json("GET", "/v1/memory"))["facts"]]
+
+    await until(remembered, "remembered fact")
+
+
+async def test_search_documents_is_allowed_and_searches_only_the_callers_own_documents(client: ParleyClient) -> None:
+    cid = await client.create_conversation()
+    await client.send(cid, calls(("search_documents", {"query": "quarterly revenue"})), tools=["search_documents"])
+    call = await call_in(client, cid, outcome="ok")
+    assert call["decision"] == "allow"
+    tool_message = next(m for m in (await client.conversation(cid))["messages"] if m["role"] == "tool")
+    assert "The user has no documents to search." in tool_message["content"]
+
+
 async def test_a_denied_call_never_reaches_the_tool_and_strangers_see_nothing(
     client: ParleyClient, effects: Effects, tool_stack: isolated.IsolatedStack
 ) -> None:

@@ -85,7 +85,8 @@ SCHEMA = {
 
 
 def tools_config(effects: Effects) -> dict[str, Any]:
-    """The operator's file: the three tools, and every fetch_url call asked (the API tests' waiting call)."""
+    """The operator's file: the three tools, every fetch_url call asked (the API tests' waiting call), and the
+    built-ins over the user's own data (no rule names them: search is read-only and allowed, memory asked)."""
     return {
         "tools": [
             {"name": "add_expense", "url": f"{effects.url}/expense", "idempotent": True, "parameters": SCHEMA,
@@ -99,6 +100,7 @@ def tools_config(effects: Effects) -> dict[str, Any]:
             {"name": "no-deletes", "effect": "deny", "tool": "delete_everything"},
             {"name": "ask-fetch", "effect": "ask", "tool": "fetch_url"},
         ],
+        "builtins": ["search_documents", "remember", "forget"],
     }
 
 

@@ -230,7 +230,7 @@ def parley_mounts(*extra: Doc) -> list[Doc]:
 
 def account(service: Service) -> str:
     """The Terraform-bound service account ``service``'s pods run as."""
-    return ACCOUNTS[service.module_args[0].split(".")[0]]  # workers.tool_executor runs as a worker
+    return ACCOUNTS[service.module_args[0].split(".")[0]]  # streams.tool_executor runs as the processors do
 
 
 def service_accounts(namespace: str) -> list[Doc]:

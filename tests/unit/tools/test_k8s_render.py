@@ -491,7 +491,7 @@ def test_pods_run_as_the_service_accounts_terraform_binds_and_all_of_them_are_re
     for name, pod in _pods(docs):
         assert pod["serviceAccountName"] in _of(docs, "ServiceAccount"), name
     accounts = {_of(docs, "Deployment")[s.name]["spec"]["template"]["spec"]["serviceAccountName"] for s in k8s_parley.group_services()}
-    assert accounts == {"parley-streams", "parley-documents", "parley-workers"}  # the tool executor is a worker
+    assert accounts == {"parley-streams", "parley-documents"}  # the tool executor runs as the processors (streams.tool_executor)
     assert _of(docs, "Deployment")["gateway"]["spec"]["template"]["spec"]["serviceAccountName"] == "parley-gateway"
     # The others (SGLang alone, the PD router) make no AWS calls, so Terraform binds them to no role.
     assert set(_of(docs, "ServiceAccount")) - bound <= {n for n in _of(docs, "ServiceAccount") if n.startswith("frontier-")}
