@@ -137,3 +137,57 @@ def test_langchain_chat_openai_invokes_and_streams(real) -> None:
     assert answer.response_metadata.get("model_name") == MODEL
     streamed = "".join(str(part.content) for part in chat.stream("What is the capital of France?"))
     assert streamed == answer.content
+
+
+def test_langchain_bind_tools_with_a_forced_choice_runs_a_tool_loop_on_smollm2(real) -> None:
+    """LangChain's ``bind_tools`` naming the tool (``tool_choice``): SmolLM2's call comes back with arguments valid
+    against the tool's schema (the engine constrains them), the result goes back, and SmolLM2 answers in words."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str, unit: str) -> str:
+        """The current weather in a city."""
+        return f"21 degrees {unit} and sunny in {city}"
+
+    url, key = real
+    chat = ChatOpenAI(base_url=url, api_key=key, model=MODEL, temperature=0, max_tokens=120, max_retries=0, timeout=120)
+    forced = chat.bind_tools([WEATHER], tool_choice="get_weather")
+    messages: list[object] = [HumanMessage("What is the weather in Paris?")]
+    called = forced.invoke(messages)
+    [call] = called.tool_calls
+    assert call["name"] == "get_weather"
+    jsonschema.validate(call["args"], WEATHER["function"]["parameters"])
+    messages += [called, ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"])]
+    answered = chat.bind_tools([WEATHER]).invoke(messages)  # the choice is the model's again: it answers
+    assert isinstance(answered.content, str) and answered.content.strip()
+
+
+async def test_the_openai_agents_sdk_runs_a_required_tool_to_an_answer_on_smollm2(real) -> None:
+    """The Agents SDK with ``tool_choice="required"`` (its strict schemas, its own loop, which lets the model
+    choose again after the first call): SmolLM2 calls the tool with valid arguments, the SDK runs it, and the
+    run ends on an answer."""
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # its traces would go to OpenAI's servers
+    ran: list[tuple[str, str]] = []
+
+    @function_tool
+    def get_weather(city: str, unit: str) -> str:
+        """The current weather in a city; unit is celsius or fahrenheit."""
+        ran.append((city, unit))
+        return f"21 degrees {unit} and sunny in {city}"
+
+    url, key = real
+    client = openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
+    try:
+        agent = Agent(
+            name="weather", instructions="Answer with the weather tool.", tools=[get_weather],
+            model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+            model_settings=ModelSettings(tool_choice="required", max_tokens=120, temperature=0),
+        )  # fmt: skip
+        result = await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
+        assert ran and all(isinstance(city, str) and city for city, _ in ran)
+        assert isinstance(result.final_output, str) and result.final_output.strip()
+    finally:
+        await client.close()
