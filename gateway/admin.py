@@ -46,15 +46,15 @@ MAX_ORG_TOOL_RULES = 64
 MAX_LABEL = 100
 
 
-async def _caller(request: Request, scope: str | None = None) -> tuple[Services, Principal]:
+async def caller(request: Request, scope: str | None = None) -> tuple[Services, Principal]:
     """The caller, whose credential holds ``scope`` (default: chat, which every credential holds)."""
     svc = services(request)
     return svc, await (svc.auth(request) if scope is None else svc.auth(request, scope))
 
 
-async def _admin(request: Request) -> tuple[Services, Principal]:
+async def admin_caller(request: Request) -> tuple[Services, Principal]:
     """An admin of the caller's organisation, on a credential with the ``admin`` scope (its web session)."""
-    svc, user = await _caller(request, ADMIN)
+    svc, user = await caller(request, ADMIN)
     if not user.admin:
         raise Forbidden("only an admin of your organisation may do this", code="admin_only")
     return svc, user
@@ -106,23 +106,23 @@ async def _revoke(svc: Services, user_id: str, key_id: str) -> Response:
 
 
 async def get_me(request: Request) -> Response:
-    svc, me = await _caller(request)
+    svc, me = await caller(request)
     user = await svc.directory.user(me.user_id)
     return JSONResponse({"user": user.public() if user else None, "org": (await _org(svc, me)).public()})
 
 
 async def list_my_keys(request: Request) -> Response:
-    svc, me = await _caller(request, ACCOUNT)
+    svc, me = await caller(request, ACCOUNT)
     return JSONResponse({"keys": [k.public() for k in await svc.directory.keys(me.user_id)]})
 
 
 async def create_my_key(request: Request) -> Response:
-    svc, me = await _caller(request, ACCOUNT)
+    svc, me = await caller(request, ACCOUNT)
     return await _new_key(svc, me.user_id, await json_body(request, svc.settings.max_body_bytes, required=False))
 
 
 async def revoke_my_key(request: Request) -> Response:
-    svc, me = await _caller(request, ACCOUNT)
+    svc, me = await caller(request, ACCOUNT)
     return await _revoke(svc, me.user_id, request.path_params["key_id"])
 
 
@@ -130,7 +130,7 @@ async def erase_me(request: Request) -> Response:
     """Erase the caller and everything of theirs (gateway/erasure.py); ``?confirm=true`` is required, and
     the web session (a key cannot erase the account it belongs to). 202: the caller is refused from now on,
     so this answer is the last they get; the organisation's admins and the operator see the job end."""
-    svc, me = await _caller(request, ACCOUNT)
+    svc, me = await caller(request, ACCOUNT)
     _confirmed(request)
     user = await svc.directory.user(me.user_id)
     if user is None:
@@ -150,12 +150,12 @@ def _confirmed(request: Request) -> None:
 
 
 async def get_org(request: Request) -> Response:
-    svc, me = await _caller(request)
+    svc, me = await caller(request)
     return JSONResponse((await _org(svc, me)).public())
 
 
 async def update_org(request: Request) -> Response:
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     body = await json_body(request, svc.settings.max_body_bytes)
     only(body, {"name", "residency", "moderation_policy", "tool_rules"}, "an organisation")
     org = await _org(svc, admin)
@@ -213,7 +213,7 @@ def _policy_statement(org_id: str, raw: Any) -> Statement:
 
 
 async def list_members(request: Request) -> Response:
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     return JSONResponse({"users": [u.public() for u in await svc.directory.members(admin.org_id)]})
 
 
@@ -221,7 +221,7 @@ async def add_member(request: Request) -> Response:
     """``{"name", "role"?}`` → the new user, without a key: a key made here would be the admin's to read
     the member's content with. The member signs in (the organisation's OpenID provider, or an account from
     ``parley accounts create``) and makes their own."""
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     body = await json_body(request, svc.settings.max_body_bytes)
     only(body, {"name", "role"}, "a user")
     if (await _org(svc, admin)).personal:
@@ -239,7 +239,7 @@ async def add_member(request: Request) -> Response:
 async def update_member(request: Request) -> Response:
     """``{"disabled"?, "role"?}``. An admin cannot disable or demote itself (the org would be left
     without one of its admins by accident)."""
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     user = await _member(svc, admin, request.path_params["user_id"])
     body = await json_body(request, svc.settings.max_body_bytes)
     only(body, {"disabled", "role"}, "a user")
@@ -260,7 +260,7 @@ async def update_member(request: Request) -> Response:
 async def erase_member(request: Request) -> Response:
     """An admin erases a user of the organisation (not itself: that is ``DELETE /v1/me``); 202 with the job's
     status. A user already erased may be asked for again: the job repeats every step, harmlessly."""
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     user = await _member(svc, admin, request.path_params["user_id"], erased=True)
     _confirmed(request)
     if user.user_id == admin.user_id:
@@ -270,26 +270,26 @@ async def erase_member(request: Request) -> Response:
 
 async def member_erasure(request: Request) -> Response:
     """``GET /v1/org/users/{id}/erasure``: how far the user's newest erasure got (``erasure`` null: none asked)."""
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     user = await _member(svc, admin, request.path_params["user_id"], erased=True)
     return JSONResponse(await erasure.status(svc, user.user_id))
 
 
 async def list_member_keys(request: Request) -> Response:
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     user = await _member(svc, admin, request.path_params["user_id"])
     return JSONResponse({"keys": [k.public() for k in await svc.directory.keys(user.user_id)]})
 
 
 async def revoke_member_key(request: Request) -> Response:
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     user = await _member(svc, admin, request.path_params["user_id"])
     return await _revoke(svc, user.user_id, request.path_params["key_id"])
 
 
 async def org_usage(request: Request) -> Response:
     """``GET /v1/org/usage?days=N``: each member's usage (counts only), and the organisation's total."""
-    svc, admin = await _admin(request)
+    svc, admin = await admin_caller(request)
     days = parse_days(request.query_params.get("days"))
     q: quotas.Quotas = svc.quotas
     span = day_range(quotas.day_of(q.clock()), days)

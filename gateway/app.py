@@ -27,7 +27,8 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, memory, messages, models, moderations, openai_compat, telemetry, tool_calls, usage,
+    admin, conversations, documents, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
+    usage,
 )
 from gateway.auth import Authenticator
 from gateway.directory import Directory
@@ -44,6 +45,7 @@ from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
 from gateway.settings import OidcSettings, SessionSettings
 from parley import keys, schema_registry, tool_registry
+from parley.org_tools import OrgTools
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
 from parley.kafka import EventProducer
@@ -208,6 +210,9 @@ ROUTES = [
     Route("/v1/org/users/{user_id}/keys", admin.list_member_keys, methods=["GET"]),
     Route("/v1/org/users/{user_id}/keys/{key_id}", admin.revoke_member_key, methods=["DELETE"]),
     Route("/v1/org/usage", admin.org_usage, methods=["GET"]),
+    Route("/v1/org/tools", org_tools.list_org_tools, methods=["GET"]),
+    Route("/v1/org/tools", org_tools.add_org_tools, methods=["POST"]),
+    Route("/v1/org/tools/{name}", org_tools.remove_org_tools, methods=["DELETE"]),
     Route("/v1/models/{model_id:path}", models.get_model, methods=["GET"]),
 ]
 
@@ -239,6 +244,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
         svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
         svc.tool_calls = ToolStore(cql, sealing.sealer())
+        svc.org_tools = OrgTools(cql)
         svc.erasures = ErasureRows(cassandra, cql)  # requests refuse the user and record the job (gateway/erasure.py)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`

@@ -189,7 +189,7 @@ async def post_message(request: Request) -> Response:
     content = string(body, "content", max_chars=svc.settings.max_message_chars)
     client_message_id = client_key(body, ID_MAX)
     sampling, max_tokens = turn_options(body)
-    tools = tool_calls.offered(svc.tools, body.get("tools"))
+    tools = await tool_calls.offered(svc.tools, svc.org_tools, user.org_id, body.get("tools"))
     model = chosen_model(request, string(body, "model", max_chars=ID_MAX, required=False))
     parent_id = string(body, "parent_id", max_chars=ID_MAX, required=False)
     # Cassandra down: a conversation this process served recently still takes messages (gateway/recent.py).

@@ -52,6 +52,7 @@ class Services:
     erasures: Any = None  # streams.erasure_rows.ErasureRows: erasure requests and their progress
     tools: Any = None  # parley.tool_registry.ToolConfig: the tools a turn may offer (PARLEY_TOOLS_FILE)
     tool_calls: Any = None  # streams.tool_store.ToolStore: the broker's record of each call, read here
+    org_tools: Any = None  # parley.org_tools.OrgTools: the MCP servers organisations registered
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -1,9 +1,10 @@
 """Server-side tool calls at the gateway (DESIGN.md §13): what a turn offers, what its calls became, and
 the owner's answers to the calls the permission broker asked about.
 
-- ``tools`` on POST /v1/conversations/{id}/messages: names of the operator's tools (parley/tool_registry.py);
-  an unknown name is a 422 naming it. The model is offered them; the broker, never the model, decides
-  whether a call runs.
+- ``tools`` on POST /v1/conversations/{id}/messages: names of the operator's tools (parley/tool_registry.py)
+  or of the caller's organisation's MCP servers (parley/org_tools.py; the operator's name wins); an unknown
+  name, or one of another organisation's, is a 422 naming it. The model is offered them; the broker, never
+  the model, decides whether a call runs.
 - GET /v1/conversations/{id}/tool-calls: every call of the conversation, its decision (and the rule that
   made it), its state and result. Only the owner; a conversation of someone else's is a 404.
 - POST /v1/conversations/{id}/tool-calls/{call_id} ``{"answer": "approve" | "reject" | "edit", "arguments":
@@ -14,6 +15,7 @@ the owner's answers to the calls the permission broker asked about.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -24,6 +26,7 @@ from gateway.errors import Conflict, NotFound, PayloadTooLarge, Unprocessable
 from gateway.services import services, trace_id
 from gateway.validation import json_body, only, string
 from parley.errors import ConfigError
+from parley.org_tools import OrgTools
 from parley.tool_registry import ToolConfig
 from schemas.events import ToolCallAnswered, ToolFunction, Tools
 
@@ -34,12 +37,15 @@ MAX_ARGUMENTS_BYTES = 64 * 1024
 ANSWER_FIELDS = frozenset({"answer", "arguments"})
 
 
-def offered(config: ToolConfig, named: Any) -> Tools | None:
-    """The ``tools`` of a posted message as the turn's offer; None when it names none. 422 for a bad list."""
+async def offered(config: ToolConfig, org_tools: OrgTools | None, org_id: str, named: Any) -> Tools | None:
+    """The ``tools`` of a posted message as the turn's offer; None when it names none. 422 for a bad list.
+    The organisation's tools are read only when a name is not the operator's."""
     if named is None or named == []:
         return None
     if not isinstance(named, list) or not all(isinstance(n, str) for n in named) or len(named) > MAX_TOOLS:
         raise Unprocessable(f"`tools` is a list of at most {MAX_TOOLS} tool names", code="invalid_tools")
+    if org_tools is not None and org_id and any(n not in config.tools for n in named):
+        config = dataclasses.replace(config, tools={**await org_tools.specs(org_id), **config.tools})
     try:
         specs = config.offered(named)
     except ConfigError as exc:

@@ -85,6 +85,8 @@ class ToolSpec:
     read_only: bool = False
     idempotent: bool = False
     timeout_s: float = 30.0
+    # An organisation's server (parley/org_tools.py), reached through the SSRF guard; the operator's are not.
+    guarded: bool = False
 
 
 @dataclass(frozen=True)

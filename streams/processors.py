@@ -368,7 +368,8 @@ def _tools(kafka: KafkaSettings) -> Wiring:
     from parley import tool_registry
     from parley.cassandra import AsyncCql
     from parley.kafka import EventProducer
-    from streams.tool_broker import OrgRules, ToolBroker
+    from parley.org_tools import OrgTools
+    from streams.tool_broker import OrgRules, PerOrg, ToolBroker
     from streams.tool_store import ToolStore
 
     from confluent_kafka import KafkaException, TopicPartition
@@ -391,8 +392,12 @@ def _tools(kafka: KafkaSettings) -> Wiring:
     async def token_end(conversation_id: str) -> int:
         return await asyncio.get_running_loop().run_in_executor(ends_thread, token_end_now, conversation_id)
 
-    store = ToolStore(AsyncCql(from_env(CassandraSettings)), sealing.sealer())
-    broker = ToolBroker(tool_registry.load(cfg.tools_file), store, token_end, org_rules=OrgRules(store.org_rules))
+    cql = AsyncCql(from_env(CassandraSettings))
+    store = ToolStore(cql, sealing.sealer())
+    broker = ToolBroker(
+        tool_registry.load(cfg.tools_file), store, token_end, org_rules=OrgRules(store.org_rules),
+        org_tools=PerOrg(OrgTools(cql).specs),
+    )
     producers: list[EventProducer] = []  # made on the timer's first tick, on the loop that awaits its acknowledgements
 
     async def expire() -> None:

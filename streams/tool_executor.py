@@ -1,5 +1,6 @@
 """``python -m streams.tool_executor``: the tool executor (workers/tool_executor.py) with the built-ins over
-the users' own data, ``search_documents``, ``remember`` and ``forget`` (streams/tool_builtins.py).
+the users' own data, ``search_documents``, ``remember`` and ``forget`` (streams/tool_builtins.py), and the
+organisations' own MCP servers (parley/org_tools.py).
 
 Their runners need Cassandra (the documents and their index), the ``user.memory`` log and the streams'
 document search, a layer above workers/, so they are built here and handed in. Each is opened on the
@@ -80,9 +81,18 @@ def document_search(store: Any) -> Any:
     return DocumentSearch(store, retriever, passages=docs.passages, passage_tokens=docs.passage_tokens, count=counter.segment)
 
 
+def org_specs() -> tool_executor.OrgSpecs:
+    """The organisations' own tools (parley/org_tools.py), read from Cassandra at each call of one; the
+    connection is made on the first."""
+    from parley.cassandra import AsyncCql
+    from parley.org_tools import OrgTools
+
+    return OrgTools(AsyncCql(from_env(CassandraSettings))).spec
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
-        tool_executor.main(argv, factories(from_env(KafkaSettings)))
+        tool_executor.main(argv, factories(from_env(KafkaSettings)), org_specs())
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
 

@@ -121,7 +121,7 @@ class ParleyClient:
         response = await self._http.request(method, path, **kwargs)
         if response.status_code >= 400:
             raise ApiError(response.status_code, _body(response), response.headers)
-        return response.json()
+        return response.json() if response.status_code != 204 else None
 
     async def create_conversation(self, title: str = "") -> str:
         return (await self._json("POST", "/v1/conversations", json={"title": title}))["id"]

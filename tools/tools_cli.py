@@ -2,12 +2,17 @@
 
     parley tools list                      # every tool the gateway may offer, with how it runs
     parley tools add NAME URL [--file F]   # every tool of the MCP server at URL, as NAME_<tool>
+    parley tools add NAME URL --org ORG    # the same, for one organisation's members (as POST /v1/org/tools)
 
 ``add`` asks the server for its tools (streamable HTTP, the official ``mcp`` SDK) and writes each into the
 file with its JSON Schema, never read-only and never idempotent: a server's annotations are hints (the MCP
 spec says so), shown here for the operator to decide, and only the operator's word changes what the
 permission broker allows. The file is checked whole before it is replaced; a name already there is refused.
 The services read the file at start: restart the gateway, the broker and the executor after a change.
+
+With ``--org`` the server is the organisation's (parley/org_tools.py, as its admin registers one): kept in
+Cassandra, offered to its members alone, in force within seconds without a restart, and reached through the
+SSRF guard with the file's ``fetch.allow_networks``, here as at every call.
 """
 
 from __future__ import annotations
@@ -55,12 +60,17 @@ def add(
     name: str = typer.Argument(..., help="prefix of the tools' names in Parley (letters, digits, _ and -)"),
     url: str = typer.Argument(..., help="the MCP server's streamable-HTTP endpoint"),
     file: str = typer.Option(None, "--file", help="the tools file (default: PARLEY_TOOLS_FILE)"),
+    org: str = typer.Option(None, "--org", help="an organisation's id: the server is its members' alone (not the file's)"),
 ) -> None:
-    """Add every tool of the MCP server at URL to the tools file, as NAME_<tool>."""
+    """Add every tool of the MCP server at URL to the tools file, as NAME_<tool>; or, with --org, to the
+    organisation's own tools."""
     from workers.tool_mcp import list_tools as listed  # the SDK only here: the CLI's other commands never load it
 
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", name):
         raise typer.BadParameter("NAME is 1 to 32 letters, digits, _ or -")
+    if org:
+        asyncio.run(_add_for_org(org, name, url, file))
+        return
     path = _file(file)
     raw = json.loads(path.read_text()) if path.exists() else {}
     tools = asyncio.run(listed(url))
@@ -84,3 +94,28 @@ def add(
     staged.write_text(json.dumps(raw, indent=2) + "\n")
     os.replace(staged, path)
     console.print(f"{len(tools)} tools added to {path}; restart the gateway, the tool broker and the executor")
+
+
+async def _add_for_org(org_id: str, name: str, url: str, file: str | None) -> None:
+    from parley.cassandra import AsyncCql
+    from parley.org_tools import Listed, OrgTools, checked
+    from parley.settings import CassandraSettings
+    from workers.net_guard import Refused
+    from workers.tool_mcp import list_tools as listed
+
+    config = tool_registry.load(file or from_env(tool_registry.ToolSettings).tools_file or None)
+    cql = AsyncCql(from_env(CassandraSettings))
+    if not await cql.run("SELECT org_id FROM {ks}.orgs WHERE org_id = ?", (org_id,)):
+        raise typer.BadParameter(f"no organisation {org_id!r}")
+    try:
+        tools = await listed(url, guard=config.allow_networks)
+        server = checked(name, url, [Listed(t.name, t.description, t.input_schema) for t in tools])
+    except (Refused, ConfigError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    taken = [t.name for t in server.tools if t.name in config.tools]
+    if taken:
+        raise typer.BadParameter(f"{taken[0]!r} is one of the operator's tools; choose another NAME")
+    await OrgTools(cql).put(org_id, server)
+    for tool in server.tools:
+        console.print(f"{tool.name}: {tool.remote} at {url}")
+    console.print(f"{len(server.tools)} tools of {org_id}'s; its members may offer them now (asked unless a rule says otherwise)")

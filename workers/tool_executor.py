@@ -37,7 +37,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +95,9 @@ class Abandoned(Exception):
 #: Cassandra and the streams' search and memory, a layer above this one, so streams/tool_executor.py hands
 #: them in; a plain ``python -m workers.tool_executor`` has none, and answers their calls with an error.
 Factories = Mapping[str, Callable[[ToolSpec], Any]]
+#: (organisation, name) → the organisation's own tool of that name (parley/org_tools.py), None if it has none;
+#: raises when its store cannot be read. Also handed in by streams/tool_executor.py.
+OrgSpecs = Callable[[str, str], Awaitable[ToolSpec | None]]
 
 
 class NoRunner(Exception):
@@ -112,7 +115,8 @@ def runner_for(spec: ToolSpec, config: ToolConfig, factories: Factories | None =
     if spec.kind == "mcp":
         from workers.tool_mcp import McpRunner
 
-        return McpRunner(spec.url, spec.remote or spec.name, timeout_s=spec.timeout_s)
+        guard = config.allow_networks if spec.guarded else None  # an organisation's server: the SSRF guard
+        return McpRunner(spec.url, spec.remote or spec.name, timeout_s=spec.timeout_s, guard=guard)
     if spec.kind == "fetch":
         from workers.tool_fetch import UrlFetcher  # only a process that runs the built-in needs its parser
 
@@ -125,9 +129,12 @@ def event_id(call_id: str, what: str) -> str:
 
 
 class Executor:
-    def __init__(self, kafka: KafkaSettings, config: ToolConfig, instance: str, factories: Factories | None = None) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, config: ToolConfig, instance: str, factories: Factories | None = None,
+        org_specs: OrgSpecs | None = None,
+    ) -> None:
         self._kafka, self._config, self._instance = kafka, config, instance
-        self._factories = factories
+        self._factories, self._org_specs = factories, org_specs
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-executor")
         self._events_topic = kafka.topic("chat.events")
         self._tools_topic = kafka.topic("chat.tools")
@@ -225,7 +232,7 @@ class Executor:
         """The call of the record at ``offset`` of ``partition``: looked up, started, run and finished."""
         call_id = event.call.id
         found: Found = await self._step(lambda: self._look_up(event))
-        spec = self._config.tools.get(event.call.name)
+        spec = await self._spec(event)
         ids_ = {"conversation_id": event.conversation_id, "call_id": call_id, "tool": event.call.name}
         if found.finished:
             log.info("a call already finished was skipped", extra=ids_)
@@ -273,11 +280,25 @@ class Executor:
         log.warning("dead-lettered a record", extra={"topic": msg.topic(), "offset": msg.offset(), "error_type": letter.error_type})
         await self._step(lambda: self._transact([], msg.partition(), msg.offset() + 1, [record]))
 
+    async def _spec(self, event: ToolCallCleared) -> ToolSpec | None:
+        """The operator's tool of the call's name, else the caller's organisation's (read at each call: a
+        server its admin removed runs no more). A store that cannot be read abandons the record."""
+        spec = self._config.tools.get(event.call.name)
+        if spec is not None or self._org_specs is None or not event.org_id:
+            return spec
+        try:
+            return await self._org_specs(event.org_id, event.call.name)
+        except Exception as exc:
+            raise Abandoned(type(exc).__name__) from exc
+
     async def _call(self, spec: ToolSpec, event: ToolCallCleared) -> ToolResult:
         try:
-            runner = self._runners.get(spec.name) or self._runners.setdefault(
-                spec.name, runner_for(spec, self._config, self._factories)
-            )
+            if spec.guarded:  # an organisation's: its name may be another's too, and its server may change
+                runner = runner_for(spec, self._config, self._factories)
+            else:
+                runner = self._runners.get(spec.name) or self._runners.setdefault(
+                    spec.name, runner_for(spec, self._config, self._factories)
+                )
         except NoRunner as exc:
             return ToolResult("error", "", str(exc))
         try:
@@ -414,8 +435,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None, factories: Factories | None = None) -> None:
-    """``factories``: the runners of the built-ins over the users' data (streams/tool_executor.py's)."""
+def main(argv: list[str] | None = None, factories: Factories | None = None, org_specs: OrgSpecs | None = None) -> None:
+    """``factories``: the runners of the built-ins over the users' data; ``org_specs``: the organisations' own
+    tools (both streams/tool_executor.py's)."""
     args = parse_args(argv)
     setup_logging("tool-executor")
     keys.install_from_env()
@@ -430,7 +452,7 @@ def main(argv: list[str] | None = None, factories: Factories | None = None) -> N
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await Executor(kafka, config, args.instance, factories).run(stop)
+        await Executor(kafka, config, args.instance, factories, org_specs).run(stop)
 
     asyncio.run(serve())
 

@@ -5,12 +5,8 @@ The model chooses the URL, and a page can choose where it redirects, so either m
 services (a metadata endpoint, Kafka's admin port, a neighbour in the VPC). Each hop is guarded whole:
 
 - http or https only, no ``user:pass@`` (credentials have no business in a model's URL);
-- the host is resolved, and every address it resolves to must be globally routable, unless it lies in the
-  operator's ``fetch.allow_networks`` (parley/tool_registry.py): one private answer refuses the name, since
-  which address a connection would take is not ours to choose;
-- the connection goes to the address that was checked, never to the name again: a second lookup could
-  answer something else (DNS rebinding). The name still travels as ``Host`` and, for https, as the TLS
-  server name that the certificate is verified against (httpcore's ``sni_hostname`` extension);
+- the host's every address must be globally routable or in the operator's ``fetch.allow_networks``, and the
+  connection goes to the address that was checked, never to the name again (workers/net_guard.py);
 - redirects are followed by hand, at most ``max_redirects``, each through the same guard.
 
 One deadline covers the whole fetch, redirects included; the body is streamed and cut at ``max_bytes``
@@ -22,71 +18,21 @@ is ever logged, and error texts name the rule, never the URL.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 from lxml.etree import LxmlError
 
 from documents.formats.html import segments
+from workers.net_guard import Network, Refused, Resolver, allowed_addresses, system_resolver
 from workers.tool_runners import ToolResult, clipped
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-#: (host, port) -> the addresses to connect to; the default asks the system's resolver.
-Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _HTML = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT = frozenset({"application/json", "application/xml"})
 _ACCEPT = "text/html, text/*;q=0.9, application/json;q=0.9, application/xml;q=0.9"
-_SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT (RFC 6598): someone's private network
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-# IETF protocol assignments (RFC 6890): not global, though Python 3.11's ``is_global`` passes most of it.
-_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
-
-#: In order: the first that holds names the refusal.
-_RULES: tuple[tuple[Callable[[Any], bool], str], ...] = (
-    (lambda a: a.is_unspecified, "the address is unspecified"),
-    (lambda a: a.is_loopback, "the address is loopback"),
-    (lambda a: a.is_link_local, "the address is link-local"),
-    (lambda a: a.is_multicast, "the address is multicast"),
-    (lambda a: a in _SHARED, "the address is in the shared address space (100.64.0.0/10)"),
-    (lambda a: a.is_reserved, "the address is reserved"),
-    (lambda a: a.is_private, "the address is in a private network"),
-    (lambda a: getattr(a, "is_site_local", False), "the address is site-local"),
-    (lambda a: not a.is_global or a in _PROTOCOL, "the address is not globally routable"),
-)
-
-
-class Refused(Exception):
-    """The guard or the page's kind refused the fetch; the message names the rule, never the URL."""
-
-
-def refusal(address: Address, allow: Sequence[Network] = ()) -> str | None:
-    """Why the guard refuses to connect to ``address``, or None when it may.
-
-    An IPv4-mapped address (``::ffff:a.b.c.d``) and a NAT64 one (``64:ff9b::a.b.c.d``) reach the IPv4
-    address inside them (through the kernel, through the NAT64 gateway), so they are judged as that. A 6to4
-    address (``2002:a.b.c.d::``) is routed to a relay that forwards to its IPv4 address: both must pass."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        elif address in _NAT64:
-            address = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    if any(address in network for network in allow):
-        return None
-    judged: list[Address] = [address]
-    if isinstance(address, ipaddress.IPv6Address) and address.sixtofour is not None:
-        judged.append(address.sixtofour)
-    for candidate in judged:
-        for holds, reason in _RULES:
-            if holds(candidate):
-                return reason
-    return None
 
 
 def checked_url(raw: str) -> httpx.URL:
@@ -102,12 +48,6 @@ def checked_url(raw: str) -> httpx.URL:
     if not url.raw_host:
         raise Refused("the URL has no host")
     return url
-
-
-async def system_resolver(host: str, port: int) -> list[str]:
-    # bytes: a str host goes through Python's idna codec, which refuses some names DNS allows.
-    infos = await asyncio.get_running_loop().getaddrinfo(host.encode("ascii"), port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 class UrlFetcher:
@@ -158,14 +98,7 @@ class UrlFetcher:
     async def _guard(self, url: httpx.URL) -> list[str]:
         """The addresses ``url``'s host resolves to, all of them allowed; else Refused."""
         port = url.port or (443 if url.scheme == "https" else 80)
-        addresses = await self._resolve(url.raw_host.decode("ascii"), port)
-        if not addresses:
-            raise Refused("the host resolved to no address")
-        for address in addresses:
-            reason = refusal(ipaddress.ip_address(address), self._allow)
-            if reason:
-                raise Refused(reason)
-        return list(addresses)
+        return await allowed_addresses(url.raw_host.decode("ascii"), port, self._allow, self._resolve)
 
     async def _hop(self, url: httpx.URL, addresses: list[str]) -> ToolResult | httpx.URL:
         """GET ``url`` from the first of its checked ``addresses`` that takes a connection: the result, or

@@ -32,18 +32,26 @@ What each ending means:
 Arguments and results are the user's: nothing here logs them, only the tool's name and an exception's
 class. The SDK logs whole messages at DEBUG (``mcp.client.streamable_http``) and each request's URL at INFO
 (``httpx2``): keep those loggers at WARNING where a log must carry no user data.
+
+A server an organisation registered (parley/org_tools.py) is reached through the SSRF guard
+(workers/net_guard.py: ``guard`` holds the operator's allowed networks): each request goes only to a globally
+routable address, or one the operator allowed, pinned to the address checked. The operator's own servers
+(the tools file) are reached as configured: the operator may run them on a private network.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
+import httpx2
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -59,6 +67,7 @@ from mcp.types import (
 )
 
 from parley.errors import Unavailable
+from workers.net_guard import GuardedTransport, Network, Refused
 from workers.tool_runners import NotSent, OutcomeUnknown, ToolResult, clipped
 
 log = logging.getLogger(__name__)
@@ -87,14 +96,17 @@ class McpTool:
     destructive_hint: bool | None
 
 
-async def list_tools(url: str, timeout_s: float = 10) -> list[McpTool]:
-    """The tools the MCP server at ``url`` lists. Raises ``Unavailable`` when it cannot be asked or does
-    not answer within ``timeout_s`` (connecting included)."""
+async def list_tools(url: str, timeout_s: float = 10, guard: Sequence[Network] | None = None) -> list[McpTool]:
+    """The tools the MCP server at ``url`` lists. Raises ``Refused`` when the guard refuses its address
+    (``guard``: the networks allowed besides global ones; None: unguarded), ``Unavailable`` when it cannot be
+    asked or does not answer within ``timeout_s`` (connecting included)."""
     try:
         with anyio.fail_after(timeout_s):
-            async with _client(url) as client:
+            async with _client(url, guard) as client:
                 tools = await _listing(client)
     except Exception as exc:
+        if isinstance(_leaf(exc), Refused):
+            raise _leaf(exc) from None
         raise Unavailable(f"the MCP server did not list its tools: {type(_leaf(exc)).__name__}") from exc
     return [_described(tool) for tool in tools]
 
@@ -102,17 +114,18 @@ async def list_tools(url: str, timeout_s: float = 10) -> list[McpTool]:
 class McpRunner:
     """Runs ``tool`` on the MCP server at ``url``: one session per call, ``timeout_s`` for all of it."""
 
-    def __init__(self, url: str, tool: str, timeout_s: float = 30) -> None:
+    def __init__(self, url: str, tool: str, timeout_s: float = 30, guard: Sequence[Network] | None = None) -> None:
         self._url = url
         self._tool = tool
         self._timeout_s = timeout_s
+        self._guard = guard  # an organisation's server: reached through the SSRF guard (None: the operator's)
 
     async def run(self, arguments: dict[str, Any], idempotency_key: str) -> ToolResult:
         sent = False
         answer: CallToolResult | None = None
         try:
             with anyio.fail_after(self._timeout_s):
-                async with _client(self._url) as client:
+                async with _client(self._url, self._guard) as client:
                     if not any(tool.name == self._tool for tool in await _listing(client)):
                         return ToolResult("error", "", f"the MCP server lists no tool named {self._tool!r}")
                     sent = True  # from here the call may reach the tool
@@ -122,6 +135,9 @@ class McpRunner:
             name = type(failure).__name__  # never its message, which may quote the server or the request
             if answer is not None:  # only closing the session failed: the answer stands
                 log.info("MCP tool %s answered; closing its session failed: %s", self._tool, name)
+            elif not sent and isinstance(failure, Refused):  # the rule, never the address
+                log.info("MCP tool %s not called: the guard refused its server", self._tool)
+                return ToolResult("error", "", f"the MCP server's address is refused: {failure}")
             elif not sent:
                 log.info("MCP tool %s not called: %s", self._tool, name)
                 raise NotSent(name) from exc
@@ -169,9 +185,19 @@ def _is_text_resource(block: Any) -> bool:
     return isinstance(block, EmbeddedResource) and not isinstance(block.resource, BlobResourceContents)
 
 
-def _client(url: str) -> Client:
+@asynccontextmanager
+async def _client(url: str, guard: Sequence[Network] | None = None) -> AsyncIterator[Client]:
     # cache=None: each session is new, so a response cache could never be read back.
-    return Client(url, cache=None)
+    if guard is None:
+        async with Client(url, cache=None) as client:
+            yield client
+        return
+    # The SDK's own timeouts (30 s, 300 s to read a stream), through the guard; the SDK leaves a client it
+    # was handed open, so this block closes it.
+    timeout = httpx2.Timeout(30, read=300)
+    async with httpx2.AsyncClient(transport=GuardedTransport(guard), timeout=timeout, trust_env=False) as http:
+        async with Client(streamable_http_client(url, http_client=http), cache=None) as client:
+            yield client
 
 
 async def _listing(client: Client) -> list[Tool]:

@@ -36,7 +36,9 @@ import httpx
 import pytest
 import yaml
 
-from parley.users import KEY_SCOPES, SCOPES, create_key, create_org, create_user, hash_key, key_id_of, revoke
+from parley.cassandra import AsyncCql
+from parley.org_tools import Listed, OrgTools, checked
+from parley.users import KEY_SCOPES, SCOPES, create_key, create_org, create_user, hash_key, key_id_of, personal_org_id, revoke
 from tools.client import session_headers
 
 DOC = yaml.safe_load((Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml").read_text())
@@ -69,6 +71,8 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
         ("post", "/v1/documents"): {"files": {"file": ("n.txt", b"Some notes about the quarter.\n", "text/plain")}},
         ("put", "/v1/memory"): {"json": {"facts": ["likes tea"]}},
         ("patch", "/v1/org"): {"json": {"residency": "eu"}},
+        # A private address: refused by the SSRF guard (422) before anything is connected to.
+        ("post", "/v1/org/tools"): {"json": {"name": "ledger", "url": "http://10.255.255.1/mcp"}},
         ("post", "/v1/org/users"): {"json": {"name": "new member"}},
         ("patch", "/v1/org/users/{user_id}"): {"json": {"role": "member"}},
         ("post", "/v1/chat/completions"): {"json": {"model": "auto", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}},
@@ -121,6 +125,10 @@ def world(stack):  # type: ignore[no-untyped-def]
     revoked_id, keys["revoked"] = create_user(session, "revoked", "plus", org_id=team)
     revoke(session, revoked_id, key_id_of(hash_key(keys["revoked"])))
     second_key, _ = create_key(session, users["owner"], "second")
+    # An MCP server of each organisation whose admin may remove one (the team's, and the other user's own).
+    ledger = checked("ledger", "https://mcp.example/mcp", [Listed("add", "", {"type": "object"})])
+    for org in (team, personal_org_id(users["other org"])):
+        asyncio.run(OrgTools(AsyncCql(stack.cassandra, session)).put(org, ledger))
     credentials = {caller: {"Authorization": f"Bearer {key}"} if key else {} for caller, key in keys.items()}
     for who, user_id in users.items():
         credentials[who + SESSION] = session_headers(stack.url, *stack.sign_in(user_id))
@@ -166,7 +174,7 @@ async def test_every_route_answers_every_caller_as_its_access_and_scope_say(stac
     owner_id, second_key, credentials = world
     first = await _owner_resources(stack.url, credentials["owner"]["Authorization"].removeprefix("Bearer "))
     own = await _owner_resources(stack.url, credentials["owner"]["Authorization"].removeprefix("Bearer "))
-    common = {"user_id": owner_id, "key_id": second_key, "model_id": "auto"}
+    common = {"user_id": owner_id, "key_id": second_key, "model_id": "auto", "name": "ledger"}
     wrong: list[str] = []
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         for method, path, op in _operations():

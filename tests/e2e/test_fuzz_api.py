@@ -14,8 +14,10 @@ import asyncio
 import base64
 import json
 import time
+import uuid
 import zlib
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,7 @@ import pytest
 import schemathesis
 import yaml
 from hypothesis import HealthCheck, Phase, settings
+from mcp.server.mcpserver import MCPServer
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -35,7 +38,9 @@ from schemathesis.specs.openapi.checks import (
 
 import yaml
 
+from parley.org_tools import MAX_SERVERS
 from parley.users import KEY_SCOPES, create_key, create_org, create_user
+from tests.fixtures.mcp_server import serving
 from tools.client import ParleyClient, session_headers
 
 #: Not beside another xdist worker (make test's second pytest process): under pytest-xdist the schemathesis
@@ -83,6 +88,7 @@ class Ids:
     session: dict[str, str] = field(default_factory=dict)  # the caller's web session: what the key's chat scope does not reach
     cassandra: object = None  # the operator's seat: members' keys (an admin makes none)
     call_id: str = ""  # a call of the caller's conversation waiting for its answer (the first valid answer takes it)
+    mcp_url: str = ""  # an MCP server on loopback (which the shared stack's operator opened to the SSRF guard)
 
     def credentials(self, case: schemathesis.Case) -> dict[str, str]:
         """The key where it reaches (``chat``), else the caller's web session (``account``, ``admin``)."""
@@ -118,6 +124,16 @@ class Ids:
         """A new document of the caller's: what a generated DELETE may delete."""
         return _upload(self.url, self.key, wait=False)
 
+    def throwaway_server(self) -> str:
+        """An MCP server registered by the caller: what a generated DELETE may remove (the oldest goes first when
+        the organisation has as many as it may)."""
+        servers = httpx.get(f"{self.url}/v1/org/tools", headers=self.session).json()["servers"]
+        if len(servers) >= MAX_SERVERS:
+            httpx.delete(f"{self.url}/v1/org/tools/{servers[0]['name']}", headers=self.session).raise_for_status()
+        name = f"fuzz-{uuid.uuid4().hex[:8]}"
+        httpx.post(f"{self.url}/v1/org/tools", headers=self.session, json={"name": name, "url": self.mcp_url}).raise_for_status()
+        return name
+
     def throwaway(self) -> str:
         """A new conversation of the caller's: what a generated DELETE may delete, leaving the others' ids real."""
         response = httpx.post(f"{self.url}/v1/conversations", headers={"Authorization": f"Bearer {self.key}"}, json={})
@@ -151,7 +167,12 @@ class Ids:
                 params[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
             elif name == "call_id" and pick:
                 params[name] = self.call_id
+            elif name == "name" and case.path == "/v1/org/tools/{name}" and pick:
+                params[name] = self.throwaway_server()
         body = case.body if isinstance(case.body, dict) else {}
+        url = body.get("url") if case.path == "/v1/org/tools" else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) <= 2048 and zlib.crc32(url.encode("utf-8", "surrogatepass")) % 4:
+            body["url"] = self.mcp_url  # a valid URL of a server that answers; the rest (and invalid ones) stay as generated
         if case.path == "/v1/chat/completions" and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
             # Without a cap an OpenAI call's reply runs to the end of the pool's context (20 s on the synthetic
             # engine), past the read bound: a cap a client could send, so a valid call answers within it.
@@ -213,7 +234,19 @@ def _upload(url: str, key: str, *, wait: bool) -> str:
 
 
 @pytest.fixture(scope="module")
-def ids(stack) -> Ids:
+def mcp_url() -> Iterator[str]:
+    server = MCPServer("fuzz", log_level="WARNING")
+
+    @server.tool(description="Echo")
+    async def echo(text: str) -> str:
+        return text
+
+    with serving(server) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def ids(stack, mcp_url: str) -> Ids:
     # The caller: the admin of an organisation of its own, so the /v1/org routes have people to act on.
     user_id, key = create_user(stack.inner.session, "fuzz", "plus", org_id=create_org(stack.inner.session, "fuzz"), role="admin")
     other = stack.new_key("plus")
@@ -224,6 +257,7 @@ def ids(stack) -> Ids:
     return Ids(
         key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url, document, foreign_document, user_id,
         session=session_headers(stack.url, *stack.sign_in(user_id)), cassandra=stack.inner.session, call_id=call_id,
+        mcp_url=mcp_url,
     )  # fmt: skip
 
 

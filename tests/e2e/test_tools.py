@@ -14,13 +14,19 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
 
+from parley.users import create_org, create_user
 from tests.e2e.conftest import REPLY_DEADLINE_S, Stack
-from tests.e2e.tool_service import Effects, calls
+from tests.e2e.tool_service import Effects, calls, scripted
+from tests.fixtures.mcp_server import free_port, serving
+from workers.tool_mcp import IDEMPOTENCY_KEY
 from tools import isolated
 from tools.client import ApiError, ParleyClient
 from tools.topology import TOOL_EXECUTOR
@@ -208,3 +214,76 @@ async def test_an_executor_killed_mid_call_never_repeats_the_effect(
     call = await call_in(client, cid, state="finished", reply_id=first.head["reply_id"])
     assert call["outcome"] == outcome
     assert effects.effects[call["id"]] == 1 and effects.asked[call["id"]] == requests
+
+
+# ------------------------------------------------------------------ an organisation's own MCP server
+
+
+class Notes:
+    """An organisation's MCP server: ``add`` keeps a note, counting calls per idempotency key."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.server = MCPServer("notes", log_level="WARNING")
+
+        @self.server.tool(description="Keep a note", annotations=ToolAnnotations(read_only_hint=True))  # a hint only
+        async def add(text: str, ctx: Context) -> str:
+            self.calls[str((ctx.request_context.meta or {}).get(IDEMPOTENCY_KEY))] += 1
+            return scripted(f"Noted: {text}.")
+
+
+@pytest.fixture(scope="module")
+def notes() -> Any:
+    found = Notes()
+    with serving(found.server) as url:
+        yield found, url
+
+
+async def test_an_organisations_mcp_server_serves_its_members_alone_every_call_asked_and_run_once(
+    stack: Stack, notes: tuple[Notes, str]
+) -> None:
+    """An admin registers the team's MCP server (through the SSRF guard: the shared stack's operator opened
+    127.0.0.0/8, no other private network); a member's call of its tool is asked though the server calls it
+    read-only, runs once with the call id as its idempotency key once approved, and continues the turn;
+    another organisation's user cannot offer it; once removed, nobody can."""
+    server, url = notes
+    team = create_org(stack.inner.session, "notes-team")
+    admin_id, _ = create_user(stack.inner.session, "ada", "plus", org_id=team, role="admin")
+    _, member_key = create_user(stack.inner.session, "bea", "plus", org_id=team)
+    admin, member = stack.web_client(admin_id), ParleyClient(stack.url, member_key, reply_deadline_s=REPLY_DEADLINE_S)
+    stranger = ParleyClient(stack.url, stack.new_key("plus"))
+    try:
+        for body, status, code in (
+            ({"name": "intranet", "url": "http://10.20.30.40/mcp"}, 422, "address_refused"),
+            ({"name": "cloud", "url": "http://169.254.169.254/mcp"}, 422, "address_refused"),
+            ({"name": "gone", "url": f"http://127.0.0.1:{free_port()}/mcp"}, 422, "server_unreachable"),
+        ):
+            with pytest.raises(ApiError) as refused:
+                await admin._json("POST", "/v1/org/tools", json=body)
+            assert (refused.value.status, refused.value.body["error"]["code"]) == (status, code), body
+        with pytest.raises(ApiError) as not_admin:
+            await member._json("POST", "/v1/org/tools", json={"name": "notes", "url": url})
+        assert not_admin.value.status == 403
+        kept = await admin._json("POST", "/v1/org/tools", json={"name": "notes", "url": url})
+        assert [t["name"] for t in kept["tools"]] == ["notes_add"]
+        assert [s["name"] for s in (await member._json("GET", "/v1/org/tools"))["servers"]] == ["notes"]
+
+        cid = await member.create_conversation()
+        await member.send(cid, calls(("notes_add", {"text": "buy milk"})), tools=["notes_add"])
+        call = await call_in(member, cid, state="asked")
+        assert (call["decision"], call["rule"]) == ("ask", "no-rule")  # the server's read-only hint is not trusted
+        await member.answer_tool_call(cid, call["id"], "approve")
+        assert (await final_reply(member, cid))["content"].strip() == "Noted: buy milk."
+        assert server.calls[call["id"]] == 1
+
+        with pytest.raises(ApiError) as foreign:
+            await stranger.send(await stranger.create_conversation(), "hello", tools=["notes_add"])
+        assert (foreign.value.status, foreign.value.body["error"]["code"]) == (422, "unknown_tool")
+        await admin._json("DELETE", "/v1/org/tools/notes")
+        assert (await member._json("GET", "/v1/org/tools"))["servers"] == []
+        with pytest.raises(ApiError) as removed:
+            await member.send(cid, "again", tools=["notes_add"])
+        assert removed.value.status == 422
+    finally:
+        for c in (admin, member, stranger):
+            await c.close()

@@ -85,8 +85,9 @@ SCHEMA = {
 
 
 def tools_config(effects: Effects) -> dict[str, Any]:
-    """The operator's file: the three tools, every fetch_url call asked (the API tests' waiting call), and the
-    built-ins over the user's own data (no rule names them: search is read-only and allowed, memory asked)."""
+    """The operator's file: the three tools, every fetch_url call asked (the API tests' waiting call), the
+    built-ins over the user's own data (no rule names them: search is read-only and allowed, memory asked), and
+    loopback opened to the SSRF guard, where the tests' organisations run their MCP servers."""
     return {
         "tools": [
             {"name": "add_expense", "url": f"{effects.url}/expense", "idempotent": True, "parameters": SCHEMA,
@@ -101,6 +102,8 @@ def tools_config(effects: Effects) -> dict[str, Any]:
             {"name": "ask-fetch", "effect": "ask", "tool": "fetch_url"},
         ],
         "builtins": ["search_documents", "remember", "forget"],
+        # The organisations' MCP servers of the tests run on this machine (the SSRF guard's exception).
+        "fetch": {"allow_networks": ["127.0.0.0/8"]},
     }
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from parley import tool_registry
 from schemas import events as ev
-from streams.tool_broker import OrgRules, ToolBroker
+from parley.org_tools import Listed, checked
+from streams.tool_broker import OrgRules, PerOrg, ToolBroker
 from streams.tool_rows import Ask, CallRow
 
 CID, USER = str(uuid.uuid4()), "u-1"
@@ -220,3 +221,33 @@ async def test_an_organisation_tightens_and_unreadable_rules_deny(store: MemoryS
         [decided] = of(await broker.handle(reply(t, ("pay", {"amount": 5, "to": to}))), ev.ToolCallDecided)
         assert (decided.decision, decided.rule) == want, (org, to)
     assert reads == ["team", "broken"]  # read once per organisation within the ttl; none for no organisation
+
+
+async def test_an_organisations_own_tool_is_its_members_alone_always_asked_and_cleared_with_the_organisation(store: MemoryStore) -> None:
+    """An organisation's MCP tool (parley/org_tools.py): judged against its schema, never read-only (so asked
+    when no rule names it), unknown to anyone else, and its cleared call carries the organisation, by which
+    the executor finds the tool."""
+    ledger = checked("ledger", "https://mcp.acme.example/mcp", [Listed("add", "Add", {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})])
+    reads: list[str] = []
+
+    async def specs(org_id: str) -> dict[str, tool_registry.ToolSpec]:
+        reads.append(org_id)
+        return {t.name: t for t in ledger.tools} if org_id == "acme" else {}
+
+    async def token_end(conversation_id: str) -> int:
+        return 0
+
+    broker = ToolBroker(CONFIG, store, token_end, org_tools=PerOrg(specs, ttl_s=60, clock=lambda: 0.0))  # type: ignore[arg-type]
+    for org, arguments, want in (("acme", {"n": 3}, ("ask", "no-rule")), ("acme", {"n": "three"}, ("deny", "invalid-arguments")),
+                                 ("globex", {"n": 3}, ("deny", "unknown-tool")), ("", {"n": 3}, ("deny", "unknown-tool"))):
+        t = dataclasses.replace(turn(), org_id=org)
+        await broker.handle(t)
+        [decided] = of(await broker.handle(reply(t, ("ledger_add", arguments))), ev.ToolCallDecided)
+        assert (decided.decision, decided.rule) == want, (org, arguments)
+    assert reads == ["acme", "globex"]  # once per organisation within the ttl; none for no organisation
+    t = dataclasses.replace(turn(), org_id="acme")
+    await broker.handle(t)
+    [decided] = of(await broker.handle(reply(t, ("ledger_add", {"n": 1}))), ev.ToolCallDecided)
+    approve = ev.ToolCallAnswered(conversation_id=CID, user_id=USER, request_id=t.request_id, call_id=decided.call.id, answer="approve")
+    [cleared] = of(await broker.handle(approve), ev.ToolCallCleared)
+    assert (cleared.org_id, cleared.call.name) == ("acme", "ledger_add")

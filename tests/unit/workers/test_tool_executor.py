@@ -224,3 +224,44 @@ def test_arguments_that_are_not_an_object_end_as_an_error_without_calling(argume
     executor = Scripted(Tool(), memory=tool)
     asyncio.run(handle_until_done(executor, remembered(arguments)))
     assert tool.users == [] and [f.outcome for f in finished(executor)] == ["error"]
+
+
+# ------------------------------------------------------------------ an organisation's own tools
+
+LEDGER = ToolSpec("ledger_add", "", {"type": "object"}, "mcp", url="http://127.0.0.1:9/mcp", remote="add", guarded=True)
+
+
+def org_cleared(org_id: str) -> ToolCallCleared:
+    event = cleared(LEDGER)
+    return ToolCallCleared(
+        event_id=event.event_id, conversation_id="c", user_id="u", request_id="r", call=event.call, org_id=org_id,
+    )
+
+
+def test_an_organisations_tool_is_found_by_the_calls_organisation_and_reached_through_the_guard() -> None:
+    asked: list[tuple[str, str]] = []
+    down = False
+
+    async def org_specs(org_id: str, name: str) -> ToolSpec | None:
+        asked.append((org_id, name))
+        if down:
+            raise ConnectionError("Cassandra is away")
+        return LEDGER if org_id == "acme" else None
+
+    executor = Scripted(Tool())
+    executor._org_specs = org_specs
+    assert asyncio.run(handle_until_done(executor, org_cleared("acme"))) == 1
+    # Its server is on loopback, which the operator did not open: refused before anything is sent.
+    [done] = finished(executor)
+    assert (done.outcome, done.error) == ("error", "the MCP server's address is refused: the address is loopback")
+    other = Scripted(Tool())
+    other._org_specs = org_specs
+    asyncio.run(handle_until_done(other, org_cleared("globex")))  # another organisation's member: no such tool
+    assert [(f.outcome, f.error) for f in finished(other)] == [("error", "the tool is no longer registered")]
+    assert asked == [("acme", "ledger_add"), ("globex", "ledger_add")]
+    down = True
+    third = Scripted(Tool())
+    third._org_specs = org_specs
+    with pytest.raises(Abandoned):  # the store unreadable: the record is read again, never answered on a guess
+        asyncio.run(third._execute(org_cleared("acme"), 0, 7))
+    assert third.log == []

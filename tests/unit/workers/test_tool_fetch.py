@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from workers.tool_fetch import UrlFetcher, refusal
+from workers.net_guard import refusal
+from workers.tool_fetch import UrlFetcher
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 ONLY_127_0_0_1 = (ipaddress.ip_network("127.0.0.1/32"),)

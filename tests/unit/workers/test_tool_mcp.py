@@ -4,15 +4,15 @@ FastMCP), served over Streamable HTTP by uvicorn on a free local port in a threa
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 
+import httpx2
 import pytest
-import uvicorn
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -29,6 +29,8 @@ from mcp.types import (
     ToolAnnotations,
 )
 
+from tests.fixtures.mcp_server import free_port, serving
+from workers.net_guard import GuardedTransport, Refused
 from workers.tool_mcp import IDEMPOTENCY_KEY, McpRunner, list_tools, text_of
 from workers.tool_runners import MAX_RESULT_CHARS, NotSent, OutcomeUnknown
 
@@ -87,28 +89,11 @@ def mcp_server(ledger: Ledger) -> MCPServer:
     return server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[str, Ledger]]:
     ledger = Ledger()
-    app = mcp_server(ledger).streamable_http_app()
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the MCP server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}/mcp", ledger
-    server.should_exit = True
-    thread.join(10)
+    with serving(mcp_server(ledger)) as url:
+        yield url, ledger
 
 
 async def test_the_listing_carries_each_schema_and_the_servers_hints(served: tuple[str, Ledger]) -> None:
@@ -228,3 +213,55 @@ async def test_the_runner_logs_neither_arguments_nor_results(
         await McpRunner(url, "slow", timeout_s=0.3).run({"note": SECRET}, "call-private-3")
     ours = [r for r in caplog.records if r.name == "workers.tool_mcp"]
     assert ours and not any(SECRET in r.getMessage() for r in ours)
+
+
+# ------------------------------------------------------------------ an organisation's server: the SSRF guard
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
+
+
+async def test_a_guarded_listing_of_a_loopback_server_is_refused_before_anything_is_sent(served: tuple[str, Ledger]) -> None:
+    url, _ = served
+    with pytest.raises(Refused, match="loopback"):
+        await list_tools(url, guard=())
+    with pytest.raises(Refused, match="private network"):
+        await list_tools("http://10.1.2.3/mcp", guard=(), timeout_s=5)
+    with pytest.raises(Refused, match="link-local"):  # the cloud's metadata endpoint
+        await list_tools("http://169.254.169.254/mcp", guard=(), timeout_s=5)
+
+
+async def test_a_guarded_call_to_a_refused_address_is_an_error_that_never_reached_the_tool(served: tuple[str, Ledger]) -> None:
+    url, ledger = served
+    result = await McpRunner(url, "add_expense", guard=()).run({"amount": 1, "note": "x"}, "call-guarded")
+    assert (result.outcome, result.error) == ("error", "the MCP server's address is refused: the address is loopback")
+    assert ledger.calls["call-guarded"] == 0
+
+
+async def test_the_operators_allowance_opens_a_network_and_the_connection_is_pinned_to_the_checked_address(
+    served: tuple[str, Ledger],
+) -> None:
+    url, ledger = served
+    assert "add_expense" in {t.name for t in await list_tools(url, guard=LOOPBACK)}
+    result = await McpRunner(url, "add_expense", guard=LOOPBACK).run({"amount": 2, "note": "bus"}, "call-allowed")
+    assert (result.outcome, result.text) == ("ok", "added 2 for bus")
+    # By name: the transport resolves it once, checks it and connects to that address (Host: the name).
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    http = httpx2.AsyncClient(transport=GuardedTransport(LOOPBACK, resolve))
+    async with http:
+        response = await http.post(url.replace("127.0.0.1", "mcp.example.test"), json={})
+    assert asked and set(asked) == {"mcp.example.test"}
+    # The server at 127.0.0.1 got the request with Host: the name, which the SDK's own DNS-rebinding
+    # protection refuses for a server bound to localhost: the connection went to the address, the name travelled.
+    assert response.status_code == 421
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return ["127.0.0.1", "10.0.0.7"]  # one private answer refuses the name
+
+    async with httpx2.AsyncClient(transport=GuardedTransport(LOOPBACK, rebinding)) as http:
+        with pytest.raises(Refused, match="private network"):
+            await http.post(url.replace("127.0.0.1", "mcp.example.test"), json={})
