@@ -26,7 +26,6 @@ import pytest
 import schemathesis
 import yaml
 from hypothesis import HealthCheck, Phase, settings
-from mcp.server.mcpserver import MCPServer
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -40,7 +39,7 @@ import yaml
 
 from parley.org_tools import MAX_SERVERS
 from parley.users import KEY_SCOPES, create_key, create_org, create_user
-from tests.fixtures.mcp_server import serving
+from tests.fixtures.mcp_server import echoing, serving
 from tools.client import ParleyClient, session_headers
 
 #: Not beside another xdist worker (make test's second pytest process): under pytest-xdist the schemathesis
@@ -235,13 +234,7 @@ def _upload(url: str, key: str, *, wait: bool) -> str:
 
 @pytest.fixture(scope="module")
 def mcp_url() -> Iterator[str]:
-    server = MCPServer("fuzz", log_level="WARNING")
-
-    @server.tool(description="Echo")
-    async def echo(text: str) -> str:
-        return text
-
-    with serving(server) as url:
+    with serving(echoing("fuzz", "echo", "Echo")) as url:
         yield url
 
 

@@ -9,25 +9,18 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp.server.mcpserver import MCPServer
 from typer.testing import CliRunner
 
 from parley.cassandra import AsyncCql
 from parley.org_tools import OrgTools
 from parley.users import create_org
-from tests.fixtures.mcp_server import serving
+from tests.fixtures.mcp_server import echoing, serving
 from tools.cli import app
 
 
 @pytest.fixture(scope="module")
 def url() -> object:
-    server = MCPServer("crm", log_level="WARNING")
-
-    @server.tool(description="Find a customer")
-    async def find(name: str) -> str:
-        return name
-
-    with serving(server) as served:
+    with serving(echoing("crm", "find", "Find a customer")) as served:
         yield served
 
 
@@ -54,4 +47,4 @@ def test_an_operator_adds_a_server_for_one_organisation_through_the_guard(cassan
     [server] = servers
     [tool] = server.tools
     assert (server.name, server.url, tool.name, tool.remote, tool.guarded, tool.read_only) == ("crm", url, "crm_find", "find", True, False)
-    assert tool.parameters["required"] == ["name"] and others == {}
+    assert tool.parameters["required"] == ["text"] and others == {}
