@@ -34,6 +34,7 @@ from tools import isolated
 from tools.analysts import archive, counterfactual, digest, rebuild, replay, report, turns
 from tools.analysts.location import Location
 from tools.client import ApiError, ParleyClient, parse_sse
+from tools.topology import CHAT_PATH
 
 ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",
@@ -168,7 +169,7 @@ async def _script(stack: isolated.IsolatedStack) -> Session:
 @pytest.fixture(scope="module")
 def session(infra, tmp_path_factory) -> Iterator[Session]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "analysts")
-    stack = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("analysts-logs"), ENV)
+    stack = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("analysts-logs"), ENV, CHAT_PATH)
     try:
         yield _in_thread(asyncio.run, _script(stack))
     finally:

@@ -53,6 +53,7 @@ TABLES = {
     "tool_calls",
     "tool_asks",
     "org_tool_rules",
+    "org_tools",
 }
 
 
