@@ -128,10 +128,12 @@ class Sealer:
     keys: Keys | None
 
     def seal(self, user_id: str, text: str | None, *, at: str, deterministic: bool = False) -> str | None:
-        """``text`` sealed for ``user_id`` at the place ``at`` (unchanged when empty, already sealed, or
-        without keys). ``deterministic``: the same text at the same place gives the same value (for
-        projected cells, which replays rewrite)."""
-        if self.keys is None or not text or is_sealed(text):
+        """``text`` sealed for ``user_id`` at the place ``at`` (unchanged when empty or without keys).
+        ``deterministic``: the same text at the same place gives the same value (for projected cells, which
+        replays rewrite). Text that only looks sealed is sealed like any other: code writes opened text,
+        never sealed values, so an envelope here came from outside (a model's reply, a tool's result, a
+        page) and kept as it was it would be opened as someone's value (Unopenable, or worse)."""
+        if self.keys is None or not text:
             return text
         return self.keys.seal(user_id, text, at=at, deterministic=deterministic)
 
@@ -257,13 +259,14 @@ def unsealed(cls: type, record: dict[str, Any]) -> int:
 
 def seal_record(cls: type, record: dict[str, Any]) -> None:
     """Seal, in place, the content of an event's record for the event's ``user_id``, each value at its
-    field's place (``field_at``). A value already sealed is kept as it is: it opens only where it was
-    sealed for, so code copies text between events, never sealed values."""
+    field's place (``field_at``). Every value, one shaped like a sealed envelope too: events carry opened
+    text, never sealed values (a value opens only where it was sealed for), so such a value is text from
+    outside, a model's or a tool's, which must come back as written, not be opened as a forgery."""
     keys = _keys
     if keys is None or not _plan(cls):
         return
     user_id, name, event_id = record["user_id"], cls.__name__, record["event_id"]
-    _walk(cls, record, lambda path, text: text if is_sealed(text) else keys.seal(user_id, text, at=field_at(name, path, event_id)))
+    _walk(cls, record, lambda path, text: keys.seal(user_id, text, at=field_at(name, path, event_id)))
 
 
 def open_record(cls: type, record: dict[str, Any]) -> None:

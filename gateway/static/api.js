@@ -129,7 +129,7 @@ export const api = {
 
   /**
    * The SSE response of a new message; `parentId` undefined continues the selected branch; `tools`:
-   * names of the operator's tools the turn offers the model.
+   * names of Parley's tools (the operator's, or the user's organisation's) the turn offers the model.
    */
   postMessage(conversationId, { content, clientMessageId, parentId, model, documentIds, tools }, signal) {
     const body = { content, client_message_id: clientMessageId };

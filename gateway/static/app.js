@@ -552,7 +552,7 @@ function submitToolEdit(form) {
   answerCall(form.dataset.callId, "edit", parsed.value);
 }
 
-/** The names in the composer's Tools field: the operator's tools this message offers the model. */
+/** The names in the composer's Tools field: Parley's tools (the operator's or the organisation's) this message offers the model. */
 function offeredTools() {
   return [...new Set($("tools").value.split(/[\s,]+/).filter(Boolean))];
 }

@@ -117,12 +117,15 @@ def test_a_sealed_value_copied_into_another_event_is_bad_input(service: KeyServi
     lifted = service.seal("u1", "said in another turn", at=sealing.field_at("MessagePosted", "content", E1))
     forged = MessagePosted(event_id=E2, conversation_id=CID, user_id="u1", message_id=M1, content=lifted, client_message_id="c")
     genuine = MessagePosted(event_id=E1, conversation_id=CID, user_id="u1", message_id=M1, content=lifted, client_message_id="c")
+    # The records as a forger writes them, the lifted value in place: the codec itself seals every value it
+    # encodes (an envelope-shaped text included), so they are encoded here with no key service installed.
+    data, original = codec.encode(forged), codec.encode(genuine)
     sealing.install(service)
     try:
-        data = codec.encode(forged)  # already sealed: kept as it is
         with pytest.raises(codec.InvalidEvent):
             codec.decode(data)
-        assert codec.decode(codec.encode(genuine)).content == "said in another turn"  # type: ignore[attr-defined]
+        assert codec.decode(original).content == "said in another turn"  # type: ignore[attr-defined]
+        assert codec.decode(codec.encode(forged)).content == lifted  # encoded by Parley: its text, as written
     finally:
         sealing.install(None)
 

@@ -65,6 +65,17 @@ class Reversible:
         self.prefetched.append((sorted(user_ids), create))  # type: ignore[call-overload]
 
 
+def wire(event: object) -> bytes:
+    """``event``'s bytes with its values as they are, already sealed ones included: what another producer could
+    have written (the codec seals every value it encodes, so it never writes these itself)."""
+    service = sealing.installed()
+    sealing.install(None)
+    try:
+        return codec.encode(event)  # type: ignore[arg-type]
+    finally:
+        sealing.install(service)
+
+
 @pytest.fixture
 def keys() -> Iterator[Reversible]:
     service = Reversible()
@@ -125,6 +136,23 @@ def test_without_a_key_service_nothing_is_sealed_and_sealed_bytes_are_refused(ke
         codec.decode(sealed)
 
 
+def test_text_shaped_like_a_sealed_value_is_sealed_and_comes_back_as_written(keys: Reversible) -> None:
+    """A model's reply or a tool's result may begin like an envelope (a NUL, ``s2:``, someone's id): the gateway
+    refuses NUL in what a client sends, but a model and a tool are not the gateway's. Kept as it was, it would be
+    opened as a sealed value on every read: Unopenable (the record dead-lettered, the turn lost) or, for an
+    envelope forged at the right place, another value. Sealed like any text, it reads back as written."""
+    from streams.projection import Write, sealed
+
+    forged = f"{sealing.PREFIX}victim:1:" + base64.b64encode(b"x").decode()
+    for text in (forged, sealing.LEGACY_PREFIX, sealing.PREFIX + "garbage"):
+        reply = GenerationCompleted(conversation_id=CID, user_id="u1", request_id=MID, parent_id=MID, finish_reason="stop", content=text)
+        assert codec.decode(codec.encode(reply)).content == text
+        write = Write("messages", (("conversation_id", CID), ("message_id", MID)), (("content", text),), 1)
+        cell = dict(sealed(write, "u1", sealing.sealer()).cells)["content"]
+        assert sealing.owner_of(cell) == "u1"
+        assert sealing.open_text(cell, at=sealing.cell_at("messages", "content", MID)) == text
+
+
 def test_the_gateway_s_chunk_reader_and_the_analysts_decoder_open_what_the_codec_opens(keys: Reversible) -> None:
     chunk = TokenChunk(
         conversation_id=CID, user_id="u1", request_id=MID, seq=1, text="secret words", documents_note="a note", finish_reason="stop",
@@ -160,7 +188,7 @@ async def test_the_async_codec_asks_for_the_keys_it_needs_before_the_synchronous
     )  # a value sealed under another owner, for this very field
     keys.prefetched.clear()
     assert await codec.decode_async(data) == event
-    assert await codec.decode_async(codec.encode(other)) == replace(other, content="quoted")
+    assert await codec.decode_async(wire(other)) == replace(other, content="quoted")
     assert keys.prefetched == [(["u1"], False), (["u2", "u3"], False)]
     keys.prefetched.clear()
     from schemas.events import ConversationDeleted
@@ -267,12 +295,12 @@ def test_every_decoder_refuses_a_value_sealed_for_another_event(keys: Reversible
     field, so each refuses a value lifted from another event as bad input (never its text, never a crash)."""
     other = "00000000-0000-0000-0000-0000000000e9"
     lifted = keys.seal("u1", "said elsewhere", at=sealing.field_at("TokenChunk", "text", other))
-    forged = codec.encode(TokenChunk(conversation_id=CID, user_id="u1", request_id=MID, seq=0, text=lifted))
+    forged = wire(TokenChunk(conversation_id=CID, user_id="u1", request_id=MID, seq=0, text=lifted))
     with pytest.raises(codec.InvalidEvent):
         codec.decode(forged)
     with pytest.raises(codec.InvalidEvent):
         chunk_reader.read(forged, {MID})
     with pytest.raises(codec.InvalidEvent):
         Decoder(["TokenChunk"])(forged)
-    genuine = codec.encode(TokenChunk(event_id=other, conversation_id=CID, user_id="u1", request_id=MID, seq=0, text=lifted))
+    genuine = wire(TokenChunk(event_id=other, conversation_id=CID, user_id="u1", request_id=MID, seq=0, text=lifted))
     assert chunk_reader.read(genuine, {MID}).text == codec.decode(genuine).text == "said elsewhere"  # type: ignore[union-attr]
