@@ -25,13 +25,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.admin import admin_caller, caller
 from gateway.errors import Conflict, NotFound, Unprocessable
 from gateway.validation import json_body, only, string
-from parley.errors import ConfigError, Unavailable
-from parley.org_tools import MAX_SERVERS, SERVER_NAME, Listed, checked
-from workers.net_guard import Refused
-from workers.tool_mcp import list_tools
-
-#: How long a registration waits for the server's listing.
-LIST_TIMEOUT_S = 10.0
+from workers.org_mcp import NotRegistered, register
 
 
 async def list_org_tools(request: Request) -> Response:
@@ -46,27 +40,12 @@ async def add_org_tools(request: Request) -> Response:
     only(body, {"name", "url"}, "an MCP server")
     name = string(body, "name", max_chars=32)
     url = string(body, "url", max_chars=2048)
-    if not SERVER_NAME.fullmatch(name):
-        raise Unprocessable("`name` is 1 to 32 letters, digits, _ or -", code="invalid_name")
-    if not url.startswith(("http://", "https://")):
-        raise Unprocessable("`url` is the server's streamable-HTTP endpoint, an http(s) URL", code="invalid_url")
-    servers = await svc.org_tools.servers(admin.org_id)
-    if name not in {s.name for s in servers} and len(servers) >= MAX_SERVERS:
-        raise Conflict(f"an organisation registers at most {MAX_SERVERS} MCP servers", code="too_many_servers")
     try:
-        listed = await list_tools(url, LIST_TIMEOUT_S, guard=svc.tools.allow_networks)
-    except Refused as exc:
-        raise Unprocessable(f"the server's address is refused: {exc}", code="address_refused") from None
-    except Unavailable as exc:
-        raise Unprocessable(str(exc), code="server_unreachable") from None
-    try:
-        server = checked(name, url, [Listed(t.name, t.description, t.input_schema) for t in listed])
-    except ConfigError as exc:
-        raise Unprocessable(str(exc), code="invalid_server") from None
-    taken = [t.name for t in server.tools if t.name in svc.tools.tools]
-    if taken:
-        raise Conflict(f"{taken[0]!r} is one of the operator's tools; choose another name", code="tool_name_taken")
-    kept = await svc.org_tools.put(admin.org_id, server)
+        kept = await register(
+            svc.org_tools, admin.org_id, name, url, operator_tools=svc.tools.tools, allow_networks=svc.tools.allow_networks
+        )
+    except NotRegistered as exc:
+        raise (Conflict if exc.conflict else Unprocessable)(str(exc), code=exc.code) from None
     return JSONResponse(kept.public(), status_code=201)
 
 

@@ -22,13 +22,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from parley.cassandra import AsyncCql
 from parley.errors import ConfigError
 from parley.tool_registry import ToolSpec
+
+if TYPE_CHECKING:  # handed in: the registration (workers/org_mcp.py) loads no database client
+    from parley.cassandra import AsyncCql
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +137,7 @@ def _refs(value: Any) -> Iterable[str]:
 
 
 def _tools_json(server: Server) -> str:
-    return json.dumps([{"name": t.name, "remote": t.remote, "description": t.description, "parameters": t.parameters} for t in server.tools])
+    return json.dumps(server.public()["tools"])  # what _server reads back
 
 
 def _server(row: Any) -> Server | None:

@@ -71,9 +71,10 @@ class PerOrg(Generic[T]):
         self._load, self._ttl_s, self._clock = load, ttl_s, clock
         self._held: dict[str, tuple[float, T]] = {}
 
-    async def __call__(self, org_id: str) -> T:
+    async def __call__(self, org_id: str, *, fresh: bool = False) -> T:
+        """``fresh``: read the store now, whatever is held (a name the held answer lacks may be new)."""
         held = self._held.get(org_id)
-        if held is not None and self._clock() - held[0] < self._ttl_s:
+        if not fresh and held is not None and self._clock() - held[0] < self._ttl_s:
             return held[1]
         value = await self._load(org_id)
         if len(self._held) > 10_000:
@@ -158,6 +159,8 @@ class ToolBroker:
         if tool is not None or self._org_tools is None or not org_id:
             return tool
         spec = (await self._org_tools(org_id)).get(name)
+        if spec is None:  # registered since the held answer was read? A miss is never taken from the cache
+            spec = (await self._org_tools(org_id, fresh=True)).get(name)
         return policy.Tool(name, spec.parameters, read_only=False) if spec is not None else None
 
     async def _proposed(self, done: ev.GenerationCompleted) -> list[ev.Event]:

@@ -98,24 +98,18 @@ def add(
 
 async def _add_for_org(org_id: str, name: str, url: str, file: str | None) -> None:
     from parley.cassandra import AsyncCql
-    from parley.org_tools import Listed, OrgTools, checked
+    from parley.org_tools import OrgTools
     from parley.settings import CassandraSettings
-    from workers.net_guard import Refused
-    from workers.tool_mcp import list_tools as listed
+    from workers.org_mcp import NotRegistered, register
 
     config = tool_registry.load(file or from_env(tool_registry.ToolSettings).tools_file or None)
     cql = AsyncCql(from_env(CassandraSettings))
     if not await cql.run("SELECT org_id FROM {ks}.orgs WHERE org_id = ?", (org_id,)):
         raise typer.BadParameter(f"no organisation {org_id!r}")
     try:
-        tools = await listed(url, guard=config.allow_networks)
-        server = checked(name, url, [Listed(t.name, t.description, t.input_schema) for t in tools])
-    except (Refused, ConfigError) as exc:
+        server = await register(OrgTools(cql), org_id, name, url, operator_tools=config.tools, allow_networks=config.allow_networks)
+    except NotRegistered as exc:
         raise typer.BadParameter(str(exc)) from None
-    taken = [t.name for t in server.tools if t.name in config.tools]
-    if taken:
-        raise typer.BadParameter(f"{taken[0]!r} is one of the operator's tools; choose another NAME")
-    await OrgTools(cql).put(org_id, server)
     for tool in server.tools:
         console.print(f"{tool.name}: {tool.remote} at {url}")
     console.print(f"{len(server.tools)} tools of {org_id}'s; its members may offer them now (asked unless a rule says otherwise)")

@@ -244,10 +244,32 @@ async def test_an_organisations_own_tool_is_its_members_alone_always_asked_and_c
         await broker.handle(t)
         [decided] = of(await broker.handle(reply(t, ("ledger_add", arguments))), ev.ToolCallDecided)
         assert (decided.decision, decided.rule) == want, (org, arguments)
-    assert reads == ["acme", "globex"]  # once per organisation within the ttl; none for no organisation
+    # Once per organisation within the ttl, and again at once for a name the held answer lacks; none for no organisation.
+    assert reads == ["acme", "globex", "globex"]
     t = dataclasses.replace(turn(), org_id="acme")
     await broker.handle(t)
     [decided] = of(await broker.handle(reply(t, ("ledger_add", {"n": 1}))), ev.ToolCallDecided)
     approve = ev.ToolCallAnswered(conversation_id=CID, user_id=USER, request_id=t.request_id, call_id=decided.call.id, answer="approve")
     [cleared] = of(await broker.handle(approve), ev.ToolCallCleared)
     assert (cleared.org_id, cleared.call.name) == ("acme", "ledger_add")
+
+
+async def test_a_tool_registered_after_the_organisations_tools_were_read_is_judged_at_once(store: MemoryStore) -> None:
+    """The held answer lacks a name the admin registered a moment ago: it is read again, never denied from
+    the cache for the rest of the ttl."""
+    registered: dict[str, tool_registry.ToolSpec] = {}
+
+    async def specs(org_id: str) -> dict[str, tool_registry.ToolSpec]:
+        return dict(registered)
+
+    async def token_end(conversation_id: str) -> int:
+        return 0
+
+    broker = ToolBroker(CONFIG, store, token_end, org_tools=PerOrg(specs, ttl_s=60, clock=lambda: 0.0))  # type: ignore[arg-type]
+    for arguments, want in (({"n": 1}, ("deny", "unknown-tool")), ({"n": 2}, ("ask", "no-rule"))):
+        t = dataclasses.replace(turn(), org_id="acme")
+        await broker.handle(t)
+        [decided] = of(await broker.handle(reply(t, ("ledger_add", arguments))), ev.ToolCallDecided)
+        assert (decided.decision, decided.rule) == want
+        ledger = checked("ledger", "https://mcp.acme.example/mcp", [Listed("add", "Add", {"type": "object", "properties": {"n": {"type": "integer"}}})])
+        registered.update({t.name: t for t in ledger.tools})
