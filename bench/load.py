@@ -25,7 +25,10 @@ token by hop, and whether the paid TTFT p99 stayed under the 1 s bar while free
 turns were shed. ``--queue-limit`` below 1 sheds free turns before every slot
 is taken, so a paid turn finds one free instead of waiting for one to finish.
 
-Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS]` with Kafka and Cassandra up (`make infra`);
+``--profile DIR`` attaches py-spy to every process of the stack during each step and prints, per process,
+which of Parley's functions its CPU is spent under and which libraries ran (bench/profile.py).
+
+Run: `python -m bench.load [--steps 10,25,50,100] [--tokens 128] [--coalesce-ms MS] [--profile DIR]` with Kafka and Cassandra up (`make infra`);
 `python -m bench.load --overload [--paid 4] [--free 24] [--seconds 45] [--tokens 256] [--queue-limit 0.5]`.
 """
 
@@ -39,6 +42,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +57,7 @@ from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import codec
 from schemas.catalog import TOPICS
 from schemas.events import GenerationRequested, InferenceRequested, InferenceRouted, TokenChunk
+from bench import profile
 from tools import isolated
 
 TTFT_BAR_S = 1.0
@@ -427,6 +432,10 @@ def main() -> None:
         "--queue-limit", type=float, default=None,
         help="--overload: PARLEY_ROUTER_QUEUE_LIMIT (and BUSY at most 0.8): below 1 keeps slots free for paid turns",
     )
+    parser.add_argument(
+        "--profile", type=Path, default=None, metavar="DIR",
+        help="py-spy on every Parley process during each step (bench/profile.py); raw stacks kept in DIR/K<k>",
+    )
     args = parser.parse_args()
     if args.overload:
         overload(args.paid, args.free, args.seconds, args.tokens or 256, args.queue_limit)
@@ -440,17 +449,23 @@ def main() -> None:
             install_keys(cassandra)
             _, key = stack.create_user("load", "enterprise")  # no quota, never shed
             pids = processes(stack)
+            ours = {c.log.stem for c in stack.supervisor.children}  # Parley's processes (and the engine), not the shared ones
             asyncio.run(through_stack(stack.url, key, 2))  # warm-up: connections, prepared statements
             print(f"{args.tokens} tokens per reply at 30 tokens/s, 2 turns per conversation; bars: TTFT p99 < 1 s, "
                   f"inter-delta p99 < 150 ms")
             results = []
             for k in steps:
                 engine = asyncio.run(straight_to_engine(stack.engine_url, k, args.tokens))
-                before, since = cpu_now(pids), time.time() - 1
-                parley = asyncio.run(through_stack(stack.url, key, k))
-                after = cpu_now(pids)
+                sampled = {n: p for n, p in pids.items() if n in ours}
+                with profile.sampling(sampled, args.profile / f"K{k}") if args.profile else nullcontext({}) as files:
+                    before, since = cpu_now(pids), time.time() - 1
+                    parley = asyncio.run(through_stack(stack.url, key, k))
+                    after = cpu_now(pids)
                 report(k, engine, parley, {n: after[n] - before[n] for n in pids})
                 report_hops(first_token_hops(kafka, parley, since))
+                if files:
+                    print("        where each process's CPU goes (py-spy, its own cost included above):")
+                    profile.report(dict(sorted(files.items(), key=lambda kv: -(after[kv[0]] - before[kv[0]]))))
                 results.append((k, parley))
             found = knee(results)
             print(f"knee: {'none of the steps' if found is None else f'K={found}'} meets both bars")

@@ -27,7 +27,7 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
+    admin, conversations, documents, feedback, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
     usage,
 )
 from gateway.auth import Authenticator
@@ -177,6 +177,8 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
+    Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.rate, methods=["PUT"]),
+    Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.unrate, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/tool-calls/{call_id}", tool_calls.answer_tool_call, methods=["POST"]),
     Route("/v1/documents", documents.upload, methods=["POST"]),

@@ -175,6 +175,7 @@ def _message_json(m: Any) -> dict[str, Any]:
         **m.documents_json(),
         **m.tools_json(),
         **({"moderation": m.moderation} if m.moderation else {}),
+        **({"feedback": m.feedback} if m.feedback else {}),
     }
 
 

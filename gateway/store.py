@@ -62,6 +62,7 @@ class MessageRow:
     moderation: dict[str, Any] | None = None  # a flag's {"direction", "stage", "action", "categories"}
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls of the client's functions
     tool_call_id: str = ""  # a tool message's call
+    feedback: dict[str, str] | None = None  # a reply's rating by its owner: {"rating": up|down, "reason"}
 
     def documents_json(self) -> dict[str, Any]:
         """The document fields of the message as the API shows them (none for a turn without documents)."""
@@ -279,7 +280,7 @@ class Store:
 
     _MESSAGE_COLUMNS = (
         "message_id, parent_id, role, content, model, status, finish_reason, tokens, attempt, stream_offset, created_at, "
-        "prompt_tokens, cached_tokens, document_ids, citations, retrieval, moderation, tool_use"
+        "prompt_tokens, cached_tokens, document_ids, citations, retrieval, moderation, tool_use, feedback, feedback_reason"
     )
 
     async def messages(self, conversation_id: str) -> list[MessageRow]:
@@ -405,6 +406,7 @@ def _message(r: Any) -> MessageRow:
         _json(opened("retrieval")),
         _json(r.moderation),
         *tool_use(opened("tool_use")),
+        {"rating": r.feedback, "reason": opened("feedback_reason") or ""} if r.feedback else None,
     )
 
 

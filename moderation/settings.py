@@ -52,8 +52,16 @@ class ModerationSettings:
         5,
         "Scheduling niceness of the moderation processor: on a shared CPU the turn's own path goes first (0: as others)",
     )
+    fetch_wait_ms: int = env(
+        "PARLEY_MODERATION_FETCH_WAIT_MS",
+        100,
+        "How long a fetch may wait to fill (64 KiB) before moderation gets it: fewer, larger batches of token"
+        " chunks for less CPU per token; a verdict comes up to this much later (checks run beside the turn)",
+    )
 
     def __post_init__(self) -> None:
+        if not 0 <= self.fetch_wait_ms <= 1000:
+            raise ValueError(f"PARLEY_MODERATION_FETCH_WAIT_MS must be between 0 and 1000, got {self.fetch_wait_ms}")
         if self.window_tokens < 1 or not 0 <= self.overlap_tokens < self.window_tokens:
             raise ValueError(
                 "PARLEY_MODERATION_WINDOW_TOKENS must be at least 1 and PARLEY_MODERATION_OVERLAP_TOKENS in "

@@ -62,6 +62,7 @@ _MAIN: tuple[Topic, ...] = (
             ev.LeafSelected,
             ev.ConversationRenamed,
             ev.ConversationArchived,
+            ev.FeedbackGiven,
             ev.ConversationDeleted,
             ev.GenerationModerated,
             ev.ToolCallDecided,

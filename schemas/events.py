@@ -36,6 +36,8 @@ TOOL_ANSWERS = frozenset({"approve", "edit", "reject", "expire"})
 #: How a call ended. ok/error: the tool answered; denied: the broker refused; rejected: the user did;
 #: expired: nobody answered in time; unknown: it was started and nobody can tell whether it took effect.
 TOOL_OUTCOMES = frozenset({"ok", "error", "denied", "rejected", "expired", "unknown"})
+#: A reply's rating; "" takes it back (FeedbackGiven).
+RATINGS = frozenset({"up", "down", ""})
 MODERATION_DIRECTIONS = frozenset({"input", "output"})
 #: input: the user's message; window: a stretch of the streaming reply; final: the reply's tail on completion.
 MODERATION_STAGES = frozenset({"input", "window", "final"})
@@ -305,6 +307,19 @@ class ConversationArchived(ConversationEvent):
     """The user archived the conversation, or brought it back. gateway → materializer."""
 
     archived: bool = doc("True: listed only among the archived; False: listed again")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedbackGiven(ConversationEvent):
+    """The user rated a reply, or took the rating back: the last one for a reply stands. gateway →
+    materializer, analysts (``parley replay``, ``parley report``)."""
+
+    message_id: str = doc("The reply rated")
+    rating: str = doc("up, down, or empty: the rating taken back")
+    reason: str = doc("Why, in the user's words (at most 500 characters; empty when none was given)", sealed=True, default="")
+
+    def __post_init__(self) -> None:
+        _check(self.rating, RATINGS, "rating")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -823,6 +838,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationRenamed,
         ConversationArchived,
         ConversationDeleted,
+        FeedbackGiven,
         GenerationModerated,
         ToolCallDecided,
         ToolCallAnswered,

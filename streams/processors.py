@@ -303,6 +303,7 @@ def _moderation(kafka: KafkaSettings) -> Wiring:
         ],
         writes=("chat.moderation", "chat.events", "chat.control"),
         timers=[_org_policies(checker, store, cfg.org_refresh_s)],
+        fetch_wait_ms=cfg.fetch_wait_ms,
     )
 
 

@@ -326,8 +326,19 @@ def _deleted(s: Conversation, e: ev.ConversationDeleted) -> list[Write]:
     """A mark every read path honours, and the content gone from the rows: the title and every message's
     text, citations and retrieval are blanked (the rows' ids stay, so a late event finds the mark). The
     log keeps the text, sealed, until its owner is erased (DESIGN.md §12)."""
-    purged = [_message(e, mid, content="", citations="", retrieval="", tool_use="") for mid in sorted(s.messages)]
+    purged = [_message(e, mid, content="", citations="", retrieval="", tool_use="", feedback_reason="") for mid in sorted(s.messages)]
     return [_conversation(e, deleted_at=to_time(e.occurred_at), title=""), *_by_user(s, e, deleted=True, title=""), *purged]
+
+
+def _feedback(s: Conversation, e: ev.FeedbackGiven) -> list[Write]:
+    """The rating on the reply's row ("" when taken back: an empty cell, not a null the write would leave
+    out), at the event's time: the last one stands. A message the log does not know as a reply of this
+    conversation gets none (the gateway checks it first)."""
+    reply = s.messages.get(e.message_id)
+    if reply is None or reply.role != "assistant":
+        return []
+    key = {"conversation_id": to_uuid(e.conversation_id), "message_id": to_uuid(e.message_id)}
+    return [_write("messages", key, {"feedback": e.rating, "feedback_reason": e.reason}, e.occurred_at)]
 
 
 def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:
@@ -354,6 +365,7 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
     ev.ConversationRenamed: _renamed,
     ev.ConversationArchived: _archived,
     ev.ConversationDeleted: _deleted,
+    ev.FeedbackGiven: _feedback,
     ev.SummaryWritten: _summary,
     ev.GenerationModerated: _moderated,
 }
@@ -363,7 +375,7 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
 SEALED_CELLS = {
     "conversations": frozenset({"title"}),
     "conversations_by_user": frozenset({"title"}),
-    "messages": frozenset({"content", "citations", "retrieval", "tool_use"}),
+    "messages": frozenset({"content", "citations", "retrieval", "tool_use", "feedback_reason"}),
     "summaries": frozenset({"content"}),
 }
 #: The key column that names a row of each table in its cells' place (``sealing.cell_at``): what every

@@ -104,8 +104,9 @@ def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keysp
         if not row.deleted:
             out.append(Problem("cassandra conversations_by_user", f"conversation {row.conversation_id} is not deleted"))
         cells = [(row.title, sealing.cell_at("conversations_by_user", "title", row.conversation_id))] + [
-            (r.content, sealing.cell_at("messages", "content", r.message_id)) for r in session.execute(
-                f"SELECT message_id, content FROM {keyspace}.messages WHERE conversation_id = %s", (row.conversation_id,))
+            (getattr(r, column), sealing.cell_at("messages", column, r.message_id)) for r in session.execute(
+                f"SELECT message_id, content, feedback_reason FROM {keyspace}.messages WHERE conversation_id = %s", (row.conversation_id,))
+            for column in ("content", "feedback_reason")
         ] + [
             (r.content, sealing.cell_at("summaries", "content", r.summary_id)) for r in session.execute(
                 f"SELECT summary_id, content FROM {keyspace}.summaries WHERE conversation_id = %s", (row.conversation_id,))

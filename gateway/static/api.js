@@ -123,6 +123,11 @@ export const api = {
   models: async () => (await json("GET", "/v1/models")).data.map((m) => m.id),
   selectLeaf: (id, leafId) => json("PUT", `/v1/conversations/${enc(id)}/leaf`, { leaf_id: leafId }),
   stop: (replyId) => json("POST", `/v1/messages/${enc(replyId)}/stop`),
+  /** `rating`: "up" or "down"; null takes the reply's rating back. */
+  rate: (id, messageId, rating) =>
+    rating
+      ? json("PUT", `/v1/conversations/${enc(id)}/messages/${enc(messageId)}/feedback`, { rating })
+      : call("DELETE", `/v1/conversations/${enc(id)}/messages/${enc(messageId)}/feedback`),
 
   /** Our own time to first token (what the user saw); best effort, never shown as an error. */
   telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),

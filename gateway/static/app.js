@@ -779,6 +779,10 @@ function onThreadClick(event) {
     case "copy":
       if (message) copied(button, message.content);
       break;
+    case "rate-up":
+    case "rate-down":
+      if (message) rate(message, button.dataset.action.slice("rate-".length));
+      break;
     case "copy-code":
       copied(button, button.closest(".code-block")?.querySelector("code")?.textContent ?? "");
       break;
@@ -800,6 +804,22 @@ function onThreadClick(event) {
       renderThread();
       break;
   }
+}
+
+/** Rates a reply (the same rating again takes it back); the stored rating is what the buttons then show. */
+async function rate(message, rating) {
+  const conv = state.conv;
+  const wanted = message.feedback?.rating === rating ? null : rating;
+  try {
+    await api.rate(conv.id, message.id, wanted);
+  } catch (err) {
+    announce(`Could not save the rating: ${err.message}`);
+    return;
+  }
+  const current = conv.messages.get(message.id);
+  if (current) conv.messages.set(message.id, { ...current, feedback: wanted ? { rating: wanted, reason: "" } : undefined });
+  if (state.conv === conv) renderThread();
+  announce(wanted ? `Rated ${wanted === "up" ? "good" : "bad"}.` : "Rating taken back.");
 }
 
 async function copied(button, text) {

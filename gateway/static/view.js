@@ -119,12 +119,24 @@ export function messageView(m, ctx) {
   if (!user && m.status !== "streaming" && m.status !== "filtered" && m.content && !ctx.editing) {
     meta.append(button("copy", m.id, "Copy", { "aria-label": "Copy this reply" }));
   }
+  if (!user && m.status !== "streaming" && !ctx.editing) meta.append(...ratingButtons(m));
   if (!ctx.editing && !ctx.busy) {
     if (user) meta.append(button("edit", m.id, "Edit", { "aria-label": "Edit this message" }));
     else if (m.status !== "streaming") meta.append(button("regenerate", m.id, "Regenerate", { "aria-label": "Regenerate this reply" }));
   }
   if (meta.childElementCount) article.append(meta);
   return article;
+}
+
+/** Thumbs up and down on a finished reply, pressed as the reply's stored rating says (m.feedback). */
+function ratingButtons(m) {
+  const rating = m.feedback?.rating;
+  return [
+    ["up", "\u{1F44D}", "Good reply"],
+    ["down", "\u{1F44E}", "Bad reply"],
+  ].map(([value, glyph, label]) =>
+    button(`rate-${value}`, m.id, glyph, { "aria-label": label, "aria-pressed": rating === value ? "true" : "false", class: "link rate" }),
+  );
 }
 
 /** "SmolLM2-135M-Instruct · 8 tokens": who answered and how long the answer was, as far as known. */

@@ -176,7 +176,25 @@ def test_regenerate_adds_a_sibling_reply(page, web_stack, shoot) -> None:
     assert chat.users.count() == 1
     shoot(page, "07-regenerated")
 
-    second.get_by_role("button", name="Previous version").click()
+    # Thumbs: the server keeps each reply's own rating (FeedbackGiven); the same thumb again takes it back.
+    second_id = second.get_attribute("data-id")
+    good, bad = second.get_by_role("button", name="Good reply"), second.get_by_role("button", name="Bad reply")
+    bad.click()
+    expect(bad).to_have_attribute("aria-pressed", "true")
+    good.click()
+    expect(good).to_have_attribute("aria-pressed", "true")
+    expect(bad).to_have_attribute("aria-pressed", "false")
+    cid = chat.conversation_id()
+    stored = {m["id"]: m.get("feedback") for m in web_stack.conversation(cid)["messages"]}
+    assert (stored[second_id], stored[first_id]) == ({"rating": "up", "reason": ""}, None)
+    page.reload()  # what the buttons show is the server's
+    expect(chat.replies.last.get_by_role("button", name="Good reply")).to_have_attribute("aria-pressed", "true")
+    chat.replies.last.get_by_role("button", name="Good reply").click()
+    expect(chat.replies.last.get_by_role("button", name="Good reply")).to_have_attribute("aria-pressed", "false")
+    assert {m["id"]: m.get("feedback") for m in web_stack.conversation(cid)["messages"]}[second_id] is None
+    shoot(page, "07b-rated")
+
+    chat.replies.last.get_by_role("button", name="Previous version").click()
     expect(chat.replies.last).to_have_attribute("data-id", first_id)
     expect(chat.position(chat.replies.last)).to_have_text("1/2")
 

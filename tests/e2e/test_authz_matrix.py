@@ -65,6 +65,7 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
         ("patch", "/v1/conversations/{conversation_id}"): {"json": {"title": "renamed"}},
         ("post", "/v1/conversations/{conversation_id}/messages"): {"json": {"content": "hello", "client_message_id": str(uuid.uuid4())}},
         ("put", "/v1/conversations/{conversation_id}/leaf"): {"json": {"leaf_id": ids["message_id"]}},
+        ("put", "/v1/conversations/{conversation_id}/messages/{message_id}/feedback"): {"json": {"rating": "up"}},
         ("post", "/v1/conversations/{conversation_id}/tool-calls/{call_id}"): {"json": {"answer": "approve"}},
         ("post", "/v1/messages/{message_id}/regenerate"): {"json": {"client_message_id": str(uuid.uuid4())}},
         ("post", "/v1/telemetry"): {"json": {"ttft_ms": 120}},

@@ -61,3 +61,47 @@ async def test_bad_changes_are_refused_by_name(stack) -> None:
         assert response.status_code == 422
     finally:
         await client.close()
+
+
+async def test_a_reply_is_rated_and_the_rating_taken_back_by_its_owner_alone(stack) -> None:
+    """PUT/DELETE .../messages/{id}/feedback (gateway/feedback.py): the rating shows at once on the reply,
+    the last one stands, hostile values are refused by name, and nobody else reaches it."""
+    client, stranger = stack.client(stack.new_key("plus")), stack.client()
+    try:
+        cid = await client.create_conversation()
+        reply = await client.send(cid, "Hello there.")
+        assert reply.final is not None and reply.final.event == "done"
+        reply_id, question_id = reply.head["reply_id"], reply.head["user_message_id"]
+        await _settled(client, cid, 1)
+        path = f"/v1/conversations/{cid}/messages/{reply_id}/feedback"
+
+        async def shown() -> object:
+            return {m["id"]: m.get("feedback") for m in (await client.conversation(cid))["messages"]}[reply_id]
+
+        rated = await client._http.put(path, json={"rating": "down", "reason": "Too vague."})
+        assert (rated.status_code, rated.json()) == (200, {"message_id": reply_id, "rating": "down", "reason": "Too vague."})
+        assert await shown() == {"rating": "down", "reason": "Too vague."}
+        assert (await client._http.put(path, json={"rating": "up"})).status_code == 200
+        assert await shown() == {"rating": "up", "reason": ""}  # the last rating stands, with its own reason
+
+        for body, status, code in (
+            ({"rating": "meh"}, 422, "invalid_rating"),
+            ({"rating": "up", "stars": 5}, 422, None),
+            ({}, 422, "missing_field"),
+            ({"rating": "up", "reason": "x" * 501}, 413, None),
+        ):
+            refused = await client._http.put(path, json=body)
+            assert refused.status_code == status, body
+            assert code is None or refused.json()["error"]["code"] == code
+        for other, status in ((question_id, 422), ("00000000-0000-4000-8000-000000000000", 404), ("not-an-id", 404)):
+            refused = await client._http.put(f"/v1/conversations/{cid}/messages/{other}/feedback", json={"rating": "up"})
+            assert refused.status_code == status, other
+        assert (await stranger._http.put(path, json={"rating": "down"})).status_code == 404
+        assert (await stranger._http.delete(path)).status_code == 404
+        assert await shown() == {"rating": "up", "reason": ""}  # nothing they sent reached it
+
+        assert (await client._http.delete(path)).status_code == 204
+        assert await shown() is None
+    finally:
+        await client.close()
+        await stranger.close()

@@ -153,7 +153,9 @@ class Ids:
         for name, value in list(params.items()):
             pick = zlib.crc32(str(value).encode("utf-8", "surrogatepass")) % 4
             if name == "conversation_id" and pick:
-                mine = self.throwaway() if case.method.upper() == "DELETE" else self.conversation_id
+                # A delete of the conversation itself takes a throwaway one; taking a reply's rating back needs the reply's.
+                deletes_it = case.method.upper() == "DELETE" and case.path == "/v1/conversations/{conversation_id}"
+                mine = self.throwaway() if deletes_it else self.conversation_id
                 params[name] = self.foreign_conversation_id if pick == 3 else mine
             elif name == "document_id" and pick:
                 mine = self.throwaway_document() if case.method.upper() == "DELETE" else self.document_id

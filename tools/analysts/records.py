@@ -63,6 +63,7 @@ RULES: dict[type[ev.Event], Callable[[Record], None]] = {
     ),
     ev.ToolCallDecided: _allowed("decision", ev.TOOL_DECISIONS),
     ev.ToolCallFinished: _allowed("outcome", ev.TOOL_OUTCOMES),
+    ev.FeedbackGiven: _allowed("rating", ev.RATINGS),
 }
 
 

@@ -101,6 +101,22 @@ class RateRow:
     p50: float
 
 
+@dataclass(frozen=True)
+class FeedbackRow:
+    """Users' word on the turns of one (pool, model, cache outcome): thumbs given (FeedbackGiven, the last
+    one of a reply standing) and what they did instead of rating (implicit signals)."""
+
+    pool: str
+    model: str
+    cache: str  # hit | miss | none (never reached an engine)
+    turns: int
+    up: int
+    down: int
+    regenerated: int  # another reply was asked for to the same message afterwards
+    edited: int  # the user's message was edited afterwards (a sibling message under the same parent)
+    stopped: int  # the user stopped the reply (finish reason cancelled)
+
+
 @dataclass
 class Report:
     turns: int
@@ -116,6 +132,7 @@ class Report:
     cost_per_1k_by_pool: dict[str, float]  # pool → cost of its turns per 1,000 of all turns
     cache_hit_rate: float  # among turns that reached an engine
     unpriced: list[str] = field(default_factory=list)  # models/pools with no price (costed 0)
+    feedback: list[FeedbackRow] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,7 +177,35 @@ def compute(records: list[dict[str, Any]], prices: dict[str, Price]) -> Report:
         cost_per_1k_by_pool={p: per_1k(c) for p, c in sorted(by_pool.items())},
         cache_hit_rate=sum(t["cache"] == "hit" for t in engine) / len(engine) if engine else 0.0,
         unpriced=unpriced,
+        feedback=feedback_rows(records),
     )
+
+
+def feedback_rows(records: list[dict[str, Any]]) -> list[FeedbackRow]:
+    """Explicit and implicit feedback by pool, model and cache outcome. A turn counts as regenerated or
+    edited when a later turn of the same conversation asked again for its message, or answered a new
+    version of it (the same parent): the user did not take this reply as it was."""
+    asked_again: dict[str, int] = {}  # user message id → when a regenerate of it was first asked for
+    versions: dict[tuple[str, str | None], list[tuple[int, str]]] = {}  # (conversation, parent) → [(when, message)]
+    for t in records:
+        if t.get("kind") == "regenerate":
+            prior = asked_again.get(t["user_message_id"])
+            asked_again[t["user_message_id"]] = t["requested_at"] if prior is None else min(prior, t["requested_at"])
+        elif t.get("kind") == "message":
+            versions.setdefault((t["conversation_id"], t.get("user_parent_id")), []).append((t["requested_at"], t["user_message_id"]))
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for t in records:
+        row = groups.setdefault((t.get("pool") or "none", t.get("model") or "none", t.get("cache") or "none"), [0] * 6)
+        row[0] += 1
+        row[1] += t.get("feedback") == "up"
+        row[2] += t.get("feedback") == "down"
+        row[3] += asked_again.get(t["user_message_id"], -1) > t["requested_at"]
+        row[4] += t.get("kind") == "message" and any(
+            when > t["requested_at"] and mid != t["user_message_id"]
+            for when, mid in versions.get((t["conversation_id"], t.get("user_parent_id")), ())
+        )
+        row[5] += t.get("finish_reason") == "cancelled"
+    return [FeedbackRow(pool, model, cache, *counts) for (pool, model, cache), counts in sorted(groups.items())]
 
 
 def _f(x: float, digits: int = 1) -> str:
@@ -221,6 +266,23 @@ def markdown(r: Report, source: str, charts: list[str], prices: dict[str, Price]
     ]
     if r.unpriced:
         lines += ["", f"No price for {', '.join(r.unpriced)}: counted as free."]
+    pct = lambda n, d: f"{n / d:.1%}" if d else "–"  # noqa: E731
+    lines += [
+        "",
+        "## Feedback",
+        "",
+        "Thumbs the users gave (`FeedbackGiven`, the last rating of a reply standing) and what they did "
+        "instead: asked for another reply to the same message (*regenerated*), sent a new version of their "
+        "message (*edited*), or stopped the reply (*stopped*); shares of the group's turns.",
+        "",
+        "| pool | model | cache | turns | up | down | regenerated | edited | stopped |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {f.pool} | {f.model} | {f.cache} | {f.turns} | {f.up} ({pct(f.up, f.turns)}) | {f.down} ({pct(f.down, f.turns)}) "
+            f"| {pct(f.regenerated, f.turns)} | {pct(f.edited, f.turns)} | {pct(f.stopped, f.turns)} |"
+            for f in r.feedback
+        ),
+    ]
     if charts:
         lines += ["", "## Charts", "", *(f"![{c}]({c})" for c in charts)]
     return "\n".join(lines) + "\n"

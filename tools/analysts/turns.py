@@ -14,6 +14,7 @@ GenerationModerated           chat.events            moderation withdrew it: con
 UsageRecorded                 chat.usage             tokens (cached too), replica, TTFT, queue, duration
 ToolCallDecided               chat.events            each call of Parley's tools the reply made: the broker's word
 ToolCallStarted, …Finished    chat.events            whether it started, how it ended (no arguments, no result)
+FeedbackGiven                 chat.events            the owner's rating of the reply, the last one standing
 ============================  =====================  ============================================
 
 The fold does not depend on the order records arrive in (topics are read side by side) and
@@ -54,6 +55,7 @@ NEEDED: frozenset[str] = frozenset(
         ev.ToolCallDecided,
         ev.ToolCallStarted,
         ev.ToolCallFinished,
+        ev.FeedbackGiven,
     )
 )
 
@@ -102,6 +104,9 @@ class Turn:
     # Each call of Parley's tools the reply made, by call id: {id, name, decision, rule, started, outcome, error}
     # (never its arguments or result: they are the user's text, sealed on the log).
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # The owner's rating of the reply (FeedbackGiven), the last one standing: up | down | None (none, or taken
+    # back). Never its reason: the user's text, sealed on the log.
+    feedback: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         # Shallow on purpose (asdict deep-copies): the prompt's dicts are this turn's own.
@@ -123,6 +128,7 @@ class _Parts:
     tool_decided: dict[str, Record] = field(default_factory=dict)  # call id → ToolCallDecided
     tool_started: set[str] = field(default_factory=set)
     tool_finished: dict[str, Record] = field(default_factory=dict)  # call id → ToolCallFinished
+    feedback: Record | None = None  # the last FeedbackGiven
 
 
 def _first(current: Record | None, new: Record) -> Record:
@@ -200,6 +206,11 @@ class TurnFold:
         finished = self._of(r["request_id"]).tool_finished
         finished[r["call_id"]] = _first(finished.get(r["call_id"]), r)
 
+    def _add_feedback(self, r: Record) -> None:
+        parts = self._of(r["message_id"])  # the reply rated: its request id
+        if parts.feedback is None or (r["occurred_at"], r["event_id"]) > (parts.feedback["occurred_at"], parts.feedback["event_id"]):
+            parts.feedback = r  # the last word stands (ties by event id: independent of arrival order)
+
     def _complete(self, by_attempt: dict[int, Record]) -> None:
         """Each head among ``by_attempt`` replaced by its whole record, or dropped when that does not read."""
         for attempt, record in list(by_attempt.items()):
@@ -254,6 +265,7 @@ _ADD: dict[str, Callable[[TurnFold, Record], None]] = {
     "ToolCallDecided": TurnFold._add_tool_decided,
     "ToolCallStarted": TurnFold._add_tool_started,
     "ToolCallFinished": TurnFold._add_tool_finished,
+    "FeedbackGiven": TurnFold._add_feedback,
 }
 
 
@@ -334,6 +346,7 @@ def _turn(request_id: str, req: Record, p: _Parts, posted: Record | None) -> Tur
         shed=done is not None and done["finish_reason"] == "rejected" and done["error_code"] == OVERLOADED,
         downgraded=routed is not None and routed["downgraded_from"] is not None,
         tool_calls=_tool_calls(p),
+        feedback=(p.feedback["rating"] or None) if p.feedback is not None else None,
     )
 
 

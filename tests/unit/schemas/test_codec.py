@@ -22,6 +22,7 @@ from schemas.events import (
     RETRIEVAL_PATHS,
     ROLES,
     TOOL_ANSWERS,
+    RATINGS,
     TOOL_CHOICES,
     TOOL_DECISIONS,
     TOOL_OUTCOMES,
@@ -49,6 +50,7 @@ CONSTRAINED = {
     "decision": TOOL_DECISIONS,
     "answer": TOOL_ANSWERS,
     "outcome": TOOL_OUTCOMES,
+    "rating": RATINGS,
 }
 
 

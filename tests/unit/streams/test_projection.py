@@ -297,3 +297,26 @@ def test_an_event_redelivered_to_a_state_loaded_from_the_rows_restates_nothing()
     m1 = state.messages[ids["m1"]]
     from_rows = state.with_message(dataclasses.replace(m1, created_at=m1.created_at // 1000 * 1000))
     assert writes_for(from_rows, log[1], sealing.UNSEALED) == []
+
+
+def test_feedback_lands_on_the_reply_row_the_last_rating_standing_and_nowhere_else() -> None:
+    log, ids = conversation_log()
+    common = {"conversation_id": CID, "user_id": U}
+    end = log[-1].occurred_at
+    rated = [
+        ev.FeedbackGiven(**common, occurred_at=end + 1, message_id=ids["r1"], rating="down", reason="too short"),
+        ev.FeedbackGiven(**common, occurred_at=end + 2, message_id=ids["r1"], rating="up"),
+        ev.FeedbackGiven(**common, occurred_at=end + 3, message_id=ids["r2"], rating="down"),
+        ev.FeedbackGiven(**common, occurred_at=end + 4, message_id=ids["r2"], rating=""),  # taken back
+        ev.FeedbackGiven(**common, occurred_at=end + 5, message_id=ids["m1"], rating="up"),  # the user's own message
+        ev.FeedbackGiven(**common, occurred_at=end + 6, message_id=str(uuid.uuid4()), rating="up"),  # not in it
+    ]
+    writes, _ = run(log + rated)
+    messages = rows(store(writes), "messages")
+    feedback = {dict(k)["message_id"]: (r.get("feedback"), r.get("feedback_reason")) for k, r in messages.items()}
+    assert feedback[uuid.UUID(ids["r1"])] == ("up", "")
+    assert feedback[uuid.UUID(ids["r2"])] == ("", "")
+    assert feedback[uuid.UUID(ids["m1"])] == (None, None) and len(messages) == 6  # no row invented
+    # In any order of replay, the same cells (each write at its event's time).
+    shuffled = store(random.Random(7).sample(writes, len(writes)))
+    assert rows(shuffled, "messages") == messages

@@ -107,3 +107,26 @@ def test_a_price_table_is_read_and_a_bad_one_names_the_problem(tmp_path: Path) -
     bad.write_text("[small]\nprompt = 'cheap'\n")
     with pytest.raises(ConfigError, match=r"\[small\]"):
         report.load_prices(bad)
+
+
+def test_feedback_counts_thumbs_and_what_users_did_instead_by_pool_model_and_cache() -> None:
+    def turn(rid: str, mid: str, at: int, *, kind: str = "message", parent: str | None = "p0", **extra: object) -> dict:
+        base = {"request_id": rid, "conversation_id": "c", "user_message_id": mid, "user_parent_id": parent, "kind": kind,
+                "requested_at": at, "pool": "small", "model": "m", "cache": "miss", "finish_reason": "stop", "feedback": None,
+                "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "ttft_ms": None, "tokens_per_s": None,
+                "route_reason": "", "downgraded": False, "shed": False}
+        return base | extra
+
+    records = [
+        turn("r1", "m1", 1, feedback="down"),  # then regenerated
+        turn("r2", "m1", 2, kind="regenerate", feedback="up"),
+        turn("r3", "m3", 3, parent="r2"),  # then edited: m3b under the same parent
+        turn("r3b", "m3b", 4, parent="r2", finish_reason="cancelled"),
+        turn("r5", "m5", 5, parent="r3b", pool="medium", model="big", cache="hit", feedback="up"),
+    ]
+    rows = {(f.pool, f.model, f.cache): f for f in report.compute(records, report.DEFAULT_PRICES).feedback}
+    small, medium = rows[("small", "m", "miss")], rows[("medium", "big", "hit")]
+    assert (small.turns, small.up, small.down, small.regenerated, small.edited, small.stopped) == (4, 1, 1, 1, 1, 1)
+    assert (medium.turns, medium.up, medium.down, medium.regenerated, medium.edited, medium.stopped) == (1, 1, 0, 0, 0, 0)
+    text = report.markdown(report.compute(records, report.DEFAULT_PRICES), "test", [], report.DEFAULT_PRICES)
+    assert "| small | m | miss | 4 | 1 (25.0%) | 1 (25.0%) | 25.0% | 25.0% | 25.0% |" in text

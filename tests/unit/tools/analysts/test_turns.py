@@ -121,3 +121,18 @@ def test_a_replies_tool_calls_are_traced_without_their_arguments_or_results() ->
     ]
     assert "12" not in str(first.tool_calls) and "maybe" not in str(first.tool_calls)
     assert then.kind == "tool-results" and then.tool_calls == []
+
+
+def test_a_replies_rating_is_the_last_one_given_in_any_order_and_never_its_reason() -> None:
+    rid, events = _turn_events()
+    common = {"conversation_id": CID, "user_id": USER}
+    ratings = [
+        ev.FeedbackGiven(**common, message_id=rid, rating="down", reason="wrong", occurred_at=2_000_000),
+        ev.FeedbackGiven(**common, message_id=rid, rating="up", occurred_at=2_000_001),
+    ]
+    for log in (events + ratings, ratings[::-1] + events):
+        (t,) = turns.fold(log)
+        assert t.feedback == "up" and "wrong" not in repr(t.to_record())
+    taken_back = ev.FeedbackGiven(**common, message_id=rid, rating="", occurred_at=2_000_002)
+    assert turns.fold(events + ratings + [taken_back])[0].feedback is None
+    assert turns.fold(events)[0].feedback is None
