@@ -27,7 +27,7 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, feedback, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
+    admin, conversations, documents, export, feedback, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
     usage,
 )
 from gateway.auth import Authenticator
@@ -177,6 +177,7 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
+    Route("/v1/conversations/{conversation_id}/export", export.export_conversation, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.rate, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.unrate, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),
@@ -199,6 +200,7 @@ ROUTES = [
     Route("/v1/models", models.list_models, methods=["GET"]),
     Route("/v1/me", admin.get_me, methods=["GET"]),
     Route("/v1/me", admin.erase_me, methods=["DELETE"]),
+    Route("/v1/me/export", export.export_account, methods=["GET"]),
     Route("/v1/me/keys", admin.list_my_keys, methods=["GET"]),
     Route("/v1/me/keys", admin.create_my_key, methods=["POST"]),
     Route("/v1/me/keys/{key_id}", admin.revoke_my_key, methods=["DELETE"]),

@@ -156,12 +156,12 @@ async def get_conversation(request: Request) -> Response:
             "title": conversation.title,
             "model": conversation.model,
             "selected_leaf_id": conversation.selected_leaf_id,
-            "messages": [_message_json(m) for m in messages],
+            "messages": [message_json(m) for m in messages],
         }
     )
 
 
-def _message_json(m: Any) -> dict[str, Any]:
+def message_json(m: Any) -> dict[str, Any]:
     return {
         "id": m.id,
         "parent_id": m.parent_id,

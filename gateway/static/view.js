@@ -63,6 +63,9 @@ function conversationItem(c, ctx) {
         ctx.archived
           ? button("unarchive", c.id, "Unarchive", { "aria-label": `Unarchive ${title}` })
           : button("archive", c.id, "Archive", { "aria-label": `Archive ${title}` }),
+        // Plain links: a GET on the session cookie, saved by the browser under the server's file name.
+        el("a", { href: `/v1/conversations/${encodeURIComponent(c.id)}/export?format=markdown`, download: "", class: "link", "aria-label": `Export ${title} as Markdown` }, "Markdown"),
+        el("a", { href: `/v1/conversations/${encodeURIComponent(c.id)}/export`, download: "", class: "link", "aria-label": `Export ${title} as JSON` }, "JSON"),
         button("delete", c.id, "Delete", { "aria-label": `Delete ${title}`, class: "link danger-link" }),
       ),
     );

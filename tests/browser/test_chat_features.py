@@ -4,9 +4,11 @@ when a worker restarted it. Replies here come from the synthetic engine ("auto" 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import expect
@@ -130,6 +132,17 @@ def test_rename_archive_and_delete_from_the_sidebar(page, web_stack, shoot) -> N
     field.press("Enter")
     expect(chat.chat_link(new_title)).to_be_visible()
     eventually(lambda: web_stack.conversation(ids["Renamed"])["title"] == new_title, "the new title in the API")
+
+    # Export: the chat's options offer its Markdown and JSON, saved as files named by id (never by title).
+    chat.sidebar.get_by_role("button", name=f"Options for {new_title}", exact=True).click()
+    with page.expect_download() as download:
+        chat.sidebar.get_by_role("link", name=f"Export {new_title} as Markdown", exact=True).click()
+    assert download.value.suggested_filename == f"conversation-{ids['Renamed']}.md"
+    assert Path(download.value.path()).read_text().startswith(f"# {new_title}")
+    with page.expect_download() as download:
+        chat.sidebar.get_by_role("link", name=f"Export {new_title} as JSON", exact=True).click()
+    assert json.loads(Path(download.value.path()).read_text())["id"] == ids["Renamed"]
+    page.keyboard.press("Escape")
 
     # Archive: out of the list (the API's too), into the archived one, and back.
     chat.chat_option(titles["Archived"], "Archive")

@@ -105,3 +105,47 @@ async def test_a_reply_is_rated_and_the_rating_taken_back_by_its_owner_alone(sta
     finally:
         await client.close()
         await stranger.close()
+
+
+async def test_a_conversation_exports_whole_and_the_account_as_a_zip_on_the_web_session_alone(stack) -> None:
+    """GET /v1/conversations/{id}/export (JSON, Markdown) and GET /v1/me/export (gateway/export.py)."""
+    import io
+    import json
+    import zipfile
+
+    user_id, key = stack.inner.create_user("exporter", "plus")
+    client, web, stranger = stack.client(key), stack.web_client(user_id), stack.client()
+    try:
+        cid = await client.create_conversation("Trip")
+        for text, parent in (("Plan a day in Lisbon.", ...), ("Plan a day in Porto.", None)):  # the second: an edit
+            reply = await client.send(cid, text, parent_id=parent)
+            assert reply.final is not None and reply.final.event == "done"
+        shown = await _settled(client, cid, 2)
+        path = f"/v1/conversations/{cid}/export"
+
+        exported = await client._http.get(path)
+        assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
+        doc = exported.json()
+        assert (doc["format"], doc["id"], doc["title"], doc["selected_leaf_id"]) == ("parley.conversation/1", cid, "Trip", shown["selected_leaf_id"])
+        assert {(m["id"], m["parent_id"], m["role"]) for m in doc["messages"]} == {(m["id"], m["parent_id"], m["role"]) for m in shown["messages"]}
+        assert sum(m["parent_id"] is None for m in doc["messages"]) == 2  # both versions of the first message
+
+        text = (await client._http.get(path, params={"format": "markdown"})).text
+        assert text.startswith("# Trip") and "Lisbon" in text and "Porto" in text
+        assert "version 1 of 2" in text and "version 2 of 2" in text and text.count(" ★\n") == 2  # the edit and its reply
+
+        assert (await client._http.get(path, params={"format": "pdf"})).status_code == 422
+        assert (await stranger._http.get(path)).status_code == 404
+
+        refused = await client._http.get("/v1/me/export")  # a key is for chatting: not the whole account
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "insufficient_scope")
+        account = await web._http.get("/v1/me/export")
+        assert account.status_code == 200 and account.headers["content-type"] == "application/zip"
+        files = zipfile.ZipFile(io.BytesIO(account.content))
+        names = set(files.namelist())
+        assert {"parley-export/profile.json", "parley-export/memory.json", "parley-export/documents.json", f"parley-export/conversations/{cid}.json"} <= names
+        assert json.loads(files.read(f"parley-export/conversations/{cid}.json"))["messages"] == doc["messages"]
+        assert json.loads(files.read("parley-export/profile.json"))["user"]["id"] == user_id
+    finally:
+        for c in (client, web, stranger):
+            await c.close()
