@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from parley import ids
-from parley.consumer import watermarks
+from parley.consumer import read_until, watermarks
 from parley.kafka import EventProducer
 from parley.partitioning import partition_for
 from schemas import codec
@@ -120,15 +120,14 @@ def _chat_events(stack, conversation_id: str) -> list:
     """Every event of the conversation on chat.events, in log order (to the partition's end as it is now)."""
     topic = stack.kafka.topic("chat.events")
     partition = partition_for(conversation_id, TOPICS["chat.events"].partitions)
+    # read_until stops at the partition's end by the consumer's position: the last offsets may be transaction
+    # markers (workers close replies in transactions) that no poll returns, so waiting to see the offset before
+    # the end ran to a deadline whenever a transaction ended the partition.
     consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:6]}"})
     consumer.assign([TopicPartition(topic, partition, 0)])
     end = watermarks(consumer, TopicPartition(topic, partition), 10)[1]
-    out, seen, deadline = [], -1, time.monotonic() + 30
-    while seen < end - 1 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is None or msg.error():
-            continue
-        seen = msg.offset()
+    out = []
+    for msg in read_until(consumer, {(topic, partition): end} if end > 0 else {}, 30):
         event = codec.decode(msg.value())
         if getattr(event, "conversation_id", None) == conversation_id:
             out.append(event)
