@@ -191,11 +191,17 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
+def new_context(browser: Any) -> Any:
+    """A fresh browser profile, sized and timed as every test's."""
+    ctx = browser.new_context(viewport={"width": 1200, "height": 800})
+    ctx.set_default_timeout(WAIT_MS)
+    return ctx
+
+
 @pytest.fixture
 def context(browser) -> Iterator[Any]:
     """A fresh profile per test: nothing in localStorage or sessionStorage."""
-    ctx = browser.new_context(viewport={"width": 1200, "height": 800})
-    ctx.set_default_timeout(WAIT_MS)
+    ctx = new_context(browser)
     try:
         yield ctx
     finally:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import WAIT_MS
+from tests.browser.conftest import new_context
 
 #: Before the page's first script: every CSP violation, and every alert() a payload would call.
 WATCH = """
@@ -53,8 +53,7 @@ def shared(browser, web_stack) -> Iterator[Any]:
     """One page for the module (signed out is enough: it loads every module). Each case renders into a host it
     removes, and what a case set off is checked and cleared after it, so the cases share the page's load:
     loading it afresh for each of them cost the suite ~50 s."""
-    context = browser.new_context(viewport={"width": 1200, "height": 800})
-    context.set_default_timeout(WAIT_MS)
+    context = new_context(browser)
     page = context.new_page()
     page.add_init_script(WATCH)
     page.goto(web_stack.url + "/")
