@@ -105,10 +105,7 @@ async def export_conversation(request: Request) -> Response:
 async def export_account(request: Request) -> Response:
     svc, me = await caller(request, ACCOUNT)
     user = await svc.directory.user(me.user_id)
-    listed = [
-        *(await svc.store.conversations_of(me.user_id, limit=100_000)),
-        *(await svc.store.conversations_of(me.user_id, limit=100_000, archived=True)),
-    ]
+    listed = await svc.store.conversation_ids_of(me.user_id)  # archived ones too, never the deleted
     gate = asyncio.Semaphore(READ_AHEAD)
 
     async def one(cid: str) -> dict[str, Any] | None:
@@ -118,7 +115,7 @@ async def export_account(request: Request) -> Response:
                 return None  # deleted since it was listed
             return conversation_json(conversation, await svc.store.messages(cid))
 
-    conversations = [c for c in await asyncio.gather(*(one(c["id"]) for c in listed)) if c is not None]
+    conversations = [c for c in await asyncio.gather(*(one(cid) for cid in listed)) if c is not None]
     files = {
         "profile.json": {"user": user.public() if user else None, "exported_at": _now()},
         "memory.json": {"facts": await svc.store.memory(me.user_id)},

@@ -18,8 +18,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.auth import Principal
 from gateway.errors import NotFound, Unprocessable
-from gateway.services import services, trace_id
+from gateway.services import Services, services, trace_id
 from gateway.validation import json_body, only, string, uuid_string
 from schemas.events import FeedbackGiven
 from streams import tree
@@ -51,7 +52,7 @@ async def unrate(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def _give(request: Request, svc, user, rating: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+async def _give(request: Request, svc: Services, user: Principal, rating: str, reason: str) -> None:
     conversation = await svc.owned(user, request.path_params["conversation_id"])
     try:
         message_id = uuid_string(request.path_params["message_id"], "message_id")
