@@ -17,8 +17,9 @@ import unicodedata
 import Stemmer
 
 #: A word, or a code: word characters joined by single '-', '.', '/' or '_' ("ACME-7", "3.5", "EU/2024").
-_TOKEN = re.compile(r"\w+(?:[-./]\w+)*")
-_PARTS = re.compile(r"[^\W_]+")
+TOKEN = re.compile(r"\w+(?:[-./]\w+)*")
+#: A token's words: a hyphenated word ("cost-cutting") is its words.
+PARTS = re.compile(r"[^\W_]+")
 #: Longer tokens are hashes, base64 or URLs run together: noise that would bloat the postings.
 MAX_TERM_CHARS = 40
 
@@ -46,18 +47,26 @@ def _stemmer() -> Stemmer.Stemmer:
 
 def terms(text: str) -> list[str]:
     """The keyword terms of ``text`` in order, repeats kept (BM25 counts them)."""
-    stem = _stemmer().stemWord
+    return [stem(w) for w in words(text)]
+
+
+def stem(word: str) -> str:
+    """A word's Snowball stem; a code (a word with a digit) whole."""
+    return word if any(c.isdigit() for c in word) else _stemmer().stemWord(word)
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text`` that are terms, in order and unstemmed: codes whole, and each stemming candidate
+    (stopwords and single letters out)."""
     out: list[str] = []
     # NFKC first: PDFs spell "fi" and "fl" as ligatures (U+FB01, U+FB02), and digits as full-width forms.
-    for match in _TOKEN.finditer(unicodedata.normalize("NFKC", text).casefold()):
+    for match in TOKEN.finditer(unicodedata.normalize("NFKC", text).casefold()):
         token = match.group()
         if len(token) > MAX_TERM_CHARS:
             continue
         if any(c.isdigit() for c in token):
             out.append(token)
             continue
-        # A hyphenated word ("cost-cutting") is its words; each is a stemming candidate.
-        for word in _PARTS.findall(token):
-            if len(word) > 1 and word not in STOPWORDS:  # single letters: initials, "e.g.", list markers
-                out.append(stem(word))
+        # Single letters: initials, "e.g.", list markers.
+        out += [w for w in PARTS.findall(token) if len(w) > 1 and w not in STOPWORDS]
     return out

@@ -27,8 +27,8 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, export, feedback, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
-    usage,
+    admin, conversations, documents, export, feedback, memory, messages, models, moderations, openai_compat, org_tools, search,
+    telemetry, tool_calls, usage,
 )
 from gateway.auth import Authenticator
 from gateway.directory import Directory
@@ -52,6 +52,7 @@ from parley.kafka import EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
 from streams.erasure_rows import ErasureRows
+from streams.search_index import SearchIndex
 from streams.tool_store import ToolStore
 from streams.router import policy_from
 from streams.settings import RouterSettings
@@ -182,6 +183,7 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.unrate, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/tool-calls/{call_id}", tool_calls.answer_tool_call, methods=["POST"]),
+    Route("/v1/search", search.search, methods=["GET"]),
     Route("/v1/documents", documents.upload, methods=["POST"]),
     Route("/v1/documents", documents.list_documents, methods=["GET"]),
     Route("/v1/documents/{document_id}", documents.get_document, methods=["GET"]),
@@ -249,6 +251,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
         svc.tool_calls = ToolStore(cql, sealing.sealer())
         svc.org_tools = OrgTools(cql)
+        svc.search = SearchIndex(cql, sealing.sealer())
         svc.erasures = ErasureRows(cassandra, cql)  # requests refuse the user and record the job (gateway/erasure.py)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`

@@ -53,6 +53,7 @@ class Services:
     tools: Any = None  # parley.tool_registry.ToolConfig: the tools a turn may offer (PARLEY_TOOLS_FILE)
     tool_calls: Any = None  # streams.tool_store.ToolStore: the broker's record of each call, read here
     org_tools: Any = None  # parley.org_tools.OrgTools: the MCP servers organisations registered
+    search: Any = None  # streams.search_index.SearchIndex: the search processor's index, queried by GET /v1/search
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

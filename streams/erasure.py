@@ -9,7 +9,7 @@ this core does the rest, in order, recording each step in ``erasures`` as it end
    empty MemoryUpdated, acknowledged by the log. From here the projections purge them whatever happens;
 3. **key destroyed**: the crypto-shred. Whatever of theirs is sealed anywhere reads "[erased]";
 4. **rows purged**: each delete's rows written now (the materializer and the document worker do the same
-   from the log, later);
+   from the log, later), and the user's search rows deleted (their fixed set of partitions);
 5. **done**: ``UserErased`` on ``user.erasures``.
 
 Every step is a repeatable write, and the deletes and ``UserErased`` have ids derived from the request,
@@ -121,6 +121,8 @@ class ErasureRows(Protocol):
 
     async def purge(self, event: Event) -> None: ...
 
+    async def purge_search(self, user_id: str) -> None: ...
+
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
@@ -161,6 +163,7 @@ class ErasureJob:
         if p.rows_purged_at is None:
             for delete in deletes:  # what a rerun lists is what was not purged yet
                 await self._rows.purge(delete)
+            await self._rows.purge_search(event.user_id)  # the search processor drops them too, per conversation
             p = await self._step(p, rows_purged_at=self._clock())
         await self._append([erased(event, p)])
         await self._step(p, done_at=self._clock())

@@ -20,6 +20,7 @@ from schemas import sealing
 from schemas.events import ConversationDeleted, DocumentEvent, Event, MemoryUpdated
 from streams.erasure import DocumentRef, Progress
 from streams.projection import writes_for
+from streams.search_index import SearchIndex
 from streams.store import Store
 
 #: Every column of ``erasures``, in the order of ``Progress``'s fields.
@@ -103,3 +104,7 @@ class ErasureRows(Store):
             await self.write_document(event)
         elif isinstance(event, MemoryUpdated):
             await self.write_memory(event)
+
+    async def purge_search(self, user_id: str) -> None:
+        """The user's search rows: a fixed set of partitions, found without their key (streams/search_index.py)."""
+        await SearchIndex(self._cql).purge_user(user_id)

@@ -50,6 +50,8 @@ from streams.erasure_rows import ErasureRows
 from streams.materializer import Checkpoints, Materializer
 from streams.moderator import Checker, Moderator
 from streams.readers import HeartbeatReader, MemoryReader
+from streams.search_index import SearchIndex
+from streams.search_indexer import SearchIndexer
 from streams.route_backlog import BacklogReader
 from streams.route_recall import read_decisions
 from streams.router import Router, count_verdicts, policy_from
@@ -283,6 +285,18 @@ def _titler(kafka: KafkaSettings) -> Wiring:
     return Wiring(agents=[Agent("chat.events", {Event: titler.handle})], writes=("chat.events",))
 
 
+def _search(kafka: KafkaSettings) -> Wiring:
+    """Each text that changed on ``chat.events`` written to the user's keyed search index (streams/search_indexer.py)."""
+    from parley.cassandra import AsyncCql
+
+    indexer = SearchIndexer(SearchIndex(AsyncCql(from_env(CassandraSettings)), sealing.sealer()))
+    return Wiring(agents=[Agent("chat.events", {Event: indexer.handle})], fetch_wait_ms=SEARCH_FETCH_WAIT_MS)
+
+
+#: Off the reply's path: a fetch per batch, not per record (the materializer's reason).
+SEARCH_FETCH_WAIT_MS = 100
+
+
 def _moderation(kafka: KafkaSettings) -> Wiring:
     """Each turn's input and reply checked beside the generation (streams/moderator.py)."""
     cfg = from_env(ModerationSettings)
@@ -433,6 +447,7 @@ PROCESSORS: dict[str, Callable[[KafkaSettings], Wiring]] = {
     "materializer": _materializer,
     "usage": _usage,
     "titler": _titler,
+    "search": _search,
     "moderation": _moderation,
     "erasure": _erasure,
     "tools": _tools,

@@ -321,7 +321,7 @@ def documents_cmd(ctx: typer.Context) -> None:
 
 @app.command("streams", context_settings=PASS_THROUGH)
 def streams_cmd(ctx: typer.Context) -> None:
-    """Run a stream processor: `parley streams context|router|materializer|usage|titler|moderation|erasure|tools` (streams/processors.py)."""
+    """Run a stream processor: `parley streams context|router|materializer|usage|titler|search|moderation|erasure|tools` (streams/processors.py)."""
     _exec_module("streams", ctx.args)
 
 

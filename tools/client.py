@@ -130,6 +130,11 @@ class ParleyClient:
         params = {"archived": "true"} if archived else None
         return (await self._json("GET", "/v1/conversations", params=params))["conversations"]
 
+    async def search(self, q: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/search``: the caller's conversations that ``q`` finds, best first."""
+        params: dict[str, Any] = {"q": q} | ({"limit": limit} if limit is not None else {})
+        return (await self._json("GET", "/v1/search", params=params))["results"]
+
     async def update_conversation(self, conversation_id: str, **changes: Any) -> dict[str, Any]:
         """``title=`` and/or ``archived=``."""
         return await self._json("PATCH", f"/v1/conversations/{conversation_id}", json=changes)

@@ -4,7 +4,8 @@ Two kinds of proof, each able to fail:
 
 - **The user** (``audit_user``): their newest erasure job is done (``erasures``), their data
   key is destroyed (only the erasure's mark is left in ``data_keys``), their rows are gone from every read path (conversations deleted
-  and blanked, documents deleted, no memory, every API key revoked), and no event of theirs
+  and blanked, documents deleted, no memory, every API key revoked, no search term left in the user's
+  search partitions), and no event of theirs
   on any topic holding content opens to readable text: every sealed field reads "[erased]".
   That includes the dead letters of their records (``*.dlq``, kept 30 days): the error's words
   sealed in ``detail``, and the original record's content fields; a letter written before
@@ -30,6 +31,8 @@ from schemas import catalog, codec, sealing
 from schemas import events as ev
 from streams.erasure import Progress
 from streams.erasure_rows import COLUMNS, progress_of
+from streams.search_index import BUCKETS as SEARCH_BUCKETS
+from streams.search_index import TABLES as SEARCH_TABLES
 from tools.audit_sources import read_log
 
 
@@ -82,6 +85,20 @@ def erasure_job(session: Session, keyspace: str, user_id: str) -> Progress | Non
     return progress_of(row) if row is not None else None
 
 
+def search_problems(session: Session, keyspace: str, user_id: str) -> list[Problem]:
+    """The user's search index: its fixed set of partitions (streams/search_index.py) hold no term. A deleted
+    conversation's mark (ids only, no term) may be written by the search processor after the purge."""
+    out = []
+    for table in SEARCH_TABLES:
+        terms = 0
+        for b in range(SEARCH_BUCKETS):
+            rows = session.execute(f"SELECT * FROM {keyspace}.{table} WHERE user_id = %s AND bucket = %s", (user_id, b))
+            terms += sum(1 for r in rows if getattr(r, "terms", None) or table != "search_messages")
+        if terms:
+            out.append(Problem(f"cassandra {table}", f"{terms} search rows of the user remain"))
+    return out
+
+
 def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keyspace: str, user_id: str) -> list[Problem]:
     out: list[Problem] = []
     job = erasure_job(session, keyspace, user_id)
@@ -124,6 +141,7 @@ def audit_user(kafka: KafkaSettings, session: Session, keyspace: str, keys_keysp
         # Postings are partitioned by (document, term): finding a document's is a scan of the table.
         if session.execute(postings, (d.document_id,), timeout=POSTINGS_SCAN_S).one():
             out.append(Problem("cassandra document_postings", f"document {d.document_id} still has postings"))
+    out += search_problems(session, keyspace, user_id)
     if session.execute(f"SELECT position FROM {keyspace}.user_memory WHERE user_id = %s", (user_id,)).all():
         out.append(Problem("cassandra user_memory", "memory facts remain"))
     for key in session.execute(f"SELECT key_hash FROM {keyspace}.keys_by_user WHERE user_id = %s", (user_id,)):

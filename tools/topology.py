@@ -90,6 +90,13 @@ TITLER = Service(
     produces=("chat.events",),  # ConversationRenamed(by="auto"), once per conversation
     group="streams.titler",
 )
+#: "Search my conversations": titles and message text into each user's keyed index (streams/search_indexer.py).
+SEARCH = Service(
+    "search",
+    ("streams", "search"),
+    consumes=("chat.events",),  # titles, messages, replies; a moderated reply withdrawn; a deleted conversation dropped
+    group="streams.search",
+)
 #: Beside the chat path, never in front of it: a turn's input and its reply's windows checked as they stream.
 MODERATION = Service(
     "moderation",
@@ -145,13 +152,13 @@ EDGE = Service(
 
 #: Start order: engines before the workers that call them, processors before the gateway takes traffic.
 SERVICES: tuple[Service, ...] = (
-    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, MODERATION,
-    DOCUMENTS, ERASURE, TOOL_BROKER, TOOL_EXECUTOR, GATEWAY,
+    ENGINE, WORKER_SMALL, WORKER_MEDIUM, WORKER_FRONTIER, CONTEXT, ROUTER, MATERIALIZER, USAGE, TITLER, SEARCH,
+    MODERATION, DOCUMENTS, ERASURE, TOOL_BROKER, TOOL_EXECUTOR, GATEWAY,
 )
-#: What one chat turn passes through, and nothing beside it (titles, usage, moderation, documents): a stack for
+#: What one chat turn passes through, and nothing beside it (titles, search, usage, moderation, documents): a stack for
 #: a test of the chat path alone starts in about two thirds of the CPU time.
 CHAT_PATH: tuple[Service, ...] = tuple(
-    s for s in SERVICES if s not in (USAGE, TITLER, MODERATION, DOCUMENTS, ERASURE, TOOL_BROKER, TOOL_EXECUTOR)
+    s for s in SERVICES if s not in (USAGE, TITLER, SEARCH, MODERATION, DOCUMENTS, ERASURE, TOOL_BROKER, TOOL_EXECUTOR)
 )
 
 

@@ -60,7 +60,7 @@ def _operations() -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
-    """A valid body for each operation that requires one (the matrix tests access, not validation)."""
+    """A valid body (or query) for each operation that requires one (the matrix tests access, not validation)."""
     return {
         ("patch", "/v1/conversations/{conversation_id}"): {"json": {"title": "renamed"}},
         ("post", "/v1/conversations/{conversation_id}/messages"): {"json": {"content": "hello", "client_message_id": str(uuid.uuid4())}},
@@ -71,6 +71,7 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
         ("post", "/v1/telemetry"): {"json": {"ttft_ms": 120}},
         ("post", "/v1/documents"): {"files": {"file": ("n.txt", b"Some notes about the quarter.\n", "text/plain")}},
         ("put", "/v1/memory"): {"json": {"facts": ["likes tea"]}},
+        ("get", "/v1/search"): {"params": {"q": "hello"}},  # a required query: without it a 422 says nothing of access
         ("patch", "/v1/org"): {"json": {"residency": "eu"}},
         # A private address: refused by the SSRF guard (422) before anything is connected to.
         ("post", "/v1/org/tools"): {"json": {"name": "ledger", "url": "http://10.255.255.1/mcp"}},

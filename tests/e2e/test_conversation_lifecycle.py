@@ -1,6 +1,10 @@
-"""Rename, archive and delete a conversation, through the API, on the shared stack."""
+"""Rename, archive, delete, search a conversation, through the API, on the shared stack."""
 
 from __future__ import annotations
+
+import asyncio
+import time
+import uuid
 
 import pytest
 
@@ -149,3 +153,34 @@ async def test_a_conversation_exports_whole_and_the_account_as_a_zip_on_the_web_
     finally:
         for c in (client, web, stranger):
             await c.close()
+
+
+async def test_search_finds_a_word_from_the_middle_and_a_typo_never_a_deleted_or_anothers_conversation(stack) -> None:
+    client, other = stack.client(stack.new_key("plus")), stack.client(stack.new_key("plus"))
+    word = "zq" + uuid.uuid4().hex[:6].translate(str.maketrans("0123456789", "ghijklmnop"))  # a word no other test writes
+    try:
+        cid = await client.create_conversation()
+        await client.send(cid, f"Yesterday the orchard {word} harvest was late again.")
+        deadline = time.monotonic() + 30  # the search processor indexes from the log, a moment behind
+        while not (found := await client.search(word)):
+            assert time.monotonic() < deadline, "the message was never searchable"
+            await asyncio.sleep(0.2)
+        assert [(r["conversation_id"], r["role"]) for r in found] == [(cid, "user")]
+        assert word in found[0]["snippet"] and found[0]["message_id"]
+        typo = word[:3] + word[4] + word[3] + word[5:]  # two neighbours swapped
+        assert [r["conversation_id"] for r in await client.search(typo + " harvest")] == [cid]
+        assert [r["conversation_id"] for r in await client.search(word[:5])] == [cid]  # still typing
+        assert await other.search(word) == []  # another user's index never meets it
+
+        with pytest.raises(ApiError) as empty:
+            await client.search("")
+        assert empty.value.status == 422 and word not in str(empty.value)
+        with pytest.raises(ApiError) as long:
+            await client.search(word * 40)
+        assert long.value.status == 413 and word not in str(long.value)
+
+        await client.delete_conversation(cid)
+        assert await client.search(word) == []  # at once: the query checks the deleted mark
+    finally:
+        await client.close()
+        await other.close()

@@ -78,6 +78,7 @@ SHELLS = {
     "streams.__main__", "streams.app", "streams.processors", "streams.readers", "streams.route_recall",
     "streams.route_backlog",
     "streams.store", "streams.summary_store", "streams.erasure_rows", "streams.tool_store", "streams.tool_executor",
+    "streams.search_index",
     "workers.__main__", "workers.worker", "workers.intake", "workers.control", "workers.sink",
     "workers.transactions", "workers.history_reader", "workers.tool_executor",
     "documents.index", "documents.worker", "documents.__main__",

@@ -102,6 +102,8 @@ GROUP_PLANS: dict[str, GroupPlan] = {
     "materializer": GroupPlan(Sizing("500m", "1Gi", "2", "2Gi"), 2, lag_threshold=2000),
     "usage": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=1000),
     "titler": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=200),
+    # a few writes per text: a backlog of a few thousand texts is seconds; search is behind by that much
+    "search": GroupPlan(Sizing("200m", "256Mi", "1", "512Mi"), 1, lag_threshold=2000),
     "moderation": GroupPlan(Sizing("500m", "1Gi", "2", "2Gi"), 2, lag_threshold=2000),
     # rare and short (an erasure is a few appends and writes); one member, a second only behind a backlog
     "erasure": GroupPlan(Sizing("100m", "256Mi", "500m", "512Mi"), 1, lag_threshold=20),

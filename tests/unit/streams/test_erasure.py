@@ -59,6 +59,9 @@ class World:
         elif isinstance(event, DocumentDeleted):
             self.documents = [d for d in self.documents if d.document_id != event.document_id]
 
+    async def purge_search(self, user_id: str) -> None:
+        self._call("purge search")
+
     # the job's other ports
     async def append(self, events: Sequence[Event]) -> None:
         self._call(f"append {type(events[-1]).__name__}")
@@ -87,7 +90,7 @@ async def test_the_steps_run_in_order_each_recorded_and_the_key_goes_as_soon_as_
         "progress", "refuse", "record requested", "holdings",
         "append MemoryUpdated", "record deletes_appended",
         "destroy key", "record key_destroyed",  # before any row is written: the key is the shred
-        "purge", "purge", "purge", "purge", "record rows_purged",
+        "purge", "purge", "purge", "purge", "purge search", "record rows_purged",
         "append UserErased", "record done",
     ]  # fmt: skip
     deletes = world.log[:-1]
@@ -104,7 +107,7 @@ async def test_the_steps_run_in_order_each_recorded_and_the_key_goes_as_soon_as_
 @pytest.mark.parametrize(
     "fail_at",
     ["refuse", "holdings", "append MemoryUpdated", "record deletes_appended", "destroy key", "record key_destroyed", "purge",
-     "append UserErased", "record done"],
+     "purge search", "append UserErased", "record done"],
 )  # fmt: skip
 async def test_a_job_stopped_at_any_step_is_finished_by_running_it_again_with_nothing_new_appended(fail_at: str) -> None:
     request = _request()
