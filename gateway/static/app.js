@@ -14,6 +14,7 @@ import { statusText, Tray } from "./documents.js";
 import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { closePanel, openPage, setUpPanel } from "./panel.js";
 import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
+import { setUpSearch } from "./search.js";
 import { hideSignIn, setUpSignIn, showSignIn } from "./signin.js";
 import { anyCalls, callsOf, parseArguments, waitingOn } from "./toolcalls.js";
 import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
@@ -397,6 +398,24 @@ async function stop() {
     renderComposer();
     fail(err, stop);
   }
+}
+
+/** A search result: chat `id` open with the branch holding `messageId` selected and that message in view. */
+async function reveal(id, messageId) {
+  if (state.conv?.id !== id) {
+    history.pushState(null, "", `#/c/${encodeURIComponent(id)}`); // no hashchange: opened here, once
+    await openConversation(id);
+  }
+  const conv = state.conv;
+  if (conv?.id !== id || !messageId || !conv.messages.has(messageId)) return;
+  if (!pathTo(conv.messages, conv.leafId).some((m) => m.id === messageId)) {
+    conv.leafId = newestLeaf(conv.messages, messageId);
+    renderThread();
+    api.selectLeaf(conv.id, conv.leafId).catch((err) => fail(err, () => reveal(id, messageId)));
+  }
+  const article = $("thread").querySelector(`article[data-id="${CSS.escape(messageId)}"]`);
+  article?.scrollIntoView({ block: "center" });
+  article?.classList.add("found");
 }
 
 async function switchTo(siblingId) {
@@ -1060,6 +1079,7 @@ async function boot() {
   $("attachments").addEventListener("click", onAttachmentsClick);
   for (const type of ["dragenter", "dragover", "dragleave", "drop"]) $("composer").addEventListener(type, onComposerDrag);
   setUpPanel();
+  setUpSearch({ open: reveal });
   $("model").addEventListener("change", onModelChange);
   $("conversations").addEventListener("click", onListClick);
   $("conversations").addEventListener("submit", onListSubmit);

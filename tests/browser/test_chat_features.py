@@ -1,9 +1,10 @@
 """What a chat user expects around the messages: the model picker and what each reply records, the
-model and token count under a reply, the sidebar's rename, archive and delete, and a reply's note
+model and token count under a reply, the sidebar's rename, archive, delete and search, and a reply's note
 when a worker restarted it. Replies here come from the synthetic engine ("auto" and the small pool)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -211,6 +212,51 @@ SYNTHETIC_RESTART = """async () => {
   document.body.append(article);
   return {content: reply.content, status: reply.status, restarted: reply.restarted, tokens: reply.tokens, notes};
 }"""
+
+
+def test_search_finds_a_word_from_a_message_on_another_branch_and_opens_that_branch_at_it(page, web_stack, shoot) -> None:
+    word = "quern" + uuid.uuid4().hex[:5].translate(str.maketrans("0123456789", "ghijklmnop"))
+    chat = signed_in_chat(page, web_stack)
+    short = f"[[reply:{base64.b64encode(b'Noted.').decode()}]]"  # the synthetic engine's whole reply: seconds saved
+    chat.send(f"Tell me how the {word} lighthouse <b>keepers</b> lived {short}")
+    first_reply = chat.streaming_reply()
+    chat.finished(first_reply)
+    first_id = first_reply.get_attribute("data-id")  # the locator is "the last reply": it moves on after the edit
+    question = chat.users.first
+    found_id = question.get_attribute("data-id")
+    cid = chat.conversation_id()
+    web_stack.settled(cid, first_id)
+
+    # An edit makes a second branch, which is then the selected one: the found message is off it.
+    question.get_by_role("button", name="Edit this message").click()
+    page.get_by_label("Edit your message").fill(f"Something else entirely {short}")
+    page.get_by_role("button", name="Save and send", exact=True).click()
+    expect(chat.position(question)).to_have_text("2/2")
+    second_reply = chat.replies.last
+    expect(second_reply).not_to_have_attribute("data-id", first_id)
+    chat.finished(second_reply)
+    second_id = second_reply.get_attribute("data-id")
+    eventually(lambda: web_stack.conversation(cid)["selected_leaf_id"] == second_id, "the second branch selected")
+    eventually(lambda: web_stack.http.get("/v1/search", params={"q": word}).json()["results"], "the message indexed")
+    page.get_by_role("button", name="New chat").click()
+
+    box = page.get_by_label("Search your chats")
+    box.press_sequentially(word[:-2], delay=40)  # a word from the middle of the message, still being typed
+    hit = page.locator("#search-results button.search-hit").first
+    expect(hit).to_be_visible(timeout=WAIT_MS)
+    assert hit.get_attribute("data-message") == found_id
+    snippet = hit.locator(".search-snippet")
+    expect(snippet).to_contain_text("<b>keepers</b>")  # the message's markup shown as text, never as HTML
+    assert snippet.locator("b").count() == 0
+    shoot(page, "search-results")
+    hit.click()
+
+    expect(chat.users.first.locator(".body")).to_contain_text(word)
+    expect(chat.position(chat.users.first)).to_have_text("1/2")
+    expect(page.locator(f'article[data-id="{found_id}"]')).to_be_in_viewport()
+    assert chat.conversation_id() == cid
+    eventually(lambda: web_stack.conversation(cid)["selected_leaf_id"] == first_id, "the found branch selected on the server")
+    shoot(page, "search-opened")
 
 
 def test_a_restarted_reply_keeps_a_visible_note_after_it_ends(page, web_stack) -> None:
