@@ -16,7 +16,7 @@ A posting's bucket is a hash of its keyed term, a text's of its conversation id.
 
 A query is three round trips deep, each fanned out in parallel: the query words' postings and
 their vocabulary forms; the postings of the words those forms reached; the best conversations'
-rows (owner, deleted mark, title) and their best messages (for the snippet, opened with the
+rows (owner, deleted mark, title: one read) and their best messages (for the snippet, opened with the
 owner's key). A deleted conversation leaves the results at once: its mark is written through by
 the gateway and checked here, before the processor drops its rows.
 
@@ -48,8 +48,8 @@ INDEXED, WITHDRAWN, DELETED = "indexed", "withdrawn", "deleted"
 EXPANSIONS = 16
 #: Postings read per term: a word in more messages than this counts only its first ones.
 POSTINGS_MAX = 5000
-#: Conversations read for each result wanted, so deleted ones can be skipped.
-SLACK = 2
+#: Batches of ``limit`` hits read at most to fill the results when some conversations were deleted.
+BATCHES = 3
 #: Writes in flight at once for one text.
 WRITES_IN_FLIGHT = 64
 #: Vocabulary words remembered as written (per process), so a common word is not rewritten per message.
@@ -192,10 +192,15 @@ class SearchIndex:
         found = dict(zip(lookups, await asyncio.gather(*(
             self._postings(user_id, k) if k in exact else self._variants(user_id, k) for k in lookups
         ))))
+        # One word found exactly in more conversations than are shown: its typos' neighbours would all rank
+        # below those (quality first), so their postings are not read.
+        enough = len(wanted) == 1 and len({p.conversation_id for p in found[exact[0]]}) >= limit * BATCHES
         reached: list[dict[str, str]] = []
-        for w, k, word_forms in zip(wanted, exact, forms):
+        for k, word_forms in zip(exact, forms):
             how: dict[str, str] = {}
             for form, kind in word_forms.items():
+                if enough and kind == FUZZY:
+                    continue
                 rows = sorted(found[form], key=lambda r: (r.chars, r.term))
                 for term in list(dict.fromkeys(r.term for r in rows))[:EXPANSIONS]:
                     if kind == PREFIX or how.get(term) != PREFIX:
@@ -205,7 +210,7 @@ class SearchIndex:
         more = {t for how in reached for t in how} - found.keys()
         found.update(zip(more, await asyncio.gather(*(self._postings(user_id, t) for t in more))))
         hits = rank([{t: (kind, found[t]) for t, kind in how.items()} for how in reached])
-        return await self._results(user_id, hits[: limit * SLACK], wanted, limit)
+        return await self._results(user_id, hits, wanted, limit)
 
     def _forms(self, user_id: str, w: QueryWord) -> dict[str, str]:
         forms = {self._key(user_id, f): FUZZY for f in w.fuzzy}
@@ -228,18 +233,22 @@ class SearchIndex:
         )
 
     async def _results(self, user_id: str, hits: Sequence[Hit], wanted: list[QueryWord], limit: int) -> list[Result]:
-        conversations, messages = await asyncio.gather(
-            asyncio.gather(*(self._conversation(h.conversation_id) for h in hits)),
-            asyncio.gather(*(self._message(h.conversation_id, h.message_id) for h in hits)),
-        )
+        """The first ``limit`` hits whose conversation is the user's and not deleted, with their snippets: the
+        conversation rows of a batch of hits in one read, then the survivors' messages, a batch more only when
+        some were deleted."""
         out: list[Result] = []
-        for hit, conv, msg in zip(hits, conversations, messages):
-            if conv is None or conv.user_id != user_id or conv.deleted_at is not None:
-                continue
-            title = open_text(conv.title, at=cell_at("conversations", "title", conv.conversation_id)) or ""
-            if msg is None:  # the title matched (or the message row is not written yet)
-                out.append(Result(hit.conversation_id, None, title, snippet(title, wanted), None, hit.score, conv.created_at))
-            else:
+        for start in range(0, min(len(hits), limit * BATCHES), limit):
+            conversations = await self._conversations([h.conversation_id for h in hits[start:start + limit]])
+            live = [
+                (h, c) for h in hits[start:start + limit]
+                if (c := conversations.get(h.conversation_id)) is not None and c.user_id == user_id and c.deleted_at is None
+            ][: limit - len(out)]
+            messages = await asyncio.gather(*(self._message(h.conversation_id, h.message_id) for h, _ in live))
+            for (hit, conv), msg in zip(live, messages):
+                title = open_text(conv.title, at=cell_at("conversations", "title", conv.conversation_id)) or ""
+                if msg is None:  # the title matched (or the message row is not written yet)
+                    out.append(Result(hit.conversation_id, None, title, snippet(title, wanted), None, hit.score, conv.created_at))
+                    continue
                 content = open_text(msg.content, at=cell_at("messages", "content", msg.message_id)) or ""
                 out.append(Result(
                     hit.conversation_id, hit.message_id, title, snippet(content, wanted), msg.role, hit.score, msg.created_at
@@ -248,12 +257,13 @@ class SearchIndex:
                 break
         return out
 
-    async def _conversation(self, conversation_id: str) -> Any:
+    async def _conversations(self, ids: Sequence[str]) -> dict[str, Any]:
         rows = await self._cql.run(
-            "SELECT conversation_id, user_id, title, deleted_at, created_at FROM {ks}.conversations WHERE conversation_id = ?",
-            (uuid.UUID(conversation_id),),
-        )
-        return rows[0] if rows else None
+            "SELECT conversation_id, user_id, title, deleted_at, created_at FROM {ks}.conversations "
+            f"WHERE conversation_id IN ({', '.join('?' for _ in ids)})",
+            tuple(uuid.UUID(i) for i in ids),
+        ) if ids else []
+        return {str(r.conversation_id): r for r in rows}
 
     async def _message(self, conversation_id: str, message_id: str | None) -> Any:
         if message_id is None:
