@@ -14,7 +14,7 @@ import { statusText, Tray } from "./documents.js";
 import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { closePanel, openPage, setUpPanel } from "./panel.js";
 import { cursors, follow, ReplyFailed, StreamCut } from "./replies.js";
-import { setUpSearch } from "./search.js";
+import { clearSearch, setUpSearch } from "./search.js";
 import { hideSignIn, setUpSignIn, showSignIn } from "./signin.js";
 import { anyCalls, callsOf, parseArguments, waitingOn } from "./toolcalls.js";
 import { FINISHED, newestLeaf, pathTo, siblingsOf } from "./tree.js";
@@ -96,6 +96,7 @@ function reset() {
   Object.assign(state, { toolAnswers: new Map(), toolEditing: null, toolDraft: null });
   stopToolPoll();
   $("tools").value = ""; // the next user's messages offer no tools they did not name
+  clearSearch();
   $("tools-row").hidden = true;
   render();
 }

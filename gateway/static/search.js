@@ -9,18 +9,27 @@ export const DEBOUNCE_MS = 200;
 const LIMIT = 10;
 const QUERY_MAX = 200;
 
+let timer = null;
+let controller = null; // the query in flight
+
+function clear() {
+  clearTimeout(timer);
+  controller?.abort();
+  controller = null; // an answer already on its way is not shown
+  $("search-results").replaceChildren();
+  $("search-results").hidden = true;
+}
+
+/** The box emptied and its results gone (signing out: the next user sees none of them). */
+export function clearSearch() {
+  $("search").value = "";
+  clear();
+}
+
 /** `open(conversationId, messageId | null)`: show the chat with that message selected and in view. */
 export function setUpSearch({ open }) {
   const box = $("search");
   const list = $("search-results");
-  let timer = null;
-  let controller = null;
-
-  const clear = () => {
-    controller?.abort();
-    list.replaceChildren();
-    list.hidden = true;
-  };
 
   async function run() {
     const q = box.value.slice(0, QUERY_MAX);
@@ -73,13 +82,10 @@ export function setUpSearch({ open }) {
     timer = setTimeout(run, DEBOUNCE_MS);
   });
   box.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape") return;
-    box.value = "";
-    clear();
+    if (event.key === "Escape") clearSearch();
   });
   list.addEventListener("click", (event) => {
     const hit = event.target.closest("button.search-hit");
     if (hit) open(hit.dataset.conversation, hit.dataset.message ?? null);
   });
-  return { clear: () => { box.value = ""; clear(); } };
 }
