@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, export, feedback, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
+    admin, conversations, documents, export, feedback, imports, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
     usage,
 )
 from gateway.auth import Authenticator
@@ -48,7 +49,7 @@ from parley import keys, schema_registry, tool_registry
 from parley.org_tools import OrgTools
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
-from parley.kafka import EventProducer
+from parley.kafka import AtomicAppender, EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
 from streams.erasure_rows import ErasureRows
@@ -178,6 +179,7 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/export", export.export_conversation, methods=["GET"]),
+    Route("/v1/imports", imports.import_conversations, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.rate, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.unrate, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),
@@ -249,6 +251,8 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
         svc.tool_calls = ToolStore(cql, sealing.sealer())
         svc.org_tools = OrgTools(cql)
+        # Imports, all or nothing; a transactional id of this process alone (a restart aborts what it left open).
+        svc.atomic = AtomicAppender(kafka, f"{kafka.topic('gateway.imports')}.{uuid.uuid4().hex}")
         svc.erasures = ErasureRows(cassandra, cql)  # requests refuse the user and record the job (gateway/erasure.py)
         app.state.services = svc
         app.state.router_policy = policy  # the models it serves: POST /v1/chat/completions checks `model`
@@ -269,6 +273,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
             tokens.close()
             pressure.close()
             producer.close(5)
+            await asyncio.to_thread(svc.atomic.close)
             session.cluster.shutdown()
 
     return Starlette(

@@ -136,6 +136,25 @@ async function loadConversations({ quiet = false } = {}) {
   }
 }
 
+/** Imports the file chosen (ChatGPT's export or Parley's), then lists the chats and opens the first one imported. */
+async function importChosenFile() {
+  const file = $("import-file").files[0];
+  $("import-file").value = ""; // the same file may be chosen again
+  if (!file) return;
+  let result;
+  try {
+    result = await api.importChats(file);
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  announce(`${result.imported} chats imported, ${result.unchanged} already here.`);
+  if (state.archived) toggleArchived();
+  else await loadConversations();
+  const first = result.conversations.find((c) => c.status === "imported") || result.conversations[0];
+  if (first) location.hash = `#/c/${encodeURIComponent(first.id)}`;
+}
+
 /** Reads the list after a reply, then again a few times while chat `id` has no title of the server's. */
 function refreshTitlesSoon(id) {
   for (const timer of titleTimers) clearTimeout(timer);
@@ -1065,6 +1084,8 @@ async function boot() {
   $("conversations").addEventListener("submit", onListSubmit);
   $("conversations").addEventListener("keydown", onListKey);
   $("archived-toggle").addEventListener("click", toggleArchived);
+  $("import").addEventListener("click", () => $("import-file").click());
+  $("import-file").addEventListener("change", importChosenFile);
   document.addEventListener("click", onDocumentClick);
   window.addEventListener("hashchange", () => auth.signedIn && route());
   let session = null;

@@ -213,6 +213,28 @@ SYNTHETIC_RESTART = """async () => {
 }"""
 
 
+def test_an_imported_chatgpt_export_shows_its_branches(page, web_stack, shoot) -> None:
+    """Import chats (POST /v1/imports) with ChatGPT's export: the chat opens on the branch ChatGPT had selected, and
+    the regenerated reply's other version is one click away."""
+    export = json.loads((Path(__file__).parents[1] / "fixtures" / "imports" / "chatgpt_conversations.json").read_text())[:1]
+    export[0]["id"] = export[0]["conversation_id"] = str(uuid.uuid4())  # a new source conversation every run
+    chat = signed_in_chat(page, web_stack)
+    with page.expect_file_chooser() as chosen:
+        page.get_by_role("button", name="Import chats").click()
+    chosen.value.set_files(files=[{"name": "conversations.json", "mimeType": "application/json", "buffer": json.dumps(export).encode()}])
+    expect(chat.chat_link("Trip to Lisbon")).to_be_visible(timeout=WAIT_MS)
+    expect(chat.replies.last.locator(".body")).to_have_text("Those are azulejos, in a pattern called padrao.", timeout=WAIT_MS)
+    expect(chat.users).to_have_count(2)
+    first_reply = chat.replies.first
+    expect(first_reply.locator(".body")).to_have_text("Regenerated: start in Belem, then tram 28 to Graca.")
+    expect(chat.position(first_reply)).to_have_text("2/2")
+    shoot(page, "12-imported")
+    first_reply.get_by_role("button", name="Previous version").click()
+    expect(chat.replies.first.locator(".body")).to_have_text("Day one: Alfama and tram 28.")
+    expect(chat.position(chat.replies.first)).to_have_text("1/2")
+    expect(chat.users).to_have_count(1)  # that version was never followed up
+
+
 def test_a_restarted_reply_keeps_a_visible_note_after_it_ends(page, web_stack) -> None:
     page.goto(web_stack.url + "/")
     out = page.evaluate(SYNTHETIC_RESTART)

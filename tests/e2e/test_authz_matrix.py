@@ -69,6 +69,7 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
         ("post", "/v1/conversations/{conversation_id}/tool-calls/{call_id}"): {"json": {"answer": "approve"}},
         ("post", "/v1/messages/{message_id}/regenerate"): {"json": {"client_message_id": str(uuid.uuid4())}},
         ("post", "/v1/telemetry"): {"json": {"ttft_ms": 120}},
+        ("post", "/v1/imports"): {"json": DOC["paths"]["/v1/imports"]["post"]["requestBody"]["content"]["application/json"]["example"]},
         ("post", "/v1/documents"): {"files": {"file": ("n.txt", b"Some notes about the quarter.\n", "text/plain")}},
         ("put", "/v1/memory"): {"json": {"facts": ["likes tea"]}},
         ("patch", "/v1/org"): {"json": {"residency": "eu"}},

@@ -149,3 +149,65 @@ async def test_a_conversation_exports_whole_and_the_account_as_a_zip_on_the_web_
     finally:
         for c in (client, web, stranger):
             await c.close()
+
+
+async def test_a_chatgpt_export_imports_once_whole_and_a_malformed_one_not_at_all(stack) -> None:
+    """POST /v1/imports (gateway/imports.py): every branch and the selected leaf kept, the same file twice one copy,
+    a file with one bad node refused whole, Parley's own export imported back, the conversation continued."""
+    import copy
+    import io
+    import json
+    import zipfile
+    from pathlib import Path
+
+    chatgpt = json.loads((Path(__file__).parents[1] / "fixtures" / "imports" / "chatgpt_conversations.json").read_text())
+    client, stranger = stack.client(stack.new_key("plus")), stack.client()
+    try:
+        broken = copy.deepcopy(chatgpt)
+        broken[1]["mapping"]["ans"]["parent"] = "nowhere"  # the first conversation is fine: nothing may land anyway
+        refused = await client._http.post("/v1/imports", json=broken)
+        assert refused.status_code == 422, refused.text
+        assert (refused.json()["error"]["code"], "[1].mapping.ans.parent" in refused.json()["error"]["message"]) == ("invalid_export", True)
+        assert await client.conversations() == [] and await client.conversations(archived=True) == []
+
+        first = await client._http.post("/v1/imports", json=chatgpt)
+        assert first.status_code == 201, first.text
+        assert (first.json()["imported"], first.json()["unchanged"]) == (2, 0)
+        trip_id, bread_id = (c["id"] for c in first.json()["conversations"])
+        trip = await client.conversation(trip_id)
+        assert trip["title"] == "Trip to Lisbon" and len(trip["messages"]) == 5
+        by_id = {m["id"]: m for m in trip["messages"]}
+        branch, leaf = [], trip["selected_leaf_id"]
+        while leaf is not None:
+            branch.append(by_id[leaf]["content"])
+            leaf = by_id[leaf]["parent_id"]
+        assert branch[::-1] == [
+            "Plan three days in Lisbon with a tram ride",
+            "Regenerated: start in Belem, then tram 28 to Graca.",
+            "What is this tile pattern called?",
+            "Those are azulejos, in a pattern called padrao.",
+        ]
+        assert trip["messages"][0]["created_at"].startswith("2024-05-29")  # the original time
+        assert [c["id"] for c in await client.conversations(archived=True)] == [bread_id]
+
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w") as z:  # ChatGPT's download, as it comes
+            z.writestr("export/conversations.json", json.dumps(chatgpt))
+        again = await client._http.post("/v1/imports", content=archive.getvalue(), headers={"content-type": "application/zip"})
+        assert again.status_code == 200, again.text
+        assert (again.json()["imported"], again.json()["unchanged"]) == (0, 2)
+        assert [c["id"] for c in await client.conversations()] == [trip_id]
+        assert (await client.conversation(trip_id))["messages"] == trip["messages"]
+
+        own = (await client._http.get(f"/v1/conversations/{trip_id}/export")).json()
+        copied = await client._http.post("/v1/imports", json=own)
+        assert copied.status_code == 201 and copied.json()["conversations"][0]["id"] not in (trip_id, bread_id)
+        copy_of = await client.conversation(copied.json()["conversations"][0]["id"])
+        assert sorted(m["content"] for m in copy_of["messages"]) == sorted(m["content"] for m in trip["messages"])
+
+        reply = await client.send(trip_id, "And on day two?")  # continues the selected branch: the pipeline takes it on
+        assert reply.final is not None and reply.final.event == "done"
+        assert (await stranger._http.get(f"/v1/conversations/{trip_id}")).status_code == 404
+    finally:
+        await client.close()
+        await stranger.close()
