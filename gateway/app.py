@@ -28,8 +28,8 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, export, feedback, imports, memory, messages, models, moderations, openai_compat, org_tools, telemetry, tool_calls,
-    usage,
+    admin, conversations, documents, export, feedback, imports, memory, messages, models, moderations, openai_compat, org_tools, shares,
+    telemetry, tool_calls, usage,
 )
 from gateway.auth import Authenticator
 from gateway.directory import Directory
@@ -180,6 +180,12 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/export", export.export_conversation, methods=["GET"]),
     Route("/v1/imports", imports.import_conversations, methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}/shares", shares.create_share, methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}/shares", shares.list_shares, methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}/shares/{share_id}", shares.revoke_share, methods=["DELETE"]),
+    Route("/v1/shares/{secret}", shares.view_share, methods=["GET"]),
+    Route("/v1/shares/{secret}/fork", shares.fork_share, methods=["POST"]),
+    Route("/s/{secret}", shares.share_page, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.rate, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.unrate, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),

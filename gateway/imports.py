@@ -92,15 +92,15 @@ async def import_conversations(request: Request) -> Response:
         except Refused as exc:
             raise Unprocessable(f"nothing was imported: {exc}", code=exc.code) from None
         del document
-        plans = [await _plan(svc, user.user_id, c, trace_id(request)) for c in conversations]
+        plans = [await plan(svc, user.user_id, c, trace_id(request)) for c in conversations]
         events = [e for p in plans for e in p.events]
         if events:
             await svc.append_atomically(events)
         gate = asyncio.Semaphore(WRITE_AHEAD)
 
-        async def written(plan: Plan) -> None:
+        async def written(one: Plan) -> None:
             async with gate:
-                await _write_through(svc, plan)
+                await write_through(svc, one)
 
         await asyncio.gather(*(written(p) for p in plans if p.events))
     body = {
@@ -121,7 +121,8 @@ def after_deletion(conversation_id: str) -> str:
     return str(uuid.uuid5(ids.NS, "import-after-deletion:" + conversation_id))
 
 
-async def _plan(svc: Services, user_id: str, c: Imported, trace: str) -> Plan:
+async def plan(svc: Services, user_id: str, c: Imported, trace: str) -> Plan:
+    """What importing ``c`` for ``user_id`` appends: its events, or none when this user has it already."""
     cid = conversation_id_for(user_id, c.source, c.source_id)
     for _ in range(MAX_DERIVATIONS):
         existing = await svc.store.conversation(cid)
@@ -169,10 +170,10 @@ def events_for(user_id: str, cid: str, c: Imported, trace: str) -> list[Conversa
     return out
 
 
-async def _write_through(svc: Services, plan: Plan) -> None:
+async def write_through(svc: Services, planned: Plan) -> None:
     """The rows, as the materializer will write them, in the log's order (each event over the state before it)."""
-    state = tree.empty(plan.conversation_id)
-    for event in plan.events:
+    state = tree.empty(planned.conversation_id)
+    for event in planned.events:
         await svc.write_through(event, state=state)
         state = tree.apply(state, event)
 

@@ -63,6 +63,8 @@ _MAIN: tuple[Topic, ...] = (
             ev.ConversationRenamed,
             ev.ConversationArchived,
             ev.FeedbackGiven,
+            ev.ConversationShared,
+            ev.ShareRevoked,
             ev.ConversationDeleted,
             ev.GenerationModerated,
             ev.ToolCallDecided,

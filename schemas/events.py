@@ -323,6 +323,24 @@ class FeedbackGiven(ConversationEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConversationShared(ConversationEvent):
+    """The owner made a read-only link to the branch selected now (DESIGN.md §7, shares). gateway →
+    materializer (``shares``, ``shares_by_conversation``)."""
+
+    share_id: str = doc("SHA-256 of the link's secret (hex): the share's key; the secret is never on the log in the clear")
+    secret: str = doc("The link's secret, sealed: only for its owner to copy the link again", sealed=True)
+    leaf_id: str = doc("The end of the branch shared: the link shows the messages from the root to it")
+    expires_at: int = doc("When the link stops working, µs since the epoch; 0: never", default=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShareRevoked(ConversationEvent):
+    """The owner ended a link: it answers 404 from then on. gateway → materializer."""
+
+    share_id: str = doc("The share ended")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ConversationDeleted(ConversationEvent):
     """The user deleted the conversation: gone from every read path. What it means for the log (erasure) is
     the data-safety design's. gateway → materializer, context builder."""
@@ -839,6 +857,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationArchived,
         ConversationDeleted,
         FeedbackGiven,
+        ConversationShared,
+        ShareRevoked,
         GenerationModerated,
         ToolCallDecided,
         ToolCallAnswered,

@@ -141,6 +141,14 @@ export const api = {
     return (await call("POST", "/v1/imports", { raw: file, headers })).json();
   },
 
+  /** A read-only link to the chat's selected branch: {id, path, expires_at}. */
+  createShare: (id) => json("POST", `/v1/conversations/${enc(id)}/shares`, {}),
+  /** The chat's live links. */
+  shares: async (id) => (await json("GET", `/v1/conversations/${enc(id)}/shares`)).shares,
+  revokeShare: (id, shareId) => json("DELETE", `/v1/conversations/${enc(id)}/shares/${enc(shareId)}`),
+  /** A shared chat copied into this account: {id, status}. */
+  forkShare: (secret) => json("POST", `/v1/shares/${enc(secret)}/fork`),
+
   /** Our own time to first token (what the user saw); best effort, never shown as an error. */
   telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),
 

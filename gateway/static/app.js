@@ -9,7 +9,7 @@
 
 import { api, auth, ApiError } from "./api.js";
 import { citationsOf } from "./citations.js";
-import { copyFrom } from "./clipboard.js";
+import { copyFrom, copyText } from "./clipboard.js";
 import { statusText, Tray } from "./documents.js";
 import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { closePanel, openPage, setUpPanel } from "./panel.js";
@@ -29,6 +29,7 @@ const state = {
   renaming: null, // id of the chat whose title is being edited
   models: [AUTO], // what the model picker offers
   provisional: new Map(), // chat id → the title shown until the server names the chat (its first line)
+  shared: null, // {id, url}: the link just made for a chat, shown in its menu
   conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message, toolRows: Map call id → the server's call}
   active: null, // the streaming action: {controller, reply, stopping}
   error: null, // {message, retryAfter, retry}
@@ -90,7 +91,7 @@ function reset() {
   for (const timer of titleTimers) clearTimeout(timer);
   tray.reset();
   closePanel();
-  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
+  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map(), shared: null });
   Object.assign(state, { conv: null, active: null, error: null, editing: null, opening: null, sendWhenOpen: false });
   Object.assign(state, { toolAnswers: new Map(), toolEditing: null, toolDraft: null });
   stopToolPoll();
@@ -183,6 +184,8 @@ async function loadModels() {
 const chosenModel = () => choice.get(state.conv?.id, state.models);
 
 function route() {
+  const shared = /^#\/continue\/(.+)$/.exec(location.hash);
+  if (shared) return continueShared(decodeURIComponent(shared[1]));
   const match = /^#\/c\/(.+)$/.exec(location.hash);
   const id = match ? decodeURIComponent(match[1]) : null;
   if (id && id === state.conv?.id) return;
@@ -613,7 +616,7 @@ function renderList() {
   const list = $("conversations");
   // Not while a title is being typed: a background refresh would take the text and the focus.
   if (state.renaming && list.querySelector("form.rename")) return;
-  const ctx = { activeId: state.conv?.id, renaming: state.renaming, menuFor: state.menuFor, archived: state.archived };
+  const ctx = { activeId: state.conv?.id, renaming: state.renaming, menuFor: state.menuFor, archived: state.archived, shared: state.shared };
   const shown = state.conversations.map((c) => ({ ...c, title: shownTitle(c) }));
   list.replaceChildren(...view.conversationList(shown, ctx));
   $("list-title").textContent = state.archived ? "Archived chats" : "Your chats";
@@ -900,6 +903,51 @@ function onListClick(event) {
     case "delete":
       remove(id);
       break;
+    case "share":
+      share(id);
+      break;
+    case "unshare":
+      unshare(id);
+      break;
+  }
+}
+
+/** A read-only link to the chat's selected branch: shown in its menu and copied. */
+async function share(id) {
+  let made;
+  try {
+    made = await api.createShare(id);
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  state.shared = { id, url: new URL(made.path, location.origin).href };
+  renderList();
+  const copied = await copyText(state.shared.url);
+  announce(copied ? "Link copied. Anyone with it can read this branch." : "Link made. Anyone with it can read this branch.");
+}
+
+/** Every link to the chat stops working. */
+async function unshare(id) {
+  try {
+    for (const s of await api.shares(id)) await api.revokeShare(id, s.id);
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  if (state.shared?.id === id) state.shared = null;
+  renderList();
+  announce("The chat's links no longer work.");
+}
+
+/** #/continue/<secret>: a shared chat forked into this account, then opened. */
+async function continueShared(secret) {
+  try {
+    const forked = await api.forkShare(secret);
+    await loadConversations();
+    location.replace(`#/c/${encodeURIComponent(forked.id)}`);
+  } catch (err) {
+    fail(err);
   }
 }
 

@@ -155,9 +155,10 @@ async def _owner_resources(url: str, key: str) -> dict[str, str]:
             await asyncio.sleep(0.3)
         doc = await client.upload("mine.txt", b"A page of my own notes.\n", "text/plain")
         await client.until_processed(doc["id"])
+        share = (await client._http.post(f"/v1/conversations/{cid}/shares", json={})).json()
         return {
             "conversation_id": cid, "message_id": reply.head["reply_id"], "document_id": doc["id"], "page": "1",
-            "call_id": calls[0]["id"],
+            "call_id": calls[0]["id"], "share_id": share["id"], "secret": share["path"].removeprefix("/s/"),
         }
     finally:
         await client.close()
