@@ -33,6 +33,7 @@ from gateway import (
 )
 from gateway.auth import Authenticator
 from gateway.directory import Directory
+from gateway.experiments import Experiments
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import DocumentServices, Services, services
 from gateway.quotas import Quotas, QuotaStore
@@ -245,9 +246,12 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         policy = policy_from(from_env(RouterSettings))  # the router's thresholds: one verdict, two places
         pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)
         pressure.start()
+        experiments = Experiments(kafka)  # ops.experiments: each turn's arm (gateway/turns.py stamps it)
+        experiments.start()
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
+        svc.experiments = experiments
         svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
         svc.tool_calls = ToolStore(cql, sealing.sealer())
         svc.org_tools = OrgTools(cql)
@@ -272,6 +276,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
                 task.cancel()
             tokens.close()
             pressure.close()
+            experiments.close()
             producer.close(5)
             await asyncio.to_thread(svc.atomic.close)
             session.cluster.shutdown()
