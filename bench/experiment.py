@@ -14,7 +14,8 @@ token after ``--fast-ms`` (100 ms), and a medium pool worker fronts an engine of
    so then, without failing).
 
 TTFT is the worker's (``UsageRecorded.ttft_ms``: engine submission to first token), as the report reads it;
-the clients' own first-delta times per arm are printed beside it. It also checks that every turn of each
+the clients' own first-delta times per arm are printed beside it. Users rate half their replies (thumbs up
+70% of the time, whatever the arm), so the thumbs up share is compared too, and should show no difference. It also checks that every turn of each
 experiment carried an arm and that each arm's turns ran where the arm said.
 
 Run: ``python -m bench.experiment [--users 40] [--turns 2] [--fast-ms 100] [--slow-ms 400]`` with Kafka and
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -44,6 +46,9 @@ from tools.topology import ENGINE, GATEWAY, SERVICES, WORKER_MEDIUM, WORKER_SMAL
 #: What a chat turn needs and nothing else (no titles, moderation, tools, documents, erasure): two cores.
 STACK = tuple(s for s in SERVICES if s in (ENGINE, WORKER_SMALL, CONTEXT, ROUTER, MATERIALIZER, USAGE, GATEWAY))
 TOKENS = 12
+#: Users rate half their replies, thumbs up 70% of the time, in every arm alike: the report should find no
+#: difference in the thumbs up share (the feedback path, FeedbackGiven → replay → report, end to end).
+RATED, UP = 0.5, 0.7
 
 
 def env(fast_ms: float) -> dict[str, str]:
@@ -83,6 +88,7 @@ async def users_take_turns(url: str, keys: list[str], turns: int, concurrency: i
     """Each user one conversation of ``turns`` turns in a row, ``concurrency`` users at a time: reply → client TTFT."""
     out: dict[str, float | None] = {}
     gate = asyncio.Semaphore(concurrency)
+    rng = random.Random(len(keys))
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
 
         async def user(key: str) -> None:
@@ -93,6 +99,11 @@ async def users_take_turns(url: str, keys: list[str], turns: int, concurrency: i
                     reply, ttft = await turn(http, key, cid, n)
                     if reply:
                         out[reply] = ttft
+                    if reply and ttft is not None and rng.random() < RATED:  # a thumb, whatever the arm
+                        rating = "up" if rng.random() < UP else "down"
+                        rated = await http.put(f"/v1/conversations/{cid}/messages/{reply}/feedback", json={"rating": rating},
+                                               headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+                        assert rated.status_code < 300, rated.text
 
         await asyncio.gather(*(user(k) for k in keys))
     return out

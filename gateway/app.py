@@ -248,6 +248,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         pressure.start()
         experiments = Experiments(kafka)  # ops.experiments: each turn's arm (gateway/turns.py stamps it)
         experiments.start()
+        await asyncio.to_thread(experiments.wait_ready)  # the first turns see the running experiments too
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)

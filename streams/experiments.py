@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
@@ -26,7 +27,7 @@ OVERRIDES: tuple[str, ...] = tuple(f.name for f in fields(ArmOverrides))
 TIERS = frozenset({"free", "plus", "enterprise"})
 #: Shares must add up to 1 within this (they are typed as decimals by an operator).
 SHARE_SLACK = 1e-6
-_NAME_MAX = 64
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def unit(experiment: str, user_id: str) -> float:
@@ -85,8 +86,8 @@ def parse_arm(text: str) -> ExperimentArm:
 def validate(started: ExperimentStarted) -> None:
     """Refuse an experiment the gateway could not assign fairly, naming what is wrong."""
     name = started.experiment
-    if not name or len(name) > _NAME_MAX or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ConfigError(f"experiment name {name!r}: 1–{_NAME_MAX} letters, digits, '-', '_' or '.'")
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"experiment name {name!r}: 1–64 ASCII letters, digits, '-', '_' or '.'")
     if len(started.arms) < 2:
         raise ConfigError(f"experiment {name!r}: give at least two arms (--arm NAME:SHARE[:overrides])")
     names = [a.name for a in started.arms]

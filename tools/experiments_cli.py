@@ -10,6 +10,7 @@ that do not add up to 1, a name already running, tiers another running experimen
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -17,6 +18,10 @@ from rich.table import Table
 
 from parley import errors
 from parley.settings import KafkaSettings, from_env
+
+if TYPE_CHECKING:
+    from schemas.events import Event, ExperimentArm
+    from streams.experiments import Running
 
 app = typer.Typer(help="Controlled experiments: start, stop, list.", no_args_is_help=True)
 out = Console(soft_wrap=True)
@@ -30,7 +35,7 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(1)
 
 
-def _running(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
+def _running(kafka: KafkaSettings) -> Running:
     from streams.readers import ExperimentReader
 
     reader = ExperimentReader(kafka)
@@ -40,7 +45,7 @@ def _running(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
         reader.close()
 
 
-def _append(kafka: KafkaSettings, event) -> None:  # type: ignore[no-untyped-def]
+def _append(kafka: KafkaSettings, event: Event) -> None:
     from parley import schema_registry
     from parley.kafka import EventProducer
 
@@ -52,7 +57,7 @@ def _append(kafka: KafkaSettings, event) -> None:  # type: ignore[no-untyped-def
         producer.close(5)
 
 
-def describe_arm(arm) -> str:  # type: ignore[no-untyped-def]
+def describe_arm(arm: ExperimentArm) -> str:
     o = arm.overrides
     sets = [f"{k}={v}" for k, v in (("pool", o.pool), ("medium_score", o.medium_score), ("frontier_score", o.frontier_score)) if v not in ("", None)]
     return f"{arm.name} {arm.share:g}" + (f" ({', '.join(sets)})" if sets else " (control)")
