@@ -233,6 +233,9 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # ops.experiments: each turn's arm (gateway/turns.py stamps it); read while the rest starts (~1 s)
+        experiments = Experiments(kafka)
+        experiments.start()
         session = await asyncio.to_thread(connect, cassandra)
         key_service = await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
         await asyncio.to_thread(schema_registry.install, kafka)  # before the first append
@@ -246,9 +249,6 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         policy = policy_from(from_env(RouterSettings))  # the router's thresholds: one verdict, two places
         pressure = PoolPressure(kafka, policy.admission, list(policy.pools), policy.heartbeat_expiry_s)
         pressure.start()
-        experiments = Experiments(kafka)  # ops.experiments: each turn's arm (gateway/turns.py stamps it)
-        experiments.start()
-        await asyncio.to_thread(experiments.wait_ready)  # the first turns see the running experiments too
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
@@ -270,6 +270,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         # Web sign-in: the page's cookie sessions, which the authenticator accepts besides API keys.
         app.state.web_sessions = auth.sessions = sessions.WebSessions(session_settings, SessionStore(cql))
         app.state.oidc = oidc.Oidc.configured(from_env(OidcSettings), cql)  # an organisation's OpenID provider, if set
+        await asyncio.to_thread(experiments.wait_ready)  # the first turns see the running experiments too
         try:
             yield
         finally:
