@@ -33,6 +33,7 @@ from gateway import (
 )
 from gateway.auth import Authenticator
 from gateway.directory import Directory
+from gateway.experiments import Experiments
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import DocumentServices, Services, services
 from gateway.quotas import Quotas, QuotaStore
@@ -238,6 +239,9 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # ops.experiments: each turn's arm (gateway/turns.py stamps it); read while the rest starts (~1 s)
+        experiments = Experiments(kafka)
+        experiments.start()
         session = await asyncio.to_thread(connect, cassandra)
         key_service = await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
         await asyncio.to_thread(schema_registry.install, kafka)  # before the first append
@@ -254,6 +258,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
+        svc.experiments = experiments
         svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
         svc.tool_calls = ToolStore(cql, sealing.sealer())
         svc.org_tools = OrgTools(cql)
@@ -271,6 +276,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         # Web sign-in: the page's cookie sessions, which the authenticator accepts besides API keys.
         app.state.web_sessions = auth.sessions = sessions.WebSessions(session_settings, SessionStore(cql))
         app.state.oidc = oidc.Oidc.configured(from_env(OidcSettings), cql)  # an organisation's OpenID provider, if set
+        await asyncio.to_thread(experiments.wait_ready)  # the first turns see the running experiments too
         try:
             yield
         finally:
@@ -278,6 +284,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
                 task.cancel()
             tokens.close()
             pressure.close()
+            experiments.close()
             producer.close(5)
             await asyncio.to_thread(svc.atomic.close)
             session.cluster.shutdown()

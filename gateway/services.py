@@ -54,6 +54,7 @@ class Services:
     tool_calls: Any = None  # streams.tool_store.ToolStore: the broker's record of each call, read here
     org_tools: Any = None  # parley.org_tools.OrgTools: the MCP servers organisations registered
     atomic: Any = None  # parley.kafka.AtomicAppender: appends seen whole or not at all (imports)
+    experiments: Any = None  # gateway.experiments.Experiments: the running experiments, each turn's arm
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
