@@ -27,6 +27,8 @@ from typing import Any
 MAX_CONVERSATIONS = 2_000
 #: Most messages (kept or dropped nodes) of one conversation.
 MAX_NODES = 20_000
+#: Most messages kept in one import: one Kafka transaction and the rows written through before the answer.
+MAX_MESSAGES = 100_000
 #: Longest message kept, in UTF-8 bytes: an event carries it sealed and readers take records up to 512 KiB.
 MAX_MESSAGE_BYTES = 256 * 1024
 #: Longest title kept, in characters (as a rename allows).
@@ -98,6 +100,8 @@ def parse(document: Any, *, now_us: int) -> list[Imported]:
     read = _chatgpt if source == "chatgpt" else _parley
     paths = [f"{where}[{i}]" if where is not None else "" for i in range(len(items))]
     out = [read(item, path, now_us) for item, path in zip(items, paths)]
+    if sum(len(c.messages) for c in out) > MAX_MESSAGES:
+        raise Refused(f"more than {MAX_MESSAGES} messages in one import; import the export in parts", code="too_many_messages")
     seen: set[str] = set()
     for c, path in zip(out, paths):
         if c.source_id in seen:

@@ -155,3 +155,14 @@ def test_deep_nesting_and_huge_numbers_are_bad_json_not_a_crash() -> None:
         with pytest.raises(BadRequest):
             parsed_json(raw)
 
+
+
+def test_an_import_past_its_message_budget_is_refused_whole(monkeypatch) -> None:
+    from gateway import import_formats
+
+    monkeypatch.setattr(import_formats, "MAX_MESSAGES", 6)  # the fixture keeps 5 + 2
+    with pytest.raises(Refused) as refused:
+        parse(export(), now_us=NOW)
+    assert refused.value.code == "too_many_messages"
+    monkeypatch.setattr(import_formats, "MAX_MESSAGES", 7)
+    assert len(parse(export(), now_us=NOW)) == 2
