@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,11 +28,13 @@ from documents.blobs import blob_store
 from documents.index import DocumentIndex
 from documents.settings import DocumentSettings
 from gateway import (
-    admin, conversations, documents, export, feedback, memory, messages, models, moderations, openai_compat, org_tools, search,
+    admin, conversations, documents, export, feedback, imports, memory, messages, models, moderations, openai_compat, org_tools,
+    search, shares,
     telemetry, tool_calls, usage,
 )
 from gateway.auth import Authenticator
 from gateway.directory import Directory
+from gateway.experiments import Experiments
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.services import DocumentServices, Services, services
 from gateway.quotas import Quotas, QuotaStore
@@ -48,7 +51,7 @@ from parley import keys, schema_registry, tool_registry
 from parley.org_tools import OrgTools
 from parley.cassandra import AsyncCql, connect
 from parley.errors import Unavailable
-from parley.kafka import EventProducer
+from parley.kafka import AtomicAppender, EventProducer
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from schemas import sealing
 from streams.erasure_rows import ErasureRows
@@ -179,6 +182,13 @@ ROUTES = [
     Route("/v1/conversations/{conversation_id}/messages", conversations.post_message, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}/leaf", conversations.select_leaf, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/export", export.export_conversation, methods=["GET"]),
+    Route("/v1/imports", imports.import_conversations, methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}/shares", shares.create_share, methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}/shares", shares.list_shares, methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}/shares/{share_id}", shares.revoke_share, methods=["DELETE"]),
+    Route("/v1/shares/{secret}", shares.view_share, methods=["GET"]),
+    Route("/v1/shares/{secret}/fork", shares.fork_share, methods=["POST"]),
+    Route("/s/{secret}", shares.share_page, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.rate, methods=["PUT"]),
     Route("/v1/conversations/{conversation_id}/messages/{message_id}/feedback", feedback.unrate, methods=["DELETE"]),
     Route("/v1/conversations/{conversation_id}/tool-calls", tool_calls.list_tool_calls, methods=["GET"]),
@@ -232,6 +242,9 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # ops.experiments: each turn's arm (gateway/turns.py stamps it); read while the rest starts (~1 s)
+        experiments = Experiments(kafka)
+        experiments.start()
         session = await asyncio.to_thread(connect, cassandra)
         key_service = await asyncio.to_thread(keys.install_from_env, session)  # seals what it appends, opens what it reads
         await asyncio.to_thread(schema_registry.install, kafka)  # before the first append
@@ -248,9 +261,12 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         directory = Directory(cql)
         auth = Authenticator(directory, settings.auth_cache_s, settings.auth_stale_s, region=settings.region)
         svc = Services(settings, store, producer, tokens, auth, session, pressure, directory=directory, keys=key_service)
+        svc.experiments = experiments
         svc.tools = tool_registry.load(from_env(tool_registry.ToolSettings).tools_file)  # a bad file fails the start
         svc.tool_calls = ToolStore(cql, sealing.sealer())
         svc.org_tools = OrgTools(cql)
+        # Imports, all or nothing; a transactional id of this process alone (a restart aborts what it left open).
+        svc.atomic = AtomicAppender(kafka, f"{kafka.topic('gateway.imports')}.{uuid.uuid4().hex}")
         svc.search = SearchIndex(cql, sealing.sealer())
         svc.erasures = ErasureRows(cassandra, cql)  # requests refuse the user and record the job (gateway/erasure.py)
         app.state.services = svc
@@ -264,6 +280,7 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
         # Web sign-in: the page's cookie sessions, which the authenticator accepts besides API keys.
         app.state.web_sessions = auth.sessions = sessions.WebSessions(session_settings, SessionStore(cql))
         app.state.oidc = oidc.Oidc.configured(from_env(OidcSettings), cql)  # an organisation's OpenID provider, if set
+        await asyncio.to_thread(experiments.wait_ready)  # the first turns see the running experiments too
         try:
             yield
         finally:
@@ -271,7 +288,9 @@ def create_app(settings: GatewaySettings, kafka: KafkaSettings, cassandra: Cassa
                 task.cancel()
             tokens.close()
             pressure.close()
+            experiments.close()
             producer.close(5)
+            await asyncio.to_thread(svc.atomic.close)
             session.cluster.shutdown()
 
     return Starlette(

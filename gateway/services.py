@@ -53,6 +53,8 @@ class Services:
     tools: Any = None  # parley.tool_registry.ToolConfig: the tools a turn may offer (PARLEY_TOOLS_FILE)
     tool_calls: Any = None  # streams.tool_store.ToolStore: the broker's record of each call, read here
     org_tools: Any = None  # parley.org_tools.OrgTools: the MCP servers organisations registered
+    atomic: Any = None  # parley.kafka.AtomicAppender: appends seen whole or not at all (imports)
+    experiments: Any = None  # gateway.experiments.Experiments: the running experiments, each turn's arm
     search: Any = None  # streams.search_index.SearchIndex: the search processor's index, queried by GET /v1/search
 
     def spawn(self, coro: Any) -> None:
@@ -91,6 +93,18 @@ class Services:
             )
         except (Unavailable, asyncio.TimeoutError) as exc:
             log.warning("append failed", extra={"error": type(exc).__name__})
+            raise self.log_unavailable() from exc
+
+    async def append_atomically(self, events: list[Event]) -> None:
+        """Append ``events`` in one Kafka transaction: readers see all of them or none. 503 when the broker
+        did not commit it (then none is seen, unless a commit that timed out landed after all: the events'
+        ids are derived, so the client's retry is a no-op)."""
+        if not self.broker_up:
+            raise self.log_unavailable()
+        try:
+            await asyncio.to_thread(self.atomic.append, events)
+        except Unavailable as exc:
+            log.warning("atomic append failed", extra={"error": type(exc).__name__})
             raise self.log_unavailable() from exc
 
     async def write_through(self, *events: Event, state: Any = None) -> None:

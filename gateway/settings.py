@@ -17,6 +17,9 @@ class GatewaySettings:
     port: int = env("PARLEY_GATEWAY_PORT", 8000, "Port the gateway listens on")
     max_body_bytes: int = env("PARLEY_GATEWAY_MAX_BODY", 256 * 1024, "Largest request body accepted (413 above)")
     max_message_chars: int = env("PARLEY_GATEWAY_MAX_MESSAGE_CHARS", 32_000, "Longest message text (413 above)")
+    import_max_bytes: int = env(
+        "PARLEY_GATEWAY_IMPORT_MAX_BYTES", 32 * 1024 * 1024, "Largest export POST /v1/imports takes, JSON or zip (413 above)"
+    )
     auth_cache_s: float = env("PARLEY_GATEWAY_AUTH_CACHE_S", 30.0, "Seconds an API key lookup is cached")
     stream_ping_s: float = env("PARLEY_GATEWAY_PING_S", 15.0, "SSE keep-alive comment interval")
     append_timeout_s: float = env(

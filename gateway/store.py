@@ -164,6 +164,24 @@ def _document(r: Any) -> DocumentRow:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class ShareRow:
+    """A share link's row (``shares``, or the owner's list ``shares_by_conversation`` with the secret opened)."""
+
+    id: str
+    conversation_id: str
+    user_id: str
+    leaf_id: str
+    created_at: datetime | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    secret: str = ""
+
+    def live(self, now: datetime) -> bool:
+        expires = self.expires_at.replace(tzinfo=timezone.utc) if self.expires_at else None
+        return self.revoked_at is None and (expires is None or expires > now)
+
+
 class Store:
     """The gateway's statements on its session (``parley.cassandra.AsyncCql``: prepared, every page)."""
 
@@ -351,6 +369,34 @@ class Store:
                 return found
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
+
+    async def share(self, share_id: str) -> ShareRow | None:
+        """The share of that key (the SHA-256 of its link's secret), revoked or expired ones too."""
+        rows = await self._run(
+            "SELECT share_id, conversation_id, user_id, leaf_id, created_at, expires_at, revoked_at FROM {ks}.shares WHERE share_id = ?",
+            (share_id,),
+        )
+        if not rows or rows[0].conversation_id is None or rows[0].leaf_id is None:  # a revocation alone: no share
+            return None
+        r = rows[0]
+        return ShareRow(r.share_id, str(r.conversation_id), r.user_id, str(r.leaf_id), r.created_at, r.expires_at, r.revoked_at)
+
+    async def shares_of(self, conversation: ConversationRow) -> list[ShareRow]:
+        """The conversation's shares, oldest first, each with its secret opened (for its owner)."""
+        rows = await self._run(
+            "SELECT share_id, secret, leaf_id, created_at, expires_at, revoked_at FROM {ks}.shares_by_conversation "
+            "WHERE conversation_id = ?",
+            (_uuid(conversation.id),),
+        )
+        out = [
+            ShareRow(
+                r.share_id, conversation.id, conversation.user_id, str(r.leaf_id), r.created_at, r.expires_at, r.revoked_at,
+                open_text(r.secret, at=cell_at("shares_by_conversation", "secret", r.share_id)) or "",
+            )
+            for r in rows
+            if r.leaf_id is not None
+        ]  # fmt: skip
+        return sorted(out, key=lambda r: r.created_at or datetime.min)
 
     async def message(self, conversation_id: str, message_id: str) -> MessageRow | None:
         cid, mid = _uuid(conversation_id), _uuid(message_id)

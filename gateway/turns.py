@@ -53,7 +53,10 @@ async def open_reply(
     partition = svc.tokens.partition_of(request.conversation_id)
     noted = await _end_of(svc, partition)
     stream = svc.tokens.open(request.request_id, partition, noted)
-    events = [*events[:-1], replace(request, token_offset=noted)]
+    # The user's arm of a running experiment (gateway/experiments.py), recorded on the turn for the router and
+    # the analysts; a retried or resumed turn keeps what its first append carried.
+    arm = svc.experiments.assignment(request.user_id, request.tier) if svc.experiments is not None else None
+    events = [*events[:-1], replace(request, token_offset=noted, experiment=request.experiment or arm)]
     try:
         await svc.append(*events)
     except BaseException:

@@ -14,36 +14,47 @@ MISSING = object()
 
 
 async def json_body(request: Request, max_bytes: int, *, required: bool = True) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(f"request body over {max_bytes} bytes")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > max_bytes:
-            raise PayloadTooLarge(f"request body over {max_bytes} bytes")
+    body = await body_bytes(request, max_bytes, f"request body over {max_bytes} bytes")
     if not body:
         if required:
             raise BadRequest("a JSON body is required")
         return {}
     if media and media != "application/json":
         raise UnsupportedMediaType("send the body as application/json")
+    data = parsed_json(body)
+    if not isinstance(data, dict):
+        raise Unprocessable("the body must be a JSON object")
+    return data
+
+
+async def body_bytes(request: Request, max_bytes: int, too_large: str) -> bytes:
+    """The whole body, refused (413, ``too_large``) as soon as it is declared or read past ``max_bytes``."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(too_large)
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > max_bytes:
+            raise PayloadTooLarge(too_large)
+    return bytes(body)
+
+
+def parsed_json(body: bytes) -> Any:
+    """Any JSON value, or a 400 that says what is wrong with it (never quoting it)."""
     try:
-        text = bytes(body).decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest("the body is not valid UTF-8") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError:  # an integer of more digits than Python converts
         raise BadRequest("malformed JSON: a number too long to read") from None
     except RecursionError:  # `[[[[…` nested deeper than the parser's stack
         raise BadRequest("malformed JSON: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise Unprocessable("the body must be a JSON object")
-    return data
 
 
 def only(body: dict[str, Any], fields: set[str] | frozenset[str], what: str) -> None:
@@ -86,8 +97,10 @@ def uuid_string(value: Any, name: str) -> str:
 
 #: How every reply id ends its derivation (parley/ids.py): a client key ending so would name another key's reply.
 RESERVED_KEY_SUFFIX = ":reply"
-#: The broker's keys for the tool messages and continuations it appends (streams/tool_broker.py).
-RESERVED_KEY_PREFIX = "tool:"
+#: The broker's keys for the tool messages and continuations it appends (streams/tool_broker.py), and the
+#: keys of imported messages (gateway/imports.py).
+IMPORT_KEY_PREFIX = "import:"
+RESERVED_KEY_PREFIXES = ("tool:", IMPORT_KEY_PREFIX)
 
 
 def client_key(body: dict[str, Any], max_chars: int) -> str:
@@ -96,6 +109,7 @@ def client_key(body: dict[str, Any], max_chars: int) -> str:
     value: str = string(body, "client_message_id", max_chars=max_chars)
     if value.endswith(RESERVED_KEY_SUFFIX):
         raise Unprocessable(f"`client_message_id` must not end with `{RESERVED_KEY_SUFFIX}`", code="reserved_key")
-    if value.startswith(RESERVED_KEY_PREFIX):
-        raise Unprocessable(f"`client_message_id` must not start with `{RESERVED_KEY_PREFIX}`", code="reserved_key")
+    prefix = next((p for p in RESERVED_KEY_PREFIXES if value.startswith(p)), None)
+    if prefix is not None:
+        raise Unprocessable(f"`client_message_id` must not start with `{prefix}`", code="reserved_key")
     return value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,3 +247,69 @@ def _resolve(fut: asyncio.Future[Delivered], err: KafkaError | None, msg: Messag
         fut.set_exception(outcome)
     else:
         fut.set_result(outcome)
+
+
+class AtomicAppender:
+    """Appends a set of events all or nothing: one Kafka transaction, so a reader (every reader of
+    ``chat.events`` reads committed records only, DESIGN.md §5) sees all of them or none. For an append that
+    must never be seen in part and is not a consume-transform-produce step: an import. Blocking (call it from
+    a thread); one transaction at a time. The transactional id is this process's alone (``transactional_id``),
+    so nothing fences it but a restart under the same id, which aborts what it left open."""
+
+    def __init__(self, settings: KafkaSettings, transactional_id: str, *, timeout_s: float = 60.0) -> None:
+        self._settings = settings
+        timeout_ms = int(timeout_s * 1000)
+        # librdkafka refuses a transactional producer whose deliveries may outlive its transactions.
+        overrides = {"transactional.id": transactional_id, "transaction.timeout.ms": timeout_ms, "delivery.timeout.ms": timeout_ms}
+        self._config = producer_config(settings, **overrides)
+        self._timeout_s = timeout_s
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Every event of ``events`` committed, or ``ProduceFailed`` and none (a commit that timed out may
+        still have landed: events with derived ids make the caller's retry harmless)."""
+        with self._lock:
+            producer = self._ready()
+            try:
+                producer.begin_transaction()
+                for event in events:
+                    topic, value, key = self._settings.topic(catalog.topic_name_for(event)), codec.encode(event), event.key
+                    while True:
+                        try:
+                            producer.produce(topic, value=value, key=key)
+                            break
+                        except BufferError:  # librdkafka's queue is full: let deliveries drain it
+                            producer.poll(0.1)
+                producer.commit_transaction(self._timeout_s)
+            except KafkaException as exc:
+                self._abandon(producer, exc)
+                raise ProduceFailed(f"the transaction to {self._settings.bootstrap} failed: {exc.args[0].str()}") from exc
+
+    def _ready(self) -> Producer:
+        if self._producer is None:
+            producer = Producer(self._config)
+            try:
+                producer.init_transactions(self._timeout_s)
+            except KafkaException as exc:
+                raise ProduceFailed(f"no transactions from {self._settings.bootstrap}: {exc.args[0].str()}") from exc
+            self._producer = producer
+        return self._producer
+
+    def _abandon(self, producer: Producer, exc: KafkaException) -> None:
+        """Abort what was begun; a producer left unusable (a fatal error, an abort refused) is dropped, and the
+        next append starts a new one, whose ``init_transactions`` aborts whatever this one left open."""
+        error = exc.args[0]
+        if not error.fatal():
+            try:
+                producer.abort_transaction(self._timeout_s)
+                return
+            except KafkaException:
+                pass
+        self._producer = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(5)
+                self._producer = None

@@ -63,6 +63,8 @@ _MAIN: tuple[Topic, ...] = (
             ev.ConversationRenamed,
             ev.ConversationArchived,
             ev.FeedbackGiven,
+            ev.ConversationShared,
+            ev.ShareRevoked,
             ev.ConversationDeleted,
             ev.GenerationModerated,
             ev.ToolCallDecided,
@@ -103,6 +105,8 @@ _MAIN: tuple[Topic, ...] = (
         retention_ms=FOREVER,
         compacted=True,  # each update is the whole memory: the latest per user is all that matters
     ),
+    # Operators' experiments (`parley experiments`): few records, each kept, so a reader rebuilds the running set.
+    Topic("ops.experiments", "experiment", (ev.ExperimentStarted, ev.ExperimentStopped), partitions=1, retention_ms=FOREVER),
     Topic("user.erasures", "user_id", (ev.ErasureRequested, ev.UserErased), partitions=3, retention_ms=FOREVER),
     Topic(
         "docs.events",

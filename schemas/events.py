@@ -219,6 +219,26 @@ class MessagePosted(ConversationEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArmOverrides:
+    """What an experiment's arm changes in the router for its turns (unset: the router's own settings).
+    Only these: `parley experiments start` refuses any other name (streams/experiments.py OVERRIDES)."""
+
+    pool: str = doc("The pool that serves the turn ('': the router's choice), when it serves the turn's model and holds its tokens", default="")
+    medium_score: float | None = doc("The classifier's score at or above which a turn needs medium (PARLEY_ROUTER_MEDIUM_SCORE)", default=None)
+    frontier_score: float | None = doc("The classifier's score at or above which a turn needs frontier (PARLEY_ROUTER_FRONTIER_SCORE)", default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assignment:
+    """The experiment arm a turn was assigned to, and what the arm changes: the turn carries both, so the
+    router applies it without reading ops.experiments and an analyst sees what was applied."""
+
+    experiment: str = doc("The experiment's name")
+    arm: str = doc("The arm: hash(experiment, user id) mapped onto the arms' shares (streams/experiments.py)")
+    overrides: ArmOverrides = doc("What the arm changes for the turn", default_factory=ArmOverrides)
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerationRequested(ConversationEvent):
     """An assistant reply was asked for. gateway → context builder, materializer."""
 
@@ -244,6 +264,9 @@ class GenerationRequested(ConversationEvent):
         default=False,
     )
     tools: Tools | None = doc("Functions the client offers the model (as-sent turns only); null: none", default=None)
+    experiment: Assignment | None = doc(
+        "The running experiment's arm the user is in (ops.experiments; the gateway stamps it); null: none", default=None
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +343,24 @@ class FeedbackGiven(ConversationEvent):
 
     def __post_init__(self) -> None:
         _check(self.rating, RATINGS, "rating")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationShared(ConversationEvent):
+    """The owner made a read-only link to the branch selected now (DESIGN.md §7, shares). gateway →
+    materializer (``shares``, ``shares_by_conversation``)."""
+
+    share_id: str = doc("SHA-256 of the link's secret (hex): the share's key; the secret is never on the log in the clear")
+    secret: str = doc("The link's secret, sealed: only for its owner to copy the link again", sealed=True)
+    leaf_id: str = doc("The end of the branch shared: the link shows the messages from the root to it")
+    expires_at: int = doc("When the link stops working, µs since the epoch; 0: never", default=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShareRevoked(ConversationEvent):
+    """The owner ended a link: it answers 404 from then on. gateway → materializer."""
+
+    share_id: str = doc("The share ended")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -514,6 +555,7 @@ class InferenceRequested(ConversationEvent):
     )
     retrieval: Retrieval | None = doc("The turn's document search; null when the turn has no documents", default=None)
     tools: Tools | None = doc("Functions the client offers the model (GenerationRequested.tools)", default=None)
+    experiment: Assignment | None = doc("The turn's experiment arm (GenerationRequested.experiment): the router applies its overrides", default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -525,7 +567,7 @@ class InferenceRouted(ConversationEvent):
     model: str = doc("Model name of the pool")
     partition: int = doc("Partition of chat.inference.<pool> the router chose")
     route_reason: str = doc(
-        "Why: classifier, sticky, new, hashed, user_selected, escalated, moved_hot, moved_gone, downgraded", default=""
+        "Why: classifier, sticky, new, hashed, user_selected, experiment, escalated, moved_hot, moved_gone, downgraded", default=""
     )
     downgraded_from: str | None = doc("Pool the turn would have used before admission downgraded it", default=None)
     repeat: bool = doc(
@@ -668,6 +710,45 @@ class WorkerHeartbeat(Event):
     kv_usage: float = doc("Fraction of the engine's KV cache in use, 0..1", default=0.0)
     cache_hit_rate: float = doc("Prefix cache hit rate reported by the engine, 0..1", default=0.0)
     draining: bool = doc("True while it finishes work before leaving", default=False)
+
+
+# ------------------------------------------------------------------ ops.experiments
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentArm:
+    """One arm of an experiment: its share of the experiment's users and what it changes."""
+
+    name: str = doc("The arm's name, unique in its experiment (e.g. control, treatment)")
+    share: float = doc("Its share of the experiment's users, (0, 1]; the arms' shares add up to 1")
+    overrides: ArmOverrides = doc("What it changes in the router (all unset: a control arm)", default_factory=ArmOverrides)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentStarted(Event):
+    """An operator started an experiment: from now on the gateway assigns each turn of its tiers' users to an
+    arm, by user, and stamps it on the GenerationRequested. `parley experiments start` → gateways (the
+    running set), `parley experiments list`, analysts. Keyed by name; a later start of the same name
+    replaces it (one experiment a name at a time)."""
+
+    key_field: ClassVar[str] = "experiment"
+
+    experiment: str = doc("Its name: the Kafka key, and what `parley report --experiment` names")
+    arms: list[ExperimentArm] = doc("Its arms, in the order declared", default_factory=list)
+    tiers: list[str] = doc("The tiers whose turns take part (free, plus, enterprise); empty: every tier", default_factory=list)
+    started_by: str = doc("Who started it (the operator's name, as given)", default="")
+    note: str = doc("What it tests, in the operator's words (never a user's text)", default="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentStopped(Event):
+    """An operator stopped an experiment: turns asked for after the gateways read this carry no arm of it.
+    `parley experiments stop` → gateways, `parley experiments list`, analysts."""
+
+    key_field: ClassVar[str] = "experiment"
+
+    experiment: str = doc("The experiment stopped")
+    stopped_by: str = doc("Who stopped it", default="")
 
 
 # ------------------------------------------------------------------ docs.events
@@ -839,6 +920,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationArchived,
         ConversationDeleted,
         FeedbackGiven,
+        ConversationShared,
+        ShareRevoked,
         GenerationModerated,
         ToolCallDecided,
         ToolCallAnswered,
@@ -852,6 +935,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ModerationResult,
         UsageRecorded,
         WorkerHeartbeat,
+        ExperimentStarted,
+        ExperimentStopped,
         DocumentUploaded,
         DocumentPagesExtracted,
         DocumentIndexed,

@@ -129,6 +129,7 @@ def inference_request(
         requested_at=request.occurred_at,
         retrieval=retrieval,
         tools=request.tools,
+        experiment=request.experiment,
     )
 
 

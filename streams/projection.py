@@ -341,6 +341,34 @@ def _feedback(s: Conversation, e: ev.FeedbackGiven) -> list[Write]:
     return [_write("messages", key, {"feedback": e.rating, "feedback_reason": e.reason}, e.occurred_at)]
 
 
+def _shared(s: Conversation, e: ev.ConversationShared) -> list[Write]:
+    """The link's row by its key (what a visitor's read finds) and its entry in the owner's list (with the
+    secret, sealed). A share of a branch the log does not know writes nothing (the gateway checks it first)."""
+    if e.leaf_id not in s.messages:
+        return []
+    cells = {
+        "leaf_id": to_uuid(e.leaf_id),
+        "created_at": to_time(e.occurred_at),
+        "expires_at": to_time(e.expires_at) if e.expires_at else None,
+    }
+    return [
+        _write("shares", {"share_id": e.share_id}, {"conversation_id": to_uuid(e.conversation_id), "user_id": e.user_id, **cells}, e.occurred_at),
+        _write("shares_by_conversation", _share_key(e), {"secret": e.secret, **cells}, e.occurred_at),
+    ]
+
+
+def _revoked(s: Conversation, e: ev.ShareRevoked) -> list[Write]:
+    revoked = {"revoked_at": to_time(e.occurred_at)}
+    return [
+        _write("shares", {"share_id": e.share_id}, revoked, e.occurred_at),
+        _write("shares_by_conversation", _share_key(e), {**revoked, "secret": ""}, e.occurred_at),
+    ]
+
+
+def _share_key(e: ev.ConversationShared | ev.ShareRevoked) -> dict[str, Any]:
+    return {"conversation_id": to_uuid(e.conversation_id), "share_id": e.share_id}
+
+
 def _summary(s: Conversation, e: ev.SummaryWritten) -> list[Write]:
     key = {"conversation_id": to_uuid(e.conversation_id), "summary_id": e.summary_id}
     cells = {
@@ -366,6 +394,8 @@ PROJECTION: dict[type[ev.Event], Callable[[Conversation, Any], list[Write]]] = {
     ev.ConversationArchived: _archived,
     ev.ConversationDeleted: _deleted,
     ev.FeedbackGiven: _feedback,
+    ev.ConversationShared: _shared,
+    ev.ShareRevoked: _revoked,
     ev.SummaryWritten: _summary,
     ev.GenerationModerated: _moderated,
 }
@@ -377,6 +407,7 @@ SEALED_CELLS = {
     "conversations_by_user": frozenset({"title"}),
     "messages": frozenset({"content", "citations", "retrieval", "tool_use", "feedback_reason"}),
     "summaries": frozenset({"content"}),
+    "shares_by_conversation": frozenset({"secret"}),
 }
 #: The key column that names a row of each table in its cells' place (``sealing.cell_at``): what every
 #: reader of the row has at hand (never a time, which Cassandra hands back at another precision).
@@ -385,6 +416,7 @@ ROW_IDS = {
     "conversations_by_user": "conversation_id",
     "messages": "message_id",
     "summaries": "summary_id",
+    "shares_by_conversation": "share_id",
 }
 
 

@@ -1,7 +1,7 @@
 """The streams' readers of compacted topics, each read whole from the beginning outside any group.
 
 Every router instance needs every worker's heartbeat, and every context builder
-every user's memory, so neither may share a group's partitions; a restart reads
+every user's memory (and every gateway the running experiments), so none may share a group's partitions; a restart reads
 the topic again from the start (compaction keeps it small). Blocking: call
 ``poll`` from a thread. What they fold into is pure: ``streams.fleet.Fleet``
 for heartbeats; the newest snapshot per user for memory.
@@ -18,8 +18,9 @@ from parley.errors import BrokerUnavailable
 from parley.partitioning import partition_for
 from parley.settings import KafkaSettings
 from schemas.catalog import TOPICS
-from schemas.events import MemoryUpdated, WorkerHeartbeat
+from schemas.events import Event, MemoryUpdated, WorkerHeartbeat
 from streams import fleet, memory
+from streams.experiments import Running
 
 
 def _whole(kafka: KafkaSettings, topic: str, purpose: str) -> Consumer:
@@ -74,6 +75,43 @@ class MemoryReader:
                 raise BrokerUnavailable(f"reading user.memory to its end took over {timeout_s:.0f} s")
             self.poll(0.2)
         return self.of(user_id)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+EXPERIMENTS = "ops.experiments"
+
+
+class ExperimentReader:
+    """The running experiments (``streams.experiments.Running``), folded from ``ops.experiments`` read whole."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.running = Running()
+        self._consumer = _whole(kafka, EXPERIMENTS, "experiments")
+        self._topic = kafka.topic(EXPERIMENTS)
+
+    def poll(self, timeout: float = 0.5) -> int:
+        events, _ = read_events(self._consumer, Event, 100, timeout, "experiment")
+        self.running.apply_all(events)
+        return len(events)
+
+    def to_end(self, timeout_s: float) -> Running:
+        """The running set as committed now: the topic read to its end. BrokerUnavailable after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        ends = {}
+        try:
+            for p in range(TOPICS[EXPERIMENTS].partitions):
+                low, high = watermarks(self._consumer, TopicPartition(self._topic, p), timeout_s)
+                if high > low:
+                    ends[(self._topic, p)] = high
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"ops.experiments' end unknown (PARLEY_KAFKA_BOOTSTRAP): {exc}") from exc
+        while len(reached(self._consumer, ends)) < len(ends):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"reading ops.experiments to its end took over {timeout_s:.0f} s")
+            self.poll(0.2)
+        return self.running
 
     def close(self) -> None:
         self._consumer.close()

@@ -3,7 +3,8 @@
 Per turn, in this order (each step its own pure module):
 
 1. **Pool** — a model the user selected is respected (an unknown one fails
-   the turn, ``unknown_model``); otherwise ``classify`` scores the newest user
+   the turn, ``unknown_model``); then an experiment arm's pool (the turn's
+   ``experiment``, ``streams.experiments``); otherwise ``classify`` scores the newest user
    message and the context size, and the cheapest pool that clears the bar,
    has the capabilities the turn needs and holds its tokens serves it. A
    conversation is sticky to its pool and only ever escalates (``escalate``):
@@ -38,7 +39,7 @@ from parley.metrics import ADMISSION, POOL_BACKLOG, ROUTES
 from parley.partitioning import partition_for
 from schemas.catalog import TOPICS, inference_topic
 from schemas.endings import CONTEXT_TOO_LONG, OVERLOADED, UNKNOWN_MODEL, ending, final_chunk
-from schemas.events import Event, GenerationCompleted, InferenceRequested, InferenceRouted, WorkerHeartbeat
+from schemas.events import ArmOverrides, Event, GenerationCompleted, InferenceRequested, InferenceRouted, WorkerHeartbeat
 from streams.admission import AdmissionConfig, Admit, Load, Shed, admit
 from streams.classify import RANKS, Thresholds, classify, escalate, features
 from streams.fleet import Fleet, Offsets, Reading, fresh, pool_load, unread
@@ -116,7 +117,7 @@ def policy_from(settings: RouterSettings) -> Policy:
 @dataclass(frozen=True)
 class Choice:
     pool: str
-    reason: str  # user_selected | classifier | sticky | escalated
+    reason: str  # user_selected | experiment | classifier | sticky | escalated
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,15 @@ def choose_pool(request: InferenceRequested, policy: Policy, current: str | None
         if tokens > policy.pools[pool].context_tokens:
             return _too_long(tokens, policy)
         return Choice(pool, "user_selected")
+    arm = request.experiment.overrides if request.experiment is not None else None
+    if arm is not None and arm.pool in policy.pools and tokens <= policy.pools[arm.pool].context_tokens:
+        # The experiment's arm names the pool (a pool not served here, or too small for the turn: the router's choice).
+        return Choice(arm.pool, "experiment")
+    thresholds = policy.thresholds if arm is None else experiment_thresholds(policy.thresholds, arm)
     # Documents the turn searched count as hard work (comparing reports is, seed §4); none when it has none.
     searched = sum(1 for d in request.retrieval.documents if d.status != "missing") if request.retrieval else 0
     f = features(newest_user_text(request), context_tokens=request.prompt_tokens, documents=searched)
-    wanted = escalate(policy.default_pool, classify(f, policy.thresholds))
+    wanted = escalate(policy.default_pool, classify(f, thresholds))
     if current in policy.pools:
         wanted = escalate(current, wanted)
     needs = {name for name, present in (("code", f.code), ("math", f.math)) if present}
@@ -158,6 +164,14 @@ def choose_pool(request: InferenceRequested, policy: Policy, current: str | None
     if current is None or current not in policy.pools:
         return Choice(pool, "classifier")
     return Choice(pool, "escalated" if RANKS.index(pool) > RANKS.index(current) else "sticky")
+
+
+def experiment_thresholds(thresholds: Thresholds, arm: ArmOverrides) -> Thresholds:
+    """The classifier's bars under an experiment arm: each score the arm sets, else the router's own."""
+    return Thresholds(
+        medium=thresholds.medium if arm.medium_score is None else arm.medium_score,
+        frontier=thresholds.frontier if arm.frontier_score is None else arm.frontier_score,
+    )
 
 
 def _serving(policy: Policy, floor: str, needs: frozenset[str], tokens: int) -> str | None:
@@ -344,7 +358,7 @@ def route_reason(pool_reason: str, placement_reason: str, *, downgraded: bool) -
     """One word for InferenceRouted.route_reason: what changed, else why it stayed."""
     if downgraded:
         return "downgraded"
-    if pool_reason in ("user_selected", "escalated"):
+    if pool_reason in ("user_selected", "escalated", "experiment"):
         return pool_reason
     if placement_reason in ("moved_hot", "moved_gone"):
         return placement_reason

@@ -52,6 +52,9 @@ app.add_typer(fleet_app, name="fleet")
 from tools.tools_cli import app as tools_app  # noqa: E402
 
 app.add_typer(tools_app, name="tools")
+from tools.experiments_cli import app as experiments_app  # noqa: E402
+
+app.add_typer(experiments_app, name="experiments")
 from tools.capacity_cli import capacity  # noqa: E402
 
 app.command("capacity")(capacity)

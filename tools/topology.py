@@ -133,7 +133,8 @@ TOOL_EXECUTOR = Service(
 GATEWAY = Service(
     "gateway",
     ("gateway",),
-    consumes=("chat.tokens", "fleet.heartbeats"),  # outside any group: live streams' partitions; pool pressure
+    # outside any group: live streams' partitions; pool pressure; the running experiments (each turn's arm)
+    consumes=("chat.tokens", "fleet.heartbeats", "ops.experiments"),
     # turns and edits; cancels; a user's memory; erasure requests
     produces=("chat.events", "chat.control", "user.memory", "user.erasures"),
     health_url="http://127.0.0.1:{gateway_port}/readyz",

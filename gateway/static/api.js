@@ -66,11 +66,13 @@ export class ApiError extends Error {
   }
 }
 
-async function call(method, path, { body, headers = {}, signal } = {}) {
+async function call(method, path, { body, raw, headers = {}, signal } = {}) {
   const init = { method, signal, headers: { ...sessionHeaders(method), ...headers } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
+  } else if (raw !== undefined) {
+    init.body = raw; // sent as it is, under the Content-Type in `headers`
   }
   let response;
   try {
@@ -128,6 +130,24 @@ export const api = {
     rating
       ? json("PUT", `/v1/conversations/${enc(id)}/messages/${enc(messageId)}/feedback`, { rating })
       : call("DELETE", `/v1/conversations/${enc(id)}/messages/${enc(messageId)}/feedback`),
+
+  /**
+   * Imports ChatGPT's export (conversations.json or its zip) or Parley's own; answers {imported, unchanged,
+   * conversations: [{id, status, …}]}. A file with any bad part is refused whole (an ApiError naming where).
+   */
+  importChats: async (file) => {
+    const zip = file.type === "application/zip" || /\.zip$/i.test(file.name);
+    const headers = { "Content-Type": zip ? "application/zip" : "application/json" };
+    return (await call("POST", "/v1/imports", { raw: file, headers })).json();
+  },
+
+  /** A read-only link to the chat's selected branch: {id, path, expires_at}. */
+  createShare: (id) => json("POST", `/v1/conversations/${enc(id)}/shares`, {}),
+  /** The chat's live links. */
+  shares: async (id) => (await json("GET", `/v1/conversations/${enc(id)}/shares`)).shares,
+  revokeShare: (id, shareId) => json("DELETE", `/v1/conversations/${enc(id)}/shares/${enc(shareId)}`),
+  /** A shared chat copied into this account: {id, status}. */
+  forkShare: (secret) => json("POST", `/v1/shares/${enc(secret)}/fork`),
 
   /** Our own time to first token (what the user saw); best effort, never shown as an error. */
   telemetry: (ttftMs) => call("POST", "/v1/telemetry", { body: { ttft_ms: ttftMs, client: "web" } }).catch(() => {}),

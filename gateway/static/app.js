@@ -9,7 +9,7 @@
 
 import { api, auth, ApiError } from "./api.js";
 import { citationsOf } from "./citations.js";
-import { copyFrom } from "./clipboard.js";
+import { copyFrom, copyText } from "./clipboard.js";
 import { statusText, Tray } from "./documents.js";
 import { AUTO, choice, modelLabel, offeredModels } from "./models.js";
 import { closePanel, openPage, setUpPanel } from "./panel.js";
@@ -30,6 +30,7 @@ const state = {
   renaming: null, // id of the chat whose title is being edited
   models: [AUTO], // what the model picker offers
   provisional: new Map(), // chat id → the title shown until the server names the chat (its first line)
+  shared: null, // {id, url}: the link just made for a chat, shown in its menu
   conv: null, // {id, title, leafId (shown), serverLeafId (as last read), messages: Map id → message, toolRows: Map call id → the server's call}
   active: null, // the streaming action: {controller, reply, stopping}
   error: null, // {message, retryAfter, retry}
@@ -91,7 +92,7 @@ function reset() {
   for (const timer of titleTimers) clearTimeout(timer);
   tray.reset();
   closePanel();
-  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map() });
+  Object.assign(state, { conversations: [], archived: false, menuFor: null, renaming: null, models: [AUTO], provisional: new Map(), shared: null });
   Object.assign(state, { conv: null, active: null, error: null, editing: null, opening: null, sendWhenOpen: false });
   Object.assign(state, { toolAnswers: new Map(), toolEditing: null, toolDraft: null });
   stopToolPoll();
@@ -138,6 +139,25 @@ async function loadConversations({ quiet = false } = {}) {
   }
 }
 
+/** Imports the file chosen (ChatGPT's export or Parley's), then lists the chats and opens the first one imported. */
+async function importChosenFile() {
+  const file = $("import-file").files[0];
+  $("import-file").value = ""; // the same file may be chosen again
+  if (!file) return;
+  let result;
+  try {
+    result = await api.importChats(file);
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  announce(`${result.imported} chats imported, ${result.unchanged} already here.`);
+  if (state.archived) toggleArchived();
+  else await loadConversations();
+  const first = result.conversations.find((c) => c.status === "imported") || result.conversations[0];
+  if (first) location.hash = `#/c/${encodeURIComponent(first.id)}`;
+}
+
 /** Reads the list after a reply, then again a few times while chat `id` has no title of the server's. */
 function refreshTitlesSoon(id) {
   for (const timer of titleTimers) clearTimeout(timer);
@@ -166,6 +186,8 @@ async function loadModels() {
 const chosenModel = () => choice.get(state.conv?.id, state.models);
 
 function route() {
+  const shared = /^#\/continue\/(.+)$/.exec(location.hash);
+  if (shared) return continueShared(decodeURIComponent(shared[1]));
   const match = /^#\/c\/(.+)$/.exec(location.hash);
   const id = match ? decodeURIComponent(match[1]) : null;
   if (id && id === state.conv?.id) return;
@@ -614,7 +636,7 @@ function renderList() {
   const list = $("conversations");
   // Not while a title is being typed: a background refresh would take the text and the focus.
   if (state.renaming && list.querySelector("form.rename")) return;
-  const ctx = { activeId: state.conv?.id, renaming: state.renaming, menuFor: state.menuFor, archived: state.archived };
+  const ctx = { activeId: state.conv?.id, renaming: state.renaming, menuFor: state.menuFor, archived: state.archived, shared: state.shared };
   const shown = state.conversations.map((c) => ({ ...c, title: shownTitle(c) }));
   list.replaceChildren(...view.conversationList(shown, ctx));
   $("list-title").textContent = state.archived ? "Archived chats" : "Your chats";
@@ -901,6 +923,51 @@ function onListClick(event) {
     case "delete":
       remove(id);
       break;
+    case "share":
+      share(id);
+      break;
+    case "unshare":
+      unshare(id);
+      break;
+  }
+}
+
+/** A read-only link to the chat's selected branch: shown in its menu and copied. */
+async function share(id) {
+  let made;
+  try {
+    made = await api.createShare(id);
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  state.shared = { id, url: new URL(made.path, location.origin).href };
+  renderList();
+  const copied = await copyText(state.shared.url);
+  announce(copied ? "Link copied. Anyone with it can read this branch." : "Link made. Anyone with it can read this branch.");
+}
+
+/** Every link to the chat stops working. */
+async function unshare(id) {
+  try {
+    for (const s of await api.shares(id)) await api.revokeShare(id, s.id);
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  if (state.shared?.id === id) state.shared = null;
+  renderList();
+  announce("The chat's links no longer work.");
+}
+
+/** #/continue/<secret>: a shared chat forked into this account, then opened. */
+async function continueShared(secret) {
+  try {
+    const forked = await api.forkShare(secret);
+    await loadConversations();
+    location.replace(`#/c/${encodeURIComponent(forked.id)}`);
+  } catch (err) {
+    fail(err);
   }
 }
 
@@ -1086,6 +1153,8 @@ async function boot() {
   $("conversations").addEventListener("submit", onListSubmit);
   $("conversations").addEventListener("keydown", onListKey);
   $("archived-toggle").addEventListener("click", toggleArchived);
+  $("import").addEventListener("click", () => $("import-file").click());
+  $("import-file").addEventListener("change", importChosenFile);
   document.addEventListener("click", onDocumentClick);
   window.addEventListener("hashchange", () => auth.signedIn && route());
   let session = null;

@@ -66,7 +66,12 @@ function conversationItem(c, ctx) {
         // Plain links: a GET on the session cookie, saved by the browser under the server's file name.
         el("a", { href: `/v1/conversations/${encodeURIComponent(c.id)}/export?format=markdown`, download: "", class: "link", "aria-label": `Export ${title} as Markdown` }, "Markdown"),
         el("a", { href: `/v1/conversations/${encodeURIComponent(c.id)}/export`, download: "", class: "link", "aria-label": `Export ${title} as JSON` }, "JSON"),
+        button("share", c.id, "Share", { "aria-label": `Share ${title}`, title: "A read-only link to the selected branch" }),
+        button("unshare", c.id, "Stop sharing", { "aria-label": `Stop sharing ${title}` }),
         button("delete", c.id, "Delete", { "aria-label": `Delete ${title}`, class: "link danger-link" }),
+        ctx.shared?.id === c.id
+          ? el("input", { class: "share-link", readonly: "", value: ctx.shared.url, "aria-label": `Link to ${title}` })
+          : null,
       ),
     );
   }

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 from playwright.sync_api import expect
 
 from schemas.endings import FILTERED_NOTICE
@@ -257,6 +258,101 @@ def test_search_finds_a_word_from_a_message_on_another_branch_and_opens_that_bra
     assert chat.conversation_id() == cid
     eventually(lambda: web_stack.conversation(cid)["selected_leaf_id"] == first_id, "the found branch selected on the server")
     shoot(page, "search-opened")
+
+
+def test_an_imported_chatgpt_export_shows_its_branches(page, web_stack, shoot) -> None:
+    """Import chats (POST /v1/imports) with ChatGPT's export: the chat opens on the branch ChatGPT had selected, and
+    the regenerated reply's other version is one click away."""
+    export = json.loads((Path(__file__).parents[1] / "fixtures" / "imports" / "chatgpt_conversations.json").read_text())[:1]
+    export[0]["id"] = export[0]["conversation_id"] = str(uuid.uuid4())  # a new source conversation every run
+    chat = signed_in_chat(page, web_stack)
+    with page.expect_file_chooser() as chosen:
+        page.get_by_role("button", name="Import chats").click()
+    chosen.value.set_files(files=[{"name": "conversations.json", "mimeType": "application/json", "buffer": json.dumps(export).encode()}])
+    expect(chat.chat_link("Trip to Lisbon")).to_be_visible(timeout=WAIT_MS)
+    expect(chat.replies.last.locator(".body")).to_have_text("Those are azulejos, in a pattern called padrao.", timeout=WAIT_MS)
+    expect(chat.users).to_have_count(2)
+    first_reply = chat.replies.first
+    expect(first_reply.locator(".body")).to_have_text("Regenerated: start in Belem, then tram 28 to Graca.")
+    expect(chat.position(first_reply)).to_have_text("2/2")
+    shoot(page, "12-imported")
+    first_reply.get_by_role("button", name="Previous version").click()
+    expect(chat.replies.first.locator(".body")).to_have_text("Day one: Alfama and tram 28.")
+    expect(chat.position(chat.replies.first)).to_have_text("1/2")
+    expect(chat.users).to_have_count(1)  # that version was never followed up
+
+
+def test_a_share_link_opens_signed_out_and_stops_after_revoke_and_after_the_owners_erasure(page, web_stack, browser, shoot) -> None:
+    """Share from the chat's options; the link opens in a signed-out browser, read-only, under the same CSP; Stop
+    sharing ends it; another owner's link ends with their erasure."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.browser.conftest import new_context
+    from tests.e2e.conftest import sign_in
+    from tools.client import ParleyClient, session_headers
+
+    chat = signed_in_chat(page, web_stack)
+    chat.send("Shall we share this plan?")
+    reply = chat.streaming_reply()
+    chat.finished(reply)
+    web_stack.settled(chat.conversation_id(), reply.get_attribute("data-id"))
+    title = f"Plan {uuid.uuid4().hex[:6]}"
+    web_stack.http.patch(f"/v1/conversations/{chat.conversation_id()}", json={"title": title}).raise_for_status()
+    page.reload()
+    expect(chat.chat_link(title)).to_be_visible()
+    chat.chat_option(title, "Share")
+    link = chat.sidebar.get_by_label(f"Link to {title}")
+    expect(link).to_have_value(re.compile(r"/s/[A-Za-z0-9_-]{43}$"))
+    url = link.input_value()
+
+    stranger = new_context(browser)  # no cookie, nothing stored: a visitor who was sent the link
+    try:
+        visitor = stranger.new_page()
+        blocked: list[str] = []
+        visitor.on("console", lambda m: "Content Security Policy" in m.text and blocked.append(m.text))
+        visitor.goto(url)
+        expect(visitor.locator("article.msg-user .body")).to_have_text("Shall we share this plan?")
+        expect(visitor.locator("article.msg-assistant .body")).to_have_text(re.compile(r"\w"))
+        expect(visitor.get_by_role("link", name="Continue this chat in my account")).to_be_visible()
+        assert blocked == [], blocked
+        shoot(visitor, "13-shared")
+
+        chat.sidebar.get_by_role("button", name=f"Stop sharing {title}", exact=True).click()
+        eventually(lambda: web_stack.http.get(f"/v1/conversations/{chat.conversation_id()}/shares").json()["shares"] == [], "the link revoked")
+        visitor.reload()
+        expect(visitor.get_by_role("alert")).to_have_text("This link does not exist, or no longer works.")
+        expect(visitor.locator("article")).to_have_count(0)
+
+        owner_id, key = web_stack.inner.create_user("sharer", "plus")
+
+        async def shared_turn() -> str:
+            client = ParleyClient(web_stack.url, key)
+            try:
+                cid = await client.create_conversation("Mine to share")
+                assert (await client.send(cid, "Something of mine")).final.event == "done"
+                for _ in range(150):
+                    if all(m["status"] != "streaming" for m in (await client.conversation(cid))["messages"]):
+                        break
+                    await asyncio.sleep(0.2)
+                made = await client._http.post(f"/v1/conversations/{cid}/shares", json={})
+                return str(made.json()["path"])
+            finally:
+                await client.close()
+
+        with ThreadPoolExecutor(1) as other_thread:  # Playwright's sync API holds this thread's event loop
+            theirs = web_stack.url + other_thread.submit(asyncio.run, shared_turn()).result()
+        visitor.goto(theirs)
+        expect(visitor.locator("article.msg-user .body")).to_have_text("Something of mine")
+        erased = httpx.delete(
+            f"{web_stack.url}/v1/me", params={"confirm": "true"},
+            headers=session_headers(web_stack.url, *sign_in(web_stack.inner.session, web_stack.url, owner_id)),
+        )  # fmt: skip
+        assert erased.status_code == 202, erased.text
+        visitor.reload()
+        expect(visitor.get_by_role("alert")).to_have_text("This link does not exist, or no longer works.")
+    finally:
+        stranger.close()
 
 
 def test_a_restarted_reply_keeps_a_visible_note_after_it_ends(page, web_stack) -> None:

@@ -30,6 +30,8 @@ from parley.partitioning import partition_for
 from parley.settings import CassandraSettings, KafkaSettings, from_env
 from parley.consumer import watermarks
 from schemas.catalog import TOPICS
+from schemas.events import ExperimentArm, ExperimentStarted
+from streams import experiments
 from tools import isolated
 from tools.analysts import archive, counterfactual, digest, rebuild, replay, report, turns
 from tools.analysts.location import Location
@@ -171,6 +173,11 @@ def session(infra, tmp_path_factory) -> Iterator[Session]:
     kafka, cassandra = isolated.prepare(from_env(KafkaSettings), from_env(CassandraSettings), "analysts")
     stack = isolated.start(kafka, cassandra, tmp_path_factory.mktemp("analysts-logs"), ENV, CHAT_PATH)
     try:
+        # The analyst's (plus) turns run in an experiment of two arms that change nothing (the routing asserted
+        # below is the router's own); the free users' turns are in none. The gateway reads it within a poll.
+        started = _cli(["experiments", "start", "e2e", "--arm", "a:0.5", "--arm", "b:0.5", "--tier", "plus"], kafka, cassandra)
+        assert "started e2e" in started.stdout
+        time.sleep(1.5)
         yield _in_thread(asyncio.run, _script(stack))
     finally:
         stack.stop()
@@ -233,6 +240,12 @@ def test_the_session_replays_into_exactly_its_turns_reports_and_rebuilds(session
     assert got[ids["edited"]].user_parent_id is None and got[ids["second"]].user_parent_id == ids["first"]
     assert (got[ids["escalated"]].pool, got[ids["escalated"]].route_reason) == ("medium", "escalated")
     assert any(t.cache == "hit" for t in got.values()), "later turns of a conversation reuse its prefix"
+    # Every plus turn carries the experiment and the analyst's one arm (by user); the free turns none.
+    arms = {(t.tier, t.experiment, t.arm) for t in got.values()}
+    analyst = next(t.user_id for t in got.values() if t.tier == "plus")
+    arm = experiments.assign(ExperimentStarted(experiment="e2e", arms=[ExperimentArm(name="a", share=0.5),
+                                                                       ExperimentArm(name="b", share=0.5)]), analyst).name  # fmt: skip
+    assert arms == {("plus", "e2e", arm), ("free", None, None)}
 
     # ---- a second replay (through the CLI) writes the identical file
     first_file = tmp_path / "turns.jsonl"
@@ -276,6 +289,11 @@ def test_the_session_replays_into_exactly_its_turns_reports_and_rebuilds(session
     assert numbers["turns"] == len(records) and "## Time to first token" in (tmp_path / "report" / "report.md").read_text()
     placed = [r for r in records if r["route_reason"]]
     assert numbers["routing_mix"] == pytest.approx({p: sum(r["pool"] == p for r in placed) / len(placed) for p in {r["pool"] for r in placed}})
+    # The experiment's report: its turns, by arm, through the CLI.
+    shown = _cli(["report", str(first_file), "--experiment", "e2e", "--out", str(tmp_path / "exp")], kafka, cassandra).stdout
+    compared = json.loads((tmp_path / "exp" / "experiment.json").read_text())
+    assert shown.startswith("# Experiment e2e") and compared["arms"] == {arm: sum(r["tier"] == "plus" for r in records)}
+    assert "e2e" in _cli(["experiments", "list"], kafka, cassandra).stdout
     # Counterfactual: with the same settings, the router's policy re-run chooses the pools it logged.
     same = counterfactual.settings_with({})
     c = counterfactual.compare(records, same, same, report.DEFAULT_PRICES)

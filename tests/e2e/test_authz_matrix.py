@@ -69,6 +69,7 @@ def _bodies(ids: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
         ("post", "/v1/conversations/{conversation_id}/tool-calls/{call_id}"): {"json": {"answer": "approve"}},
         ("post", "/v1/messages/{message_id}/regenerate"): {"json": {"client_message_id": str(uuid.uuid4())}},
         ("post", "/v1/telemetry"): {"json": {"ttft_ms": 120}},
+        ("post", "/v1/imports"): {"json": DOC["paths"]["/v1/imports"]["post"]["requestBody"]["content"]["application/json"]["example"]},
         ("post", "/v1/documents"): {"files": {"file": ("n.txt", b"Some notes about the quarter.\n", "text/plain")}},
         ("put", "/v1/memory"): {"json": {"facts": ["likes tea"]}},
         ("get", "/v1/search"): {"params": {"q": "hello"}},  # a required query: without it a 422 says nothing of access
@@ -155,9 +156,10 @@ async def _owner_resources(url: str, key: str) -> dict[str, str]:
             await asyncio.sleep(0.3)
         doc = await client.upload("mine.txt", b"A page of my own notes.\n", "text/plain")
         await client.until_processed(doc["id"])
+        share = (await client._http.post(f"/v1/conversations/{cid}/shares", json={})).json()
         return {
             "conversation_id": cid, "message_id": reply.head["reply_id"], "document_id": doc["id"], "page": "1",
-            "call_id": calls[0]["id"],
+            "call_id": calls[0]["id"], "share_id": share["id"], "secret": share["path"].removeprefix("/s/"),
         }
     finally:
         await client.close()

@@ -184,3 +184,136 @@ async def test_search_finds_a_word_from_the_middle_and_a_typo_never_a_deleted_or
     finally:
         await client.close()
         await other.close()
+
+
+async def test_a_chatgpt_export_imports_once_whole_and_a_malformed_one_not_at_all(stack) -> None:
+    """POST /v1/imports (gateway/imports.py): every branch and the selected leaf kept, the same file twice one copy,
+    a file with one bad node refused whole, Parley's own export imported back, the conversation continued."""
+    import copy
+    import io
+    import json
+    import zipfile
+    from pathlib import Path
+
+    chatgpt = json.loads((Path(__file__).parents[1] / "fixtures" / "imports" / "chatgpt_conversations.json").read_text())
+    client, stranger = stack.client(stack.new_key("plus")), stack.client()
+    try:
+        broken = copy.deepcopy(chatgpt)
+        broken[1]["mapping"]["ans"]["parent"] = "nowhere"  # the first conversation is fine: nothing may land anyway
+        refused = await client._http.post("/v1/imports", json=broken)
+        assert refused.status_code == 422, refused.text
+        assert (refused.json()["error"]["code"], "[1].mapping.ans.parent" in refused.json()["error"]["message"]) == ("invalid_export", True)
+        assert await client.conversations() == [] and await client.conversations(archived=True) == []
+
+        first = await client._http.post("/v1/imports", json=chatgpt)
+        assert first.status_code == 201, first.text
+        assert (first.json()["imported"], first.json()["unchanged"]) == (2, 0)
+        trip_id, bread_id = (c["id"] for c in first.json()["conversations"])
+        trip = await client.conversation(trip_id)
+        assert trip["title"] == "Trip to Lisbon" and len(trip["messages"]) == 5
+        by_id = {m["id"]: m for m in trip["messages"]}
+        branch, leaf = [], trip["selected_leaf_id"]
+        while leaf is not None:
+            branch.append(by_id[leaf]["content"])
+            leaf = by_id[leaf]["parent_id"]
+        assert branch[::-1] == [
+            "Plan three days in Lisbon with a tram ride",
+            "Regenerated: start in Belem, then tram 28 to Graca.",
+            "What is this tile pattern called?",
+            "Those are azulejos, in a pattern called padrao.",
+        ]
+        assert trip["messages"][0]["created_at"].startswith("2024-05-29")  # the original time
+        assert [c["id"] for c in await client.conversations(archived=True)] == [bread_id]
+
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w") as z:  # ChatGPT's download, as it comes
+            z.writestr("export/conversations.json", json.dumps(chatgpt))
+        again = await client._http.post("/v1/imports", content=archive.getvalue(), headers={"content-type": "application/zip"})
+        assert again.status_code == 200, again.text
+        assert (again.json()["imported"], again.json()["unchanged"]) == (0, 2)
+        assert [c["id"] for c in await client.conversations()] == [trip_id]
+        assert (await client.conversation(trip_id))["messages"] == trip["messages"]
+
+        own = (await client._http.get(f"/v1/conversations/{trip_id}/export")).json()
+        copied = await client._http.post("/v1/imports", json=own)
+        assert copied.status_code == 201 and copied.json()["conversations"][0]["id"] not in (trip_id, bread_id)
+        copy_of = await client.conversation(copied.json()["conversations"][0]["id"])
+        assert sorted(m["content"] for m in copy_of["messages"]) == sorted(m["content"] for m in trip["messages"])
+
+        reply = await client.send(trip_id, "And on day two?")  # continues the selected branch: the pipeline takes it on
+        assert reply.final is not None and reply.final.event == "done"
+        assert (await stranger._http.get(f"/v1/conversations/{trip_id}")).status_code == 404
+    finally:
+        await client.close()
+        await stranger.close()
+
+
+async def test_a_share_link_shows_its_branch_to_anyone_until_revoked_deleted_or_its_owner_erased(stack) -> None:
+    """gateway/shares.py: the link reads without a credential, shows the branch as it was when shared, forks
+    into another account once, and answers one 404 after a revocation, the conversation's deletion or the
+    owner's erasure; only the owner makes, lists or revokes links."""
+    import secrets
+
+    import httpx
+
+    user_id, key = stack.inner.create_user("sharer", "plus")
+    client, web, stranger = stack.client(key), stack.web_client(user_id), stack.client()
+    anyone = httpx.AsyncClient(base_url=stack.url, timeout=30)
+    try:
+        cid = await client.create_conversation("Shared")
+        assert (await client.send(cid, "What is a share link?")).final.event == "done"
+        await _settled(client, cid, 1)
+        shares = f"/v1/conversations/{cid}/shares"
+        for body in ({"expires_in_days": 0}, {"expires_in_days": "7"}, {"expires_in_days": 400}, {"color": "red"}):
+            assert (await client._http.post(shares, json=body)).status_code == 422, body
+        made = await client._http.post(shares, json={"expires_in_days": 7})
+        assert made.status_code == 201, made.text
+        link, share_id = made.json()["path"], made.json()["id"]
+        secret = link.removeprefix("/s/")
+        assert made.json()["expires_at"] is not None
+
+        seen = await anyone.get(f"/v1/shares/{secret}")
+        assert seen.status_code == 200 and seen.headers["cache-control"] == "no-store"
+        assert [(m["role"], bool(m["content"])) for m in seen.json()["messages"]] == [("user", True), ("assistant", True)]
+        assert seen.json()["messages"][0]["content"] == "What is a share link?" and seen.json()["title"] == "Shared"
+        page = await anyone.get(link)
+        assert page.status_code == 200 and "share.js" in page.text and "default-src 'self'" in page.headers["content-security-policy"]
+
+        assert (await client.send(cid, "A later turn, not shared.")).final.event == "done"
+        assert len((await anyone.get(f"/v1/shares/{secret}")).json()["messages"]) == 2  # the branch as it was
+
+        for method, path in (("POST", shares), ("GET", shares), ("DELETE", f"{shares}/{share_id}")):
+            assert (await stranger._http.request(method, path)).status_code == 404, (method, path)
+        forked = await stranger._http.post(f"/v1/shares/{secret}/fork")
+        assert forked.status_code == 201, forked.text
+        copy = await stranger.conversation(forked.json()["id"])
+        assert [m["content"] for m in copy["messages"]] == [m["content"] for m in seen.json()["messages"]]
+        again = await stranger._http.post(f"/v1/shares/{secret}/fork")
+        assert (again.status_code, again.json()["id"]) == (200, forked.json()["id"])  # the same link twice: one copy
+
+        assert [s["id"] for s in (await client._http.get(shares)).json()["shares"]] == [share_id]
+        assert (await client._http.delete(f"{shares}/{share_id}")).status_code == 204
+        gone = await anyone.get(f"/v1/shares/{secret}")
+        assert (gone.status_code, gone.json()["error"]["code"]) == (404, "share_not_found")
+        assert (await anyone.get(link)).status_code == 404
+        assert (await client._http.delete(f"{shares}/{share_id}")).status_code == 404
+        assert (await client._http.get(shares)).json()["shares"] == []
+        for bad in ("nope", secrets.token_urlsafe(32), "x" * 43):
+            assert (await anyone.get(f"/v1/shares/{bad}")).status_code == 404
+
+        second = (await client._http.post(shares, json={})).json()["path"].removeprefix("/s/")
+        assert (await anyone.get(f"/v1/shares/{second}")).status_code == 200
+        await client.delete_conversation(cid)
+        assert (await anyone.get(f"/v1/shares/{second}")).status_code == 404  # deleted: at once
+
+        kept = await client.create_conversation("Kept")
+        assert (await client.send(kept, "Still here?")).final.event == "done"
+        await _settled(client, kept, 1)
+        third = (await client._http.post(f"/v1/conversations/{kept}/shares", json={})).json()["path"].removeprefix("/s/")
+        assert (await anyone.get(f"/v1/shares/{third}")).status_code == 200
+        assert (await web._http.request("DELETE", "/v1/me", params={"confirm": "true"})).status_code == 202
+        assert (await anyone.get(f"/v1/shares/{third}")).status_code == 404  # the owner erased: at once
+    finally:
+        for c in (client, web, stranger):
+            await c.close()
+        await anyone.aclose()

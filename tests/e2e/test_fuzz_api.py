@@ -88,6 +88,13 @@ class Ids:
     cassandra: object = None  # the operator's seat: members' keys (an admin makes none)
     call_id: str = ""  # a call of the caller's conversation waiting for its answer (the first valid answer takes it)
     mcp_url: str = ""  # an MCP server on loopback (which the shared stack's operator opened to the SSRF guard)
+    secret: str = ""  # a live share link of the caller's conversation
+
+    def throwaway_share(self) -> str:
+        """A new link to the caller's conversation: what a generated DELETE may revoke."""
+        response = httpx.post(f"{self.url}/v1/conversations/{self.conversation_id}/shares", headers={"Authorization": f"Bearer {self.key}"}, json={})
+        response.raise_for_status()
+        return str(response.json()["id"])
 
     def credentials(self, case: schemathesis.Case) -> dict[str, str]:
         """The key where it reaches (``chat``), else the caller's web session (``account``, ``admin``)."""
@@ -168,6 +175,10 @@ class Ids:
                 params[name] = (self.reply_id, self.user_message_id, self.foreign_reply_id)[pick - 1]
             elif name == "call_id" and pick:
                 params[name] = self.call_id
+            elif name == "secret" and pick:
+                params[name] = self.secret
+            elif name == "share_id" and pick:
+                params[name] = self.throwaway_share()
             elif name == "name" and case.path == "/v1/org/tools/{name}" and pick:
                 params[name] = self.throwaway_server()
         body = case.body if isinstance(case.body, dict) else {}
@@ -249,10 +260,12 @@ def ids(stack, mcp_url: str) -> Ids:
     foreign_cid, foreign_reply, _ = asyncio.run(_turn(stack.url, other))
     document, foreign_document = _upload(stack.url, key, wait=True), _upload(stack.url, other, wait=True)
     call_id = asyncio.run(_asked_call(stack.url, key, cid))
+    shared = httpx.post(f"{stack.url}/v1/conversations/{cid}/shares", headers={"Authorization": f"Bearer {key}"}, json={})
+    shared.raise_for_status()
     return Ids(
         key, cid, reply_id, user_message_id, foreign_cid, foreign_reply, stack.url, document, foreign_document, user_id,
         session=session_headers(stack.url, *stack.sign_in(user_id)), cassandra=stack.inner.session, call_id=call_id,
-        mcp_url=mcp_url,
+        mcp_url=mcp_url, secret=shared.json()["path"].removeprefix("/s/"),
     )  # fmt: skip
 
 

@@ -132,10 +132,16 @@ def report_cmd(
     replay_file: Path = typer.Argument(..., help="A file `parley replay` wrote"),
     out_dir: Path = typer.Option(Path("report"), "--out", help="Folder for report.md, report.json and the charts"),
     prices: Path = typer.Option(None, "--prices", help="TOML price table, USD per million tokens by pool or model"),
+    experiment: str = typer.Option(None, "--experiment", help="Compare this experiment's arms instead (experiment.md, .json)"),
+    baseline: str = typer.Option(None, "--baseline", help="With --experiment: the arm the others are compared with (default control)"),
 ) -> None:
-    """TTFT percentiles, speed, routing mix, downgrade/shed rates and cost, as Markdown and PNG charts."""
+    """TTFT percentiles, speed, routing mix, downgrade/shed rates and cost, as Markdown and PNG charts; with
+    --experiment, its arms compared on TTFT, tokens, cost, feedback and regenerate rate with 95% intervals."""
     from tools.analysts import charts, replay, report
 
+    if experiment is not None:
+        _experiment_report(replay_file, out_dir, prices, experiment, baseline)
+        return
     try:
         table = report.load_prices(prices)
         r = report.compute(replay.load(replay_file, texts=False), table)  # figures only: no text is opened
@@ -147,6 +153,21 @@ def report_cmd(
     err.print(f"{r.turns} turns → {out_dir / 'report.md'}, report.json, " + ", ".join(drawn))
 
 
+def _experiment_report(replay_file: Path, out_dir: Path, prices: Path | None, name: str, baseline: str | None) -> None:
+    from tools.analysts import experiment, replay, report
+
+    try:
+        r = experiment.compare(replay.load(replay_file, texts=False), name, report.load_prices(prices), baseline)
+    except (errors.ParleyError, ValueError) as exc:
+        _fail(exc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = experiment.markdown(r)
+    (out_dir / "experiment.md").write_text(text)
+    (out_dir / "experiment.json").write_text(json.dumps(r.to_record(), indent=1))
+    print(text, end="")  # plain: Markdown must not be re-wrapped
+    err.print(f"{sum(r.arms.values())} turns of {name} → {out_dir / 'experiment.md'}, experiment.json")
+
+
 @app.command("counterfactual")
 def counterfactual_cmd(
     replay_file: Path = typer.Argument(..., help="A file `parley replay` wrote"),
@@ -154,11 +175,27 @@ def counterfactual_cmd(
     config: Path = typer.Option(None, "--config", help="TOML file of router setting overrides"),
     prices: Path = typer.Option(None, "--prices", help="TOML price table (see `parley report`)"),
     json_out: Path = typer.Option(None, "--json", help="Also write the comparison as JSON"),
+    sweep: str = typer.Option(None, "--sweep", help="key=v1,v2,…: one setting's candidate values, each with the feedback of the turns it sends where"),
 ) -> None:
-    """Re-run the router's pool policy with other settings over the logged requests; compare mix, escalations, cost."""
+    """Re-run the router's pool policy with other settings over the logged requests; compare mix, escalations, cost
+    and the feedback of the turns each configuration sends to each pool."""
+    from dataclasses import asdict
+
     from tools.analysts import counterfactual, replay, report
 
     _install_keys()  # the prompts are routed again: their texts are opened
+    if sweep is not None:
+        key, sep, values = sweep.partition("=")
+        try:
+            if not sep or not values.strip():
+                raise errors.ConfigError(f"--sweep {sweep!r}: write key=v1,v2,… (e.g. medium_score=1.0,1.5,2.0)")
+            rows = counterfactual.sweep(replay.load(replay_file), key.strip(), [v.strip() for v in values.split(",")], report.load_prices(prices))
+        except errors.ParleyError as exc:
+            _fail(exc)
+        print(counterfactual.sweep_markdown(key.strip(), rows), end="")
+        if json_out is not None:
+            json_out.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        return
     try:
         overrides = counterfactual.parse_overrides(set_, config)
         baseline = counterfactual.settings_with({})

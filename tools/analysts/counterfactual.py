@@ -107,6 +107,24 @@ def decide(turns: list[dict[str, Any]], policy: Policy) -> dict[str, Outcome]:
 
 
 @dataclass
+class Feedback:
+    """The users' thumbs on a set of turns (``turns.Turn.feedback``, the last one standing)."""
+
+    turns: int = 0
+    up: int = 0
+    down: int = 0
+
+    def add(self, rating: str | None) -> None:
+        self.turns += 1
+        self.up += rating == "up"
+        self.down += rating == "down"
+
+    @property
+    def rated(self) -> int:
+        return self.up + self.down
+
+
+@dataclass
 class Side:
     """One configuration's totals."""
 
@@ -114,6 +132,9 @@ class Side:
     escalations: int = 0
     refused: dict[str, int] = field(default_factory=dict)
     cost_per_1k_turns: float = 0.0
+    #: Per pool, the feedback the turns this configuration sends there were given (where they actually ran):
+    #: a pool whose share of thumbs down grows as a bar moves is being sent turns it serves badly.
+    feedback: dict[str, Feedback] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,6 +146,7 @@ class Comparison:
     counterfactual: Side
     moved: dict[str, int]  # "from→to" (baseline → counterfactual) → turns
     overrides: dict[str, str]
+    moved_feedback: dict[str, Feedback] = field(default_factory=dict)  # "from→to" → the moved turns' feedback
 
     def to_record(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -151,9 +173,11 @@ def _side(turns: list[dict[str, Any]], outcome: dict[str, Outcome], prices: dict
             refused[o.reason] += 1
         else:
             pools[o.pool] += 1
+            side.feedback.setdefault(o.pool, Feedback()).add(t.get("feedback"))
         side.escalations += o.reason == "escalated"
         total += _cost(t, o.pool, prices, models)
     side.pools, side.refused = dict(sorted(pools.items())), dict(sorted(refused.items()))
+    side.feedback = dict(sorted(side.feedback.items()))
     side.cost_per_1k_turns = total / len(turns) * 1000 if turns else 0.0
     return side
 
@@ -177,9 +201,19 @@ def compare(
     logged_side.escalations = sum(o.reason == "escalated" for o in logged.values())
     logged_side.refused = dict(sorted(Counter(o.reason for o in logged.values() if o.pool is None).items()))
     logged_side.cost_per_1k_turns = sum(turn_cost(t, prices) for t in routable) / len(routable) * 1000 if routable else 0.0
-    moved: Counter[str] = Counter(
-        f"{base[r].pool or base[r].reason}→{cf[r].pool or cf[r].reason}" for r in base if base[r].pool != cf[r].pool
-    )
+    for t in routable:
+        pool = logged[t["request_id"]].pool
+        if pool:
+            logged_side.feedback.setdefault(pool, Feedback()).add(t.get("feedback"))
+    logged_side.feedback = dict(sorted(logged_side.feedback.items()))
+    moved: Counter[str] = Counter()
+    moved_feedback: dict[str, Feedback] = {}
+    for t in routable:
+        r = t["request_id"]
+        if base[r].pool != cf[r].pool:
+            move = f"{base[r].pool or base[r].reason}→{cf[r].pool or cf[r].reason}"
+            moved[move] += 1
+            moved_feedback.setdefault(move, Feedback()).add(t.get("feedback"))
     return Comparison(
         turns=len(routable),
         skipped=len(turns) - len(routable),
@@ -188,7 +222,74 @@ def compare(
         counterfactual=_side(routable, cf, prices, {p.name: p.model for p in cf_policy.pools.values()}),
         moved=dict(sorted(moved.items())),
         overrides=dict(overrides or {}),
+        moved_feedback=dict(sorted(moved_feedback.items())),
     )
+
+
+@dataclass
+class SweepRow:
+    value: str  # the candidate value of the swept setting
+    side: Side
+
+
+def sweep(
+    turns: list[dict[str, Any]], key: str, values: list[str], prices: dict[str, Price], environ: dict[str, str] | None = None
+) -> list[SweepRow]:
+    """The router's pool policy under each candidate value of one setting (a threshold, say), over this
+    environment's settings (``environ``, else the process's): per value, where the turns would go and the
+    feedback those turns were given, so a value can be chosen on labelled turns."""
+    from streams.router import policy_from
+
+    routable = [t for t in turns if t.get("prompt")]
+    rows = []
+    for value in values:
+        settings = settings_with({key: value}, environ)
+        policy = policy_from(settings)
+        rows.append(SweepRow(value, _side(routable, decide(routable, policy), prices, {p.name: p.model for p in policy.pools.values()})))
+    return rows
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole * 100:.1f}%" if whole else "–"
+
+
+def feedback_markdown(c: Comparison) -> list[str]:
+    """Per configuration and pool: the turns it sends there and the thumbs those turns were given."""
+    lines = [
+        "",
+        "## Feedback of the turns each configuration sends where",
+        "",
+        "| configuration | pool | turns | rated | up | down |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, side in (("logged", c.logged), ("baseline", c.baseline), ("counterfactual", c.counterfactual)):
+        for pool, f in side.feedback.items():
+            lines.append(f"| {name} | {pool} | {f.turns} | {f.rated} | {_share(f.up, f.turns)} | {_share(f.down, f.turns)} |")
+    for move, f in c.moved_feedback.items():
+        lines.append(f"| moved {move} | | {f.turns} | {f.rated} | {_share(f.up, f.turns)} | {_share(f.down, f.turns)} |")
+    lines += ["", "Up and down are shares of the turns (a turn nobody rated counts in neither); the thumbs are those "
+              "the turns got where they actually ran."]  # fmt: skip
+    return lines
+
+
+def sweep_markdown(key: str, rows: list[SweepRow]) -> str:
+    pools = sorted({p for r in rows for p in r.side.pools})
+    lines = [
+        f"# Counterfactual sweep of {key}",
+        "",
+        f"| {key} | pool | turns | rated | up | down | est. USD / 1,000 turns |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        for pool in pools:
+            f = r.side.feedback.get(pool, Feedback())
+            lines.append(
+                f"| {r.value} | {pool} | {f.turns} | {f.rated} | {_share(f.up, f.turns)} | {_share(f.down, f.turns)} "
+                f"| {r.side.cost_per_1k_turns:.4f} |"
+            )
+    lines += ["", "Per candidate value: the turns the router's pool policy would send to each pool and the thumbs those "
+              "turns were given (shares of the turns), with the estimated cost of that whole configuration."]  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def markdown(c: Comparison) -> str:
@@ -213,4 +314,5 @@ def markdown(c: Comparison) -> str:
         counts = " | ".join(str(side.pools.get(p, 0)) for p in pools)
         lines.append(f"| {name} | {counts} | {side.escalations} | {refused} | {side.cost_per_1k_turns:.4f} |")
     lines += ["", "Turns that would move (baseline → counterfactual): " + (", ".join(f"{k} {v}" for k, v in c.moved.items()) or "none") + "."]
+    lines += feedback_markdown(c)
     return "\n".join(lines) + "\n"

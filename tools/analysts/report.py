@@ -181,17 +181,24 @@ def compute(records: list[dict[str, Any]], prices: dict[str, Price]) -> Report:
     )
 
 
-def feedback_rows(records: list[dict[str, Any]]) -> list[FeedbackRow]:
-    """Explicit and implicit feedback by pool, model and cache outcome. A turn counts as regenerated or
-    edited when a later turn of the same conversation asked again for its message, or answered a new
-    version of it (the same parent): the user did not take this reply as it was."""
+def regenerated_turns(records: list[dict[str, Any]]) -> set[str]:
+    """Request ids of the turns whose message a later turn asked another reply to (a regenerate)."""
     asked_again: dict[str, int] = {}  # user message id → when a regenerate of it was first asked for
-    versions: dict[tuple[str, str | None], list[tuple[int, str]]] = {}  # (conversation, parent) → [(when, message)]
     for t in records:
         if t.get("kind") == "regenerate":
             prior = asked_again.get(t["user_message_id"])
             asked_again[t["user_message_id"]] = t["requested_at"] if prior is None else min(prior, t["requested_at"])
-        elif t.get("kind") == "message":
+    return {t["request_id"] for t in records if asked_again.get(t["user_message_id"], -1) > t["requested_at"]}
+
+
+def feedback_rows(records: list[dict[str, Any]]) -> list[FeedbackRow]:
+    """Explicit and implicit feedback by pool, model and cache outcome. A turn counts as regenerated or
+    edited when a later turn of the same conversation asked again for its message, or answered a new
+    version of it (the same parent): the user did not take this reply as it was."""
+    regenerated = regenerated_turns(records)
+    versions: dict[tuple[str, str | None], list[tuple[int, str]]] = {}  # (conversation, parent) → [(when, message)]
+    for t in records:
+        if t.get("kind") == "message":
             versions.setdefault((t["conversation_id"], t.get("user_parent_id")), []).append((t["requested_at"], t["user_message_id"]))
     groups: dict[tuple[str, str, str], list[int]] = {}
     for t in records:
@@ -199,7 +206,7 @@ def feedback_rows(records: list[dict[str, Any]]) -> list[FeedbackRow]:
         row[0] += 1
         row[1] += t.get("feedback") == "up"
         row[2] += t.get("feedback") == "down"
-        row[3] += asked_again.get(t["user_message_id"], -1) > t["requested_at"]
+        row[3] += t["request_id"] in regenerated
         row[4] += t.get("kind") == "message" and any(
             when > t["requested_at"] and mid != t["user_message_id"]
             for when, mid in versions.get((t["conversation_id"], t.get("user_parent_id")), ())

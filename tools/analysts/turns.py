@@ -6,7 +6,7 @@ A turn is one ``request_id`` (the assistant message id). Its pieces, joined by r
 event                         topic                  what it gives the turn
 ============================  =====================  ============================================
 MessagePosted                 chat.events            the user message (text, parent, client id)
-GenerationRequested           chat.events            when it was asked for, tier, regenerate or not
+GenerationRequested           chat.events            when it was asked for, tier, regenerate or not, experiment arm
 InferenceRequested            chat.inference         the prompt as the context builder built it
 InferenceRouted               chat.inference.<pool>  pool, model, partition, route reason, downgrade
 GenerationCompleted           chat.events            finish reason, error code, reply text, attempt
@@ -107,6 +107,9 @@ class Turn:
     # The owner's rating of the reply (FeedbackGiven), the last one standing: up | down | None (none, or taken
     # back). Never its reason: the user's text, sealed on the log.
     feedback: str | None = None
+    # The experiment and arm the gateway assigned the turn to (GenerationRequested.experiment); None: in none.
+    experiment: str | None = None
+    arm: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         # Shallow on purpose (asdict deep-copies): the prompt's dicts are this turn's own.
@@ -347,6 +350,8 @@ def _turn(request_id: str, req: Record, p: _Parts, posted: Record | None) -> Tur
         downgraded=routed is not None and routed["downgraded_from"] is not None,
         tool_calls=_tool_calls(p),
         feedback=(p.feedback["rating"] or None) if p.feedback is not None else None,
+        experiment=req["experiment"]["experiment"] if req.get("experiment") else None,
+        arm=req["experiment"]["arm"] if req.get("experiment") else None,
     )
 
 

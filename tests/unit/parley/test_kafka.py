@@ -107,3 +107,13 @@ def test_a_transactional_producer_gives_up_a_request_within_its_transaction() ->
     config = producer_config(settings, **overrides)
     assert config["socket.timeout.ms"] == 2100
     Producer(config).flush(0)  # librdkafka takes it
+
+
+def test_the_atomic_appenders_producer_is_one_librdkafka_takes() -> None:
+    """Its deliveries may not outlive its transactions (librdkafka refuses the producer otherwise)."""
+    from confluent_kafka import Producer
+
+    from parley.kafka import AtomicAppender
+
+    for timeout_s in (60.0, 5.0):
+        Producer(AtomicAppender(KafkaSettings(bootstrap="127.0.0.1:1"), "t", timeout_s=timeout_s)._config).flush(0)

@@ -282,3 +282,13 @@ async def test_a_strict_policy_whose_classifier_gives_no_verdict_stops_the_turn_
     out = await b.handle(g1)
     assert [type(e).__name__ for e in out] == ["ModerationResult", "GenerationModerated", "GenerationCompleted", "TokenChunk"]
     assert out[0].verdict == "failed" and out[2].finish_reason == "content_filter" and out[2].content == FILTERED_NOTICE
+
+
+async def test_the_turns_experiment_arm_rides_on_to_the_router() -> None:
+    cid = str(uuid.uuid4())
+    b = ContextBuilder(CFG, Rows())
+    m1, g1 = _turn(cid, 1, None)
+    arm = ev.Assignment(experiment="e", arm="slow", overrides=ev.ArmOverrides(pool="medium"))
+    await b.handle(m1)
+    [req] = await b.handle(replace(g1, experiment=arm))
+    assert isinstance(req, ev.InferenceRequested) and req.experiment == arm

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from schemas import events as ev
-from streams.projection import Write, cql, to_time, writes_for
+from streams.projection import SEALED_CELLS, Write, cql, to_time, writes_for
 from streams.tree import Conversation, apply, empty
 from tests.unit.streams.test_tree import CID, U, conversation_log
 
@@ -320,3 +320,25 @@ def test_feedback_lands_on_the_reply_row_the_last_rating_standing_and_nowhere_el
     # In any order of replay, the same cells (each write at its event's time).
     shuffled = store(random.Random(7).sample(writes, len(writes)))
     assert rows(shuffled, "messages") == messages
+
+
+def test_a_share_is_keyed_by_its_hash_with_the_secret_sealed_and_a_revocation_ends_it() -> None:
+    log, ids = conversation_log()
+    common = {"conversation_id": CID, "user_id": U}
+    end = log[-1].occurred_at
+    shared = [
+        ev.ConversationShared(**common, occurred_at=end + 1, share_id="a" * 64, secret="s1", leaf_id=ids["r1"], expires_at=end + 99),
+        ev.ConversationShared(**common, occurred_at=end + 2, share_id="b" * 64, secret="s2", leaf_id=ids["r2"]),
+        ev.ConversationShared(**common, occurred_at=end + 3, share_id="c" * 64, secret="s3", leaf_id=str(uuid.uuid4())),  # not in it
+        ev.ShareRevoked(**common, occurred_at=end + 4, share_id="a" * 64),
+    ]
+    writes, _ = run(log + shared)
+    shares = {dict(k)["share_id"]: r for k, r in rows(store(writes), "shares").items()}
+    assert set(shares) == {"a" * 64, "b" * 64}  # a branch the log does not know is not shared
+    assert shares["a" * 64]["revoked_at"] is not None and shares["b" * 64].get("revoked_at") is None
+    assert shares["b" * 64]["leaf_id"] == uuid.UUID(ids["r2"]) and shares["b" * 64]["user_id"] == U
+    listed = {dict(k)["share_id"]: r for k, r in rows(store(writes), "shares_by_conversation").items()}
+    assert (listed["a" * 64]["secret"], listed["b" * 64]["secret"]) == ("", "s2")  # the revoked one's secret blanked
+    assert "secret" not in shares["b" * 64]  # the visitor's row never holds the secret
+    sealed = [w for w in writes if w.table == "shares_by_conversation"]
+    assert sealed and all("secret" in SEALED_CELLS[w.table] for w in sealed)

@@ -94,3 +94,38 @@ def test_request_of_rebuilds_the_routing_inputs() -> None:
     req = counterfactual.request_of(t)
     assert isinstance(req, InferenceRequested) and req.messages[-1] == PromptMessage(role="user", content=CODE)
     assert (req.model, req.tier, req.prompt_tokens, req.max_tokens) == ("x", "free", 60, 100)
+
+
+def test_each_configuration_shows_the_feedback_of_the_turns_it_sends_to_each_pool() -> None:
+    base = counterfactual.settings_with({}, ENV)
+    lower = counterfactual.settings_with({"medium_score": "0.01", "frontier_score": "100"}, ENV)
+    turns = _logged_by_the_router([_turn(str(uuid.uuid4()), EASY, i) for i in range(4)], base)
+    for t, rating in zip(turns, ["down", "down", "up", None]):
+        t["feedback"] = rating
+    c = counterfactual.compare(turns, base, lower, report.DEFAULT_PRICES, {"medium_score": "0.01"})
+    f = c.baseline.feedback["small"]
+    assert (f.turns, f.rated, f.up, f.down) == (4, 3, 1, 2)
+    assert set(c.counterfactual.feedback) == {"medium"} and c.counterfactual.feedback["medium"].down == 2
+    assert c.logged.feedback["small"].up == 1
+    moved = c.moved_feedback["small→medium"]
+    assert (moved.turns, moved.up, moved.down) == (4, 1, 2)
+    text = counterfactual.markdown(c)
+    assert "| baseline | small | 4 | 3 | 25.0% | 50.0% |" in text
+    assert "| moved small→medium | | 4 | 3 | 25.0% | 50.0% |" in text
+
+
+def test_a_sweep_of_a_threshold_shows_where_each_candidate_sends_the_rated_turns() -> None:
+    base = counterfactual.settings_with({}, ENV)
+    cid = str(uuid.uuid4())
+    turns = _logged_by_the_router([_turn(str(uuid.uuid4()), EASY, 1), _turn(cid, CODE, 2)], base)
+    turns[0]["feedback"], turns[1]["feedback"] = "up", "down"
+    rows = counterfactual.sweep(turns, "medium_score", ["0.01", "2.0"], report.DEFAULT_PRICES, ENV)
+    assert [r.value for r in rows] == ["0.01", "2.0"]
+    low, default = rows[0].side, rows[1].side
+    assert low.pools == {"medium": 2} and low.feedback["medium"].up == 1 and low.feedback["medium"].down == 1
+    assert default.pools == {"medium": 1, "small": 1}
+    assert (default.feedback["small"].up, default.feedback["medium"].down) == (1, 1)
+    text = counterfactual.sweep_markdown("medium_score", rows)
+    assert "| 0.01 | medium | 2 | 2 | 50.0% | 50.0% |" in text and "| 2.0 | small | 1 | 1 | 100.0% | 0.0% |" in text
+    with pytest.raises(ConfigError, match="unknown router setting 'medium_bar'"):
+        counterfactual.sweep(turns, "medium_bar", ["1"], report.DEFAULT_PRICES, ENV)

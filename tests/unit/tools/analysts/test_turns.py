@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from parley import ids
@@ -136,3 +137,13 @@ def test_a_replies_rating_is_the_last_one_given_in_any_order_and_never_its_reaso
     taken_back = ev.FeedbackGiven(**common, message_id=rid, rating="", occurred_at=2_000_002)
     assert turns.fold(events + ratings + [taken_back])[0].feedback is None
     assert turns.fold(events)[0].feedback is None
+
+
+def test_a_turn_carries_the_experiment_and_arm_its_request_was_stamped_with() -> None:
+    rid, events = _turn_events()
+    arm = ev.Assignment(experiment="ttft-test", arm="slow", overrides=ev.ArmOverrides(pool="medium"))
+    events = [dataclasses.replace(e, experiment=arm) if isinstance(e, ev.GenerationRequested) else e for e in events]
+    (t,) = turns.fold(events)
+    assert (t.experiment, t.arm) == ("ttft-test", "slow")
+    (plain,) = turns.fold(_turn_events()[1])
+    assert (plain.experiment, plain.arm) == (None, None)
