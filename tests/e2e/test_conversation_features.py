@@ -122,15 +122,19 @@ async def test_deleting_a_conversation_mid_reply_cancels_the_reply(slow: Slow) -
         await client.close()
 
 
+#: The tree test's replies: its subject is their places, not their length (the module's engine writes 20 tokens/s).
+SHORT = 6
+
+
 async def test_regenerate_twice_and_edit_once_make_the_expected_tree(slow: Slow) -> None:
     client = slow.client()
     try:
         cid = await client.create_conversation()
-        first = await client.send(cid, "Question one")
+        first = await client.send(cid, "Question one", max_tokens=SHORT)
         q1, a1 = first.head["user_message_id"], first.head["reply_id"]
 
         async def regenerate(reply_id: str) -> dict:
-            body = {"client_message_id": uuid.uuid4().hex}
+            body = {"client_message_id": uuid.uuid4().hex, "max_tokens": SHORT}
             async with client._http.stream("POST", f"/v1/messages/{reply_id}/regenerate", json=body) as r:
                 assert r.status_code == 200
                 events = [e async for e in parse_sse(r.aiter_lines())]
@@ -140,7 +144,7 @@ async def test_regenerate_twice_and_edit_once_make_the_expected_tree(slow: Slow)
         r2 = await regenerate(a1)
         r3 = await regenerate(a1)
         assert r2["user_message_id"] == r3["user_message_id"] == q1
-        edited = await client.send(cid, "Question one, edited", parent_id=None)  # an edit of the first message
+        edited = await client.send(cid, "Question one, edited", parent_id=None, max_tokens=SHORT)  # an edit of the first message
         q1b, a1b = edited.head["user_message_id"], edited.head["reply_id"]
         for rid in (r2["reply_id"], r3["reply_id"], a1b):
             await _stored(client, cid, rid)
@@ -156,7 +160,7 @@ async def test_regenerate_twice_and_edit_once_make_the_expected_tree(slow: Slow)
         r = await client._http.put(f"/v1/conversations/{cid}/leaf", json={"leaf_id": r2["reply_id"]})
         assert r.status_code == 200
         assert (await client.conversation(cid))["selected_leaf_id"] == r2["reply_id"]
-        follow = await client.send(cid, "Follow-up on branch one")
+        follow = await client.send(cid, "Follow-up on branch one", max_tokens=SHORT)
         assert (await client.conversation(cid))["messages"] and parent.get(follow.head["user_message_id"]) is None
         conv = await client.conversation(cid)
         assert {m["id"]: m["parent_id"] for m in conv["messages"]}[follow.head["user_message_id"]] == r2["reply_id"]

@@ -44,7 +44,7 @@ POISON_ENV = {
 
 #: Who dead-letters each consumed topic (consumer groups, by the processor that names them) ...
 DEAD_LETTERED_BY: dict[str, tuple[str, ...]] = {
-    "chat.events": ("streams.context", "streams.materializer", "streams.moderation", "streams.tools"),
+    "chat.events": ("streams.context", "streams.materializer", "streams.moderation", "streams.tools", "streams.search"),
     "chat.tools": ("tools",),  # the tool executor's group
     "chat.inference": ("streams.router",),
     **{f"chat.inference.{pool}": (f"workers.{pool}",) for pool in POOLS},
@@ -55,6 +55,7 @@ DEAD_LETTERED_BY: dict[str, tuple[str, ...]] = {
     "user.erasures": ("streams.erasure",),
     "chat.control": (),
     "fleet.heartbeats": (),
+    "ops.experiments": (),
 }
 #: ... and which group-less readers skip it (service log names): every instance reads every record.
 SKIPPED_BY: dict[str, tuple[tuple[str, str], ...]] = {
@@ -62,6 +63,7 @@ SKIPPED_BY: dict[str, tuple[tuple[str, str], ...]] = {
     "user.memory": (("context", "undecodable memory record skipped"),),
     "chat.control": tuple((f"worker-{pool}", "undecodable control record skipped") for pool in POOLS),
     "fleet.heartbeats": (("router", "undecodable heartbeat record skipped"), ("gateway", "undecodable heartbeat record skipped")),
+    "ops.experiments": (("gateway", "undecodable experiment record skipped"),),
 }
 #: The error_type a dead letter gives each kind of poison.
 KINDS = {"not_avro": "undecodable", "unknown_fingerprint": "unknown_schema", "truncated": "undecodable", "oversize": "oversize"}
@@ -180,6 +182,7 @@ async def _traffic(poisoned: Poisoned, key: str, user_id: str) -> None:
             topic = f"chat.inference.{pool}"
             poisoned.placed += _put(stack, topic, set(range(TOPICS[topic].partitions)), keys[pool])
         poisoned.placed += _put(stack, "fleet.heartbeats", {0}, b"poison")
+        poisoned.placed += _put(stack, "ops.experiments", {0}, b"poison")  # the gateways' reader of the running set
         for topic in ("user.memory", "chat.usage"):  # keyed by user
             poisoned.placed += _put(stack, topic, {partition_for(user_id, TOPICS[topic].partitions)}, user_id.encode())
         # Keyed by a document id the gateway mints: poison every partition, so the upload below meets it.

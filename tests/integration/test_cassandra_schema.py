@@ -54,6 +54,11 @@ TABLES = {
     "tool_asks",
     "org_tool_rules",
     "org_tools",
+    "search_postings",
+    "search_variants",
+    "search_messages",
+    "shares",
+    "shares_by_conversation",
 }
 
 
