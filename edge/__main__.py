@@ -37,7 +37,8 @@ SHARD_CHECK = str(Path(__file__).with_name("shards.lua"))
 def configuration(settings: EdgeSettings, pem_path: str | None) -> str:
     """The configuration for this environment's settings (the gateway's body limits, the metrics port)."""
     telemetry = from_env(TelemetrySettings)
-    limits = Limits(from_env(GatewaySettings).max_body_bytes, from_env(DocumentSettings).max_bytes + FORM_OVERHEAD)
+    gateway = from_env(GatewaySettings)
+    limits = Limits(gateway.max_body_bytes, from_env(DocumentSettings).max_bytes + FORM_OVERHEAD, gateway.import_max_bytes)
     metrics = (telemetry.metrics_host, telemetry.metrics_port) if telemetry.metrics_port > 0 else None
     return render(settings, limits, TOPICS["chat.tokens"].partitions, LUA, SHARD_CHECK, pem_path, metrics)
 

@@ -19,7 +19,7 @@ and its own trust rules at the boundary:
   removed (``edge/headers.lua``), ``Upgrade`` among them: the API has no WebSocket, so an
   upgrade is served as plain HTTP, its body framed as any other.
 - **Body limits by route.** ``POST /v1/documents`` up to the documents limit (plus the
-  multipart framing), every other request the gateway's JSON limit: a ``Content-Length``
+  multipart framing), ``POST /v1/imports`` up to the import limit, every other request the gateway's JSON limit: a ``Content-Length``
   over it is a 413 here. A chunked body is passed on and the gateway counts it (it
   streams bodies with the same limits; an upload without a length is a 411 there).
 - **The shard map.** ``edge/shards.lua`` logs a gateway whose ``/readyz`` names another shard than
@@ -73,6 +73,7 @@ class Limits:
 
     json_bytes: int  # PARLEY_GATEWAY_MAX_BODY: every JSON route
     upload_bytes: int  # PARLEY_DOCUMENTS_MAX_BYTES + FORM_OVERHEAD: POST /v1/documents
+    import_bytes: int  # PARLEY_GATEWAY_IMPORT_MAX_BYTES: POST /v1/imports (an export, JSON or zip)
 
 
 def render(
@@ -94,6 +95,8 @@ def render(
     json_refusal = _json_body(_too_large("payload_too_large", limits.json_bytes, "PARLEY_GATEWAY_MAX_BODY"))
     over_upload = f"{{ req.hdr_val(content-length) gt {limits.upload_bytes} }}"
     over_json = f"{{ req.hdr_val(content-length) gt {limits.json_bytes} }}"
+    import_refusal = _json_body(_too_large("payload_too_large", limits.import_bytes, "PARLEY_GATEWAY_IMPORT_MAX_BYTES"))
+    over_import = f"{{ req.hdr_val(content-length) gt {limits.import_bytes} }}"
     bind = f"bind {_address(settings.host, settings.port)}"
     if pem_path:
         bind += f" ssl crt {pem_path} alpn h2,http/1.1"
@@ -134,9 +137,13 @@ def render(
         *_readiness(),
         f"    http-request deny deny_status 405 if !{{ method {' '.join(METHODS)} }}",
         "    http-request deny deny_status 404 if { path,url_dec -m reg ^/+metrics(/|$) }",
+        # The path the log line shows (only a failed request is logged): a share link's secret masked.
+        "    http-request set-var(txn.logpath) path,regsub([A-Za-z0-9_-]{43},<secret>,g)",
         "    acl upload path /v1/documents",
+        "    acl import path /v1/imports",
         f"    http-request deny deny_status 413 {upload_refusal} if METH_POST upload {over_upload}",
-        f"    http-request deny deny_status 413 {json_refusal} if !METH_POST {over_json} || !upload {over_json}",
+        f"    http-request deny deny_status 413 {import_refusal} if METH_POST import {over_import}",
+        f"    http-request deny deny_status 413 {json_refusal} if !METH_POST {over_json} || !upload !import {over_json}",
         "    http-request lua.parley_hop_by_hop",
         "    http-request set-header X-Forwarded-For %[src]",
         f"    http-request set-header X-Forwarded-Proto {scheme}",
@@ -166,10 +173,11 @@ def render(
     return "\n".join(out) + "\n"
 
 
-#: One JSON object a line, as Parley's own logs (parley/logs.py); only failed or cut requests are logged.
+#: One JSON object a line, as Parley's own logs (parley/logs.py); only failed or cut requests are logged. A share
+#: link's secret (43 URL-safe characters, /s/<secret>, /v1/shares/<secret>) never reaches the line.
 _LOG_FORMAT = (
     '{"ts":"%[date,utime(%Y-%m-%dT%H:%M:%SZ)]","level":"warning","service":"edge","message":"request ended abnormally",'
-    '"method":"%HM","path":"%HPO","status":%ST,"backend":"%b","server":"%s","termination":"%ts",'
+    '"method":"%HM","path":"%[var(txn.logpath)]","status":%ST,"backend":"%b","server":"%s","termination":"%ts",'
     '"request_ms":%TR,"connect_ms":%Tc,"response_ms":%Tr,"total_ms":%Ta}'
 )
 

@@ -42,7 +42,7 @@ from gateway.settings import GatewaySettings, QuotaSettings
 from gateway.pressure import PoolPressure
 from gateway.store import Store
 from gateway.tokens import TokenStreams
-from gateway.tracing import TraceMiddleware
+from gateway.tracing import TraceMiddleware, route_of
 from gateway import client_address, oidc, sessions
 from gateway.security_headers import SecurityHeadersMiddleware
 from gateway.session_store import SessionStore
@@ -111,7 +111,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _client_left(request: Request, exc: Exception) -> Response:
     """The client hung up while its body was being read: nobody gets this answer, and nothing went wrong
     here (it used to be logged as an unhandled error and counted as a 500). 499, as nginx records it."""
-    log.info("client left before its request was read", extra={"path": request.url.path})
+    log.info("client left before its request was read", extra={"route": _route(request)})
     return Response(status_code=499)
 
 
@@ -123,8 +123,13 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error", extra={"path": request.url.path})
+    log.exception("unhandled error", extra={"route": _route(request)})
     return ApiError("internal error", code="internal", status=500).response()
+
+
+def _route(request: Request) -> str:
+    """The route's template, never the path: a path may hold a share link's secret (/s/<secret>)."""
+    return route_of(ROUTES, request.scope)
 
 
 EXCEPTION_HANDLERS = {

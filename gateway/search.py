@@ -31,7 +31,8 @@ async def search(request: Request) -> Response:
     if len(q) > QUERY_MAX:
         raise PayloadTooLarge(f"`q` is over {QUERY_MAX} characters", code="query_too_long")
     raw = params.get("limit", str(LIMIT_DEFAULT))
-    if not raw.isdigit() or not 1 <= int(raw) <= LIMIT_MAX:
+    # ASCII digits, few of them: str.isdigit takes "²" and any length, which int() then refuses (a 500).
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3) or not 1 <= int(raw) <= LIMIT_MAX:
         raise Unprocessable(f"`limit` must be an integer from 1 to {LIMIT_MAX}", code="invalid_limit")
     results = await svc.search.search(user.user_id, q, int(raw))
     return JSONResponse({"results": [r.public() for r in results]})

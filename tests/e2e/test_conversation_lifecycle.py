@@ -178,6 +178,9 @@ async def test_search_finds_a_word_from_the_middle_and_a_typo_never_a_deleted_or
         with pytest.raises(ApiError) as long:
             await client.search(word * 40)
         assert long.value.status == 413 and word not in str(long.value)
+        for limit in ("0", "51", "²", "9" * 5000, "-1"):  # a digit int() refuses is a 422 too, never a 500
+            refused = await client._http.get("/v1/search", params={"q": word, "limit": limit})
+            assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_limit"), limit
 
         await client.delete_conversation(cid)
         assert await client.search(word) == []  # at once: the query checks the deleted mark

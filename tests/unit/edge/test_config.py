@@ -40,7 +40,7 @@ from tools.supervisor import free_port
 HAPROXY = "/usr/sbin/haproxy"
 PARTITIONS = 12
 N = 4
-LIMITS = Limits(json_bytes=1000, upload_bytes=5000)
+LIMITS = Limits(json_bytes=1000, upload_bytes=5000, import_bytes=9000)
 
 
 def config(**settings: Any) -> str:
@@ -88,7 +88,17 @@ def test_body_limits_by_route() -> None:
     assert FORM_OVERHEAD == GATEWAYS_FORM_OVERHEAD, "an upload the gateway takes passes the edge"
     text = config()
     assert "if METH_POST upload { req.hdr_val(content-length) gt 5000 }" in text
-    assert "if !METH_POST { req.hdr_val(content-length) gt 1000 } || !upload { req.hdr_val(content-length) gt 1000 }" in text
+    assert "if METH_POST import { req.hdr_val(content-length) gt 9000 }" in text
+    assert "if !METH_POST { req.hdr_val(content-length) gt 1000 } || !upload !import { req.hdr_val(content-length) gt 1000 }" in text
+
+
+def test_a_share_links_secret_is_masked_in_the_edges_log_line() -> None:
+    import re
+
+    text = config()
+    line = re.search(r"log-format '([^']*)'", text).group(1)
+    assert "%HPO" not in line and "%HU" not in line and '"path":"%[var(txn.logpath)]"' in line
+    assert "http-request set-var(txn.logpath) path,regsub([A-Za-z0-9_-]{43},<secret>,g)" in text
 
 
 def test_tls_serves_http2_and_http11(tmp_path: Path) -> None:
