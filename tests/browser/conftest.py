@@ -48,15 +48,16 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / ".data" / "screenshots"
 
 #: What the synthetic engine below names itself at /get_model_info (workers/engine/synthetic.py).
-SYNTHETIC_MODEL = "parley-synthetic-15tps-100ms"
+SYNTHETIC_MODEL = "parley-synthetic-20tps-100ms"
 #: What the CPU engine's torch backend serves by default (workers/engine/packaged_model.py).
 REAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
-#: ~150 tokens at 15 tokens/s: each synthetic reply streams for about ten seconds.
+#: ~150 tokens at 20 tokens/s: each synthetic reply streams for about seven and a half seconds, long enough to
+#: stop it, reload mid-reply in two tabs or kill its worker (it was 15: ten seconds a reply, the suite's budget).
 BROWSER_ENV = {
     "PARLEY_ENGINE_BACKEND": "synthetic",
     "PARLEY_ENGINE_TTFT_MS": "100",
-    "PARLEY_ENGINE_TOKENS_PER_S": "15",
+    "PARLEY_ENGINE_TOKENS_PER_S": "20",
     "PARLEY_CONTEXT_MAX_TOKENS": "150",
     "PARLEY_ROUTER_POOLS": f"small={SYNTHETIC_MODEL},medium={REAL_MODEL}",
     # "auto" always means small: no turn of a test lands on the real model unless it asks for it.
@@ -76,7 +77,7 @@ REAL_ENGINE_ENV = {"PARLEY_ENGINE_BACKEND": "torch"}
 #: and frontier is not used.
 STACK_SERVICES = tuple(s for s in SERVICES if s not in (WORKER_MEDIUM, WORKER_FRONTIER, TITLER))
 
-#: Generous: a reply takes ~10 s, more on a loaded two-core machine.
+#: Generous: a reply takes ~8 s, more on a loaded two-core machine.
 WAIT_MS = 90_000
 
 #: The operator's one tool here: not read-only and named by no rule, so every call of it is asked (``no-rule``).

@@ -292,14 +292,14 @@ def test_a_share_link_opens_signed_out_and_stops_after_revoke_and_after_the_owne
     from tests.e2e.conftest import sign_in
     from tools.client import ParleyClient, session_headers
 
-    chat = signed_in_chat(page, web_stack)
-    chat.send("Shall we share this plan?")
-    reply = chat.streaming_reply()
-    chat.finished(reply)
-    web_stack.settled(chat.conversation_id(), reply.get_attribute("data-id"))
     title = f"Plan {uuid.uuid4().hex[:6]}"
-    web_stack.http.patch(f"/v1/conversations/{chat.conversation_id()}", json={"title": title}).raise_for_status()
-    page.reload()
+    cid = web_stack.http.post("/v1/conversations", json={"title": title}).json()["id"]
+    with web_stack.http.stream(
+        "POST", f"/v1/conversations/{cid}/messages", json={"content": "Shall we share this plan?", "client_message_id": "s1", "max_tokens": 4}
+    ) as posted:
+        assert posted.status_code == 200 and any(line.startswith("event: done") for line in posted.iter_lines())
+    web_stack.settled(cid, next(m["id"] for m in web_stack.conversation(cid)["messages"] if m["role"] == "assistant"))
+    chat = signed_in_chat(page, web_stack)
     expect(chat.chat_link(title)).to_be_visible()
     chat.chat_option(title, "Share")
     link = chat.sidebar.get_by_label(f"Link to {title}")
@@ -319,7 +319,7 @@ def test_a_share_link_opens_signed_out_and_stops_after_revoke_and_after_the_owne
         shoot(visitor, "13-shared")
 
         chat.sidebar.get_by_role("button", name=f"Stop sharing {title}", exact=True).click()
-        eventually(lambda: web_stack.http.get(f"/v1/conversations/{chat.conversation_id()}/shares").json()["shares"] == [], "the link revoked")
+        eventually(lambda: web_stack.http.get(f"/v1/conversations/{cid}/shares").json()["shares"] == [], "the link revoked")
         visitor.reload()
         expect(visitor.get_by_role("alert")).to_have_text("This link does not exist, or no longer works.")
         expect(visitor.locator("article")).to_have_count(0)
@@ -330,7 +330,7 @@ def test_a_share_link_opens_signed_out_and_stops_after_revoke_and_after_the_owne
             client = ParleyClient(web_stack.url, key)
             try:
                 cid = await client.create_conversation("Mine to share")
-                assert (await client.send(cid, "Something of mine")).final.event == "done"
+                assert (await client.send(cid, "Something of mine", max_tokens=4)).final.event == "done"
                 for _ in range(150):
                     if all(m["status"] != "streaming" for m in (await client.conversation(cid))["messages"]):
                         break

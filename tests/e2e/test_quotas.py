@@ -2,7 +2,7 @@
 
 - requests/minute (free tier: 3): the limit is shared, so the 4th request of a
   minute is refused with 429 on either gateway, with ``Retry-After`` = the
-  seconds to the next minute boundary; a retried POST of an admitted message
+  seconds to the next minute boundary (where the window resets: unit-tested); a retried POST of an admitted message
   is not counted again.
 - tokens/day (plus tier: 1 token): once the usage processor has folded the
   first reply's UsageRecorded, both gateways refuse with ``Retry-After`` = the
@@ -146,11 +146,8 @@ async def test_requests_per_minute_are_shared_by_two_gateways(quotas: Quotas) ->
         # Nothing refused was appended: the conversation holds the three admitted turns only.
         conv = await client.conversation(cid)
         assert sorted(m["id"] for m in conv["messages"] if m["role"] == "assistant") == sorted(admitted)
-
-        # The next minute admits again.
-        await asyncio.sleep(max(0.0, window.timestamp() - time.time()) + 0.5)
-        r, events, _, _ = await _post(b, key, cid, "next-minute")
-        assert r.status_code == 200 and events[-1].event == "done"
+        # That the next minute admits again is the window's arithmetic (tests/unit/gateway/test_quotas.py, and
+        # Retry-After above names its end): waiting for it here cost the suite 30 s on average.
     finally:
         await client.close()
 
